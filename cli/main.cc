@@ -1,0 +1,62 @@
+// shardlm: one binary, subcommands. Environment variables are read here only.
+#include <ATen/Parallel.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: shardlm COMMAND [flags]\n"
+    "commands:\n"
+    "  generate          generate text from a prompt (streams unless --json)\n"
+    "  score             per-token log-probabilities of a text\n"
+    "  tokenize          JSON lines {\"text\"} on stdin -> {\"ids\"} on stdout\n"
+    "  make-tiny-model   write a random Hugging Face checkpoint for tests\n"
+    "Run `shardlm COMMAND --help` for a command's flags.\n";
+
+// The npm fixtures: $SHARDLM_NPM_DIR, else third_party/npm/node_modules next
+// to the build directory that holds this binary, else under the working dir.
+std::string FindNpmDir() {
+  if (const char* env = std::getenv("SHARDLM_NPM_DIR")) return env;
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (fs::path dir = exe.parent_path(); !ec && !dir.empty() && dir != dir.parent_path();
+       dir = dir.parent_path()) {
+    fs::path candidate = dir / "third_party/npm/node_modules";
+    if (fs::exists(candidate)) return candidate.string();
+  }
+  return (fs::current_path(ec) / "third_party/npm/node_modules").string();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  // libtorch defaults to one thread per physical core as it counts them, which
+  // here undercounts; use every core unless OMP_NUM_THREADS says otherwise.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  shardlm::CliEnv env;
+  env.npm_dir = FindNpmDir();
+  const std::string cmd = argv[1];
+  if (cmd == "generate") return shardlm::RunGenerate(argc, argv, env);
+  if (cmd == "score") return shardlm::RunScore(argc, argv, env);
+  if (cmd == "tokenize") return shardlm::RunTokenize(argc, argv, env);
+  if (cmd == "make-tiny-model") return shardlm::RunMakeTinyModel(argc, argv, env);
+  std::fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
+  return 2;
+}

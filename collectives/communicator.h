@@ -1,0 +1,48 @@
+// The collectives a tensor-parallel forward pass needs, over at::Tensor.
+//
+// Every rank calls the same operation in the same order (SPMD). Shapes use the
+// project notation: `f32[tokens, hidden.tp]` is sharded along hidden.
+//
+//   // x: f32[tokens, hidden.tp] -> f32[tokens, hidden]
+//   SHARDLM_ASSIGN_OR_RETURN(at::Tensor full, comm.AllGather(x, /*dim=*/1));
+//   // partial: f32[tokens, hidden] {tp unreduced} -> f32[tokens, hidden.tp]
+//   SHARDLM_ASSIGN_OR_RETURN(at::Tensor mine, comm.ReduceScatter(partial, 1));
+//
+// Backends: SingleRankCommunicator (world size 1, identity, here); Gloo (CPU)
+// and NCCL (CUDA) come with tensor parallelism.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+
+#include "absl/status/statusor.h"
+
+namespace shardlm {
+
+// Rank and world size travel together, explicitly.
+struct RankInfo {
+  int rank = 0;
+  int world_size = 1;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual RankInfo rank_info() const = 0;
+
+  // Concatenates every rank's `shard` along `dim` (equal shapes on all ranks).
+  virtual absl::StatusOr<at::Tensor> AllGather(const at::Tensor& shard, int64_t dim) = 0;
+  // Sums `partial` over ranks and returns this rank's 1/N slice along `dim`.
+  virtual absl::StatusOr<at::Tensor> ReduceScatter(const at::Tensor& partial, int64_t dim) = 0;
+  // Sums `tensor` over ranks, in place.
+  virtual absl::Status AllReduce(at::Tensor& tensor) = 0;
+  // Copies root's `tensor` into every rank's `tensor`.
+  virtual absl::Status Broadcast(at::Tensor& tensor, int root) = 0;
+  virtual absl::Status Barrier() = 0;
+};
+
+// World size 1: every collective is the identity.
+std::unique_ptr<Communicator> MakeSingleRankCommunicator();
+
+}  // namespace shardlm

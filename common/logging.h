@@ -1,0 +1,14 @@
+// The one logging header of shardlm.
+//
+// Debian's libtorch is built with glog and exposes glog's LOG/CHECK through
+// c10/util/Logging.h; PyTorch's own libtorch (GPU machines) defines c10's own
+// LOG/CHECK there instead. Including glog directly beside torch headers breaks
+// one of the two builds, so every file logs through this header and nothing
+// else.
+//
+//   #include "common/logging.h"
+//   LOG(INFO) << "loaded " << n << " tensors";
+//   CHECK_GE(rank, 0) << "programmer error";
+#pragma once
+
+#include <c10/util/Logging.h>

@@ -1,0 +1,277 @@
+#include "coordinator/engine.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "model/sampling.h"
+
+namespace shardlm {
+namespace {
+constexpr int64_t kMaxScoredRowsPerStep = 256;
+}  // namespace
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kNone:
+      break;
+  }
+  return "none";
+}
+
+Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
+               Options options)
+    : executor_(executor), cfg_(cfg), block_size_(block_size), options_(options), allocator_(num_blocks) {}
+
+absl::Status Engine::Validate(const GenerateRequest& r) const {
+  auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
+  if (r.prompt.empty()) return bad("prompt must hold at least one token");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= cfg_.vocab_size) {
+      return bad("prompt token ", i, " has id ", r.prompt[i], ", outside the vocabulary [0, ",
+                 cfg_.vocab_size, ")");
+    }
+  }
+  if (r.max_new_tokens < 0) return bad("max_new_tokens must be >= 0, got ", r.max_new_tokens);
+  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  if (total > cfg_.max_position_embeddings) {
+    return bad("prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
+               " (the context length). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
+               " max_new_tokens");
+  }
+  const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
+  if (total > capacity) {
+    return bad("prompt tokens + max_new_tokens must be <= ", capacity,
+               " (the KV cache capacity). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
+               " max_new_tokens");
+  }
+  const SamplingParams& s = r.sampling;
+  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f))
+    return bad("temperature must be in [0, 100], got ", s.temperature);
+  if (s.top_k < 0) return bad("top_k must be >= 0 (0 = off), got ", s.top_k);
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return bad("top_p must be in (0, 1], got ", s.top_p);
+  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return bad("min_p must be in [0, 1], got ", s.min_p);
+  if (!(s.repetition_penalty > 0.0f && s.repetition_penalty <= 10.0f)) {
+    return bad("repetition_penalty must be in (0, 10], got ", s.repetition_penalty);
+  }
+  if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
+    return bad("presence_penalty must be in [-2, 2], got ", s.presence_penalty);
+  }
+  if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty must be in [-2, 2], got ", s.frequency_penalty);
+  }
+  if (s.num_top_logprobs < 0 || s.num_top_logprobs > 20) {
+    return bad("top logprobs must be in [0, 20], got ", s.num_top_logprobs);
+  }
+  for (int32_t id : r.stop_token_ids) {
+    if (id < 0 || id >= cfg_.vocab_size)
+      return bad("stop token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
+  absl::Status st = Validate(request);
+  if (!st.ok()) return st;
+  auto seq = std::make_unique<Sequence>();
+  seq->id = next_id_++;
+  if (!request.has_seed) request.sampling.seed = seed_rng_();
+  seq->tokens = request.prompt;
+  seq->result.prompt = request.prompt;
+  if (request.score_prompt) seq->result.prompt_scores.resize(request.prompt.size());
+  seq->request = std::move(request);
+  const int64_t id = seq->id;
+  running_.push_back(std::move(seq));
+  return id;
+}
+
+std::optional<GenerateResult> Engine::TakeResult(int64_t id) {
+  auto it = done_.find(id);
+  if (it == done_.end()) return std::nullopt;
+  GenerateResult r = std::move(it->second);
+  done_.erase(it);
+  return r;
+}
+
+void Engine::Preempt(Sequence& seq) {
+  ++preemptions_;
+  allocator_.Release(seq.blocks);
+  seq.blocks.clear();
+  seq.num_computed = 0;  // recomputed from its tokens when it runs again
+}
+
+bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Sequence*>& in_step) {
+  const int32_t need = BlocksFor(tokens, block_size_) - static_cast<int32_t>(seq.blocks.size());
+  if (need <= 0) return true;
+  while (allocator_.num_free() < need) {
+    // Preempt the newest other sequence holding blocks.
+    Sequence* victim = nullptr;
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      const bool busy = std::find(in_step.begin(), in_step.end(), it->get()) != in_step.end();
+      if (it->get() != &seq && !busy && !(*it)->blocks.empty()) {
+        victim = it->get();
+        break;
+      }
+    }
+    if (victim == nullptr) return false;
+    Preempt(*victim);
+  }
+  auto ids = allocator_.Allocate(need);
+  CHECK(ids.ok()) << ids.status();
+  seq.blocks.insert(seq.blocks.end(), ids->begin(), ids->end());
+  return true;
+}
+
+void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
+  allocator_.Release(seq.blocks);
+  seq.blocks.clear();
+  seq.result.finish_reason = reason;
+  seq.result.status = std::move(status);
+  done_[seq.id] = std::move(seq.result);
+}
+
+bool Engine::IsStop(const Sequence& seq, int32_t token) const {
+  const auto& stops = seq.request.stop_token_ids;
+  if (std::find(stops.begin(), stops.end(), token) != stops.end()) return true;
+  if (seq.request.ignore_eos) return false;
+  return std::find(cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end(), token) != cfg_.eos_token_ids.end();
+}
+
+absl::Status Engine::Step() {
+  StepInput step;
+  std::vector<Sequence*> in_step;
+  // For each row: the sequence it belongs to and, for scoring rows, the prompt index scored.
+  struct RowOwner {
+    Sequence* seq;
+    int32_t scored_index;  // -1 for a sampling row
+  };
+  std::vector<RowOwner> owners;
+  int64_t budget = options_.max_batch_tokens;
+  // Sequences are visited in arrival order: decodes of older requests first,
+  // then prompt chunks, so a long prompt never starves running decodes.
+  std::vector<Sequence*> order;
+  for (auto& s : running_) order.push_back(s.get());
+  std::stable_partition(order.begin(), order.end(), [](Sequence* s) {
+    return s->num_computed + 1 == static_cast<int32_t>(s->tokens.size());
+  });
+  for (Sequence* seq : order) {
+    const int32_t need = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
+    // Scoring rows carry a full-vocabulary distribution each: keep chunks small.
+    const int64_t limit =
+        seq->request.score_prompt ? std::min<int64_t>(budget, kMaxScoredRowsPerStep) : budget;
+    const int32_t take = static_cast<int32_t>(std::min<int64_t>(need, limit));
+    if (take <= 0) continue;
+    if (!EnsureBlocks(*seq, seq->num_computed + take, in_step)) continue;  // retried next step
+    budget -= take;
+    const int32_t seq_index = static_cast<int32_t>(step.block_tables.size());
+    in_step.push_back(seq);
+    const int32_t first_row = static_cast<int32_t>(step.token_ids.size());
+    for (int32_t i = 0; i < take; ++i) {
+      const int32_t pos = seq->num_computed + i;
+      step.token_ids.push_back(seq->tokens[pos]);
+      step.positions.push_back(pos);
+      step.seq_of_token.push_back(seq_index);
+      const int32_t prompt_len = static_cast<int32_t>(seq->request.prompt.size());
+      if (seq->request.score_prompt && pos + 1 < prompt_len && !seq->result.prompt_scores[pos + 1]) {
+        SampleRow row;
+        row.row = first_row + i;
+        row.target = seq->tokens[pos + 1];
+        step.rows.push_back(row);
+        owners.push_back({seq, pos + 1});
+      }
+    }
+    const bool reaches_end = seq->num_computed + take == static_cast<int32_t>(seq->tokens.size());
+    if (reaches_end && seq->request.max_new_tokens > 0) {
+      SampleRow row;
+      row.row = first_row + take - 1;
+      row.sample = true;
+      row.params = &seq->request.sampling;
+      row.prompt = &seq->request.prompt;
+      row.generated = &seq->result.tokens;
+      row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size());
+      step.rows.push_back(row);
+      owners.push_back({seq, -1});
+    }
+    step.block_tables.push_back(seq->blocks);
+  }
+  // Sequences done before this step (only prompt scoring, nothing to generate).
+  if (step.token_ids.empty()) {
+    if (!running_.empty()) {
+      // Nothing could be scheduled: no sequence fits even after preemption.
+      Sequence& seq = *running_.front();
+      Finish(seq, FinishReason::kNone, absl::ResourceExhaustedError("KV cache too small for the request"));
+      running_.pop_front();
+    }
+    return absl::OkStatus();
+  }
+  ++steps_;
+  auto results = executor_->Execute(step);
+  if (!results.ok()) {
+    // Fail the work in flight, keep the engine usable.
+    for (Sequence* seq : in_step) Finish(*seq, FinishReason::kNone, results.status());
+    running_.erase(std::remove_if(running_.begin(), running_.end(),
+                                  [&](const std::unique_ptr<Sequence>& s) {
+                                    return std::find(in_step.begin(), in_step.end(), s.get()) !=
+                                           in_step.end();
+                                  }),
+                   running_.end());
+    return results.status();
+  }
+  for (size_t k = 0; k < in_step.size(); ++k) {
+    Sequence* seq = in_step[k];
+    seq->num_computed +=
+        static_cast<int32_t>(std::count(step.seq_of_token.begin(), step.seq_of_token.end(), k));
+  }
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < owners.size(); ++i) {
+    Sequence* seq = owners[i].seq;
+    const RowResult& r = (*results)[i];
+    if (owners[i].scored_index >= 0) {
+      seq->result.prompt_scores[owners[i].scored_index] = r.target_logprob;
+      continue;
+    }
+    seq->tokens.push_back(r.token);
+    seq->result.tokens.push_back(r.token);
+    seq->result.logprobs.push_back(r.logprob);
+    std::vector<TopLogprob> top;
+    for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
+    seq->result.top_logprobs.push_back(std::move(top));
+    if (seq->request.on_token) seq->request.on_token(r.token, r.logprob);
+    if (IsStop(*seq, r.token)) {
+      seq->result.finish_reason = FinishReason::kStop;
+    } else if (static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
+      seq->result.finish_reason = FinishReason::kLength;
+    }
+  }
+  // Retire finished sequences: generation done, or a scoring-only prompt fully computed.
+  for (auto it = running_.begin(); it != running_.end();) {
+    Sequence& seq = **it;
+    const bool scored_only =
+        seq.request.max_new_tokens == 0 && seq.num_computed == static_cast<int32_t>(seq.tokens.size());
+    if (seq.result.finish_reason != FinishReason::kNone || scored_only) {
+      Finish(seq, scored_only ? FinishReason::kLength : seq.result.finish_reason);
+      it = running_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateResult> Engine::Run(GenerateRequest request) {
+  auto id = Submit(std::move(request));
+  if (!id.ok()) return id.status();
+  while (!done_.count(*id)) {
+    absl::Status st = Step();
+    if (!st.ok() && !done_.count(*id)) return st;
+  }
+  GenerateResult r = *TakeResult(*id);
+  if (!r.status.ok()) return r.status;
+  return r;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,42 @@
+// One rank's paged KV cache: its KV heads only, every layer, every block.
+//
+//   k, v: dtype[layers, blocks, block_size, kv_heads.tp, head_dim]
+//
+// Token at position p of a sequence with block table T lives in block
+// T[p / block_size], row p % block_size. Sized from a memory budget.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+
+namespace shardlm {
+
+struct KvPoolShape {
+  int64_t num_layers = 0;
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  int64_t num_kv_heads_per_rank = 0;
+  int64_t head_dim = 0;
+};
+
+class KvPool {
+ public:
+  // Allocates (zeroed) pools of `shape.num_blocks` blocks.
+  static absl::StatusOr<KvPool> Create(const KvPoolShape& shape, at::ScalarType dtype);
+  // Blocks that fit in `budget_bytes` (K and V, all layers).
+  static int64_t BlocksForBudget(KvPoolShape shape, at::ScalarType dtype, int64_t budget_bytes);
+
+  const KvPoolShape& shape() const { return shape_; }
+  at::Tensor& k() { return k_; }  // dtype[layers, blocks, block_size, kv_heads.tp, head_dim]
+  at::Tensor& v() { return v_; }  // dtype[layers, blocks, block_size, kv_heads.tp, head_dim]
+
+ private:
+  KvPoolShape shape_;
+  at::Tensor k_;
+  at::Tensor v_;
+};
+
+}  // namespace shardlm

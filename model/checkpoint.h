@@ -1,0 +1,37 @@
+// A Hugging Face checkpoint directory's weights: one model.safetensors, or a
+// sharded set described by model.safetensors.index.json ({"weight_map":
+// {"tensor name": "model-00001-of-00002.safetensors", ...}}).
+//
+//   SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+//   SHARDLM_ASSIGN_OR_RETURN(const TensorView* w, ckpt->Get("model.norm.weight"));
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "model/safetensors.h"
+
+namespace shardlm {
+
+class Checkpoint {
+ public:
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+
+  // NotFound naming the tensor and the checkpoint when absent.
+  absl::StatusOr<const TensorView*> Get(const std::string& name) const;
+  bool Has(const std::string& name) const { return index_.count(name) > 0; }
+  const std::string& dir() const { return dir_; }
+  // Total bytes of all tensors.
+  size_t TotalBytes() const;
+  std::vector<std::string> TensorNames() const;
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, const TensorView*> index_;
+};
+
+}  // namespace shardlm

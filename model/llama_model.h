@@ -1,0 +1,83 @@
+// The Llama-family decoder (Llama 2/3, Mistral, Qwen2, Qwen3) on one rank of
+// a tensor-parallel group, 1D weight-stationary (seed 002):
+//
+//   x_shard  dtype[tokens, hidden.tp]                 residual stream
+//   each block:  h = all_gather(x_shard) -> norm -> column-parallel matmul
+//                -> local attention (or SwiGLU) -> row-parallel matmul
+//                -> x_shard += reduce_scatter(partial {tp unreduced})
+//   embedding and LM head are vocab-parallel.
+//
+// At world size 1 every collective is the identity, so the single-rank
+// engine runs this same code.
+//
+//   SHARDLM_ASSIGN_OR_RETURN(auto model, LlamaModel::Load(cfg, *ckpt, plan, at::kFloat, comm));
+//   SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model->Forward(step, pool));
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "kv/kv_pool.h"
+#include "model/checkpoint.h"
+#include "model/model_config.h"
+#include "model/step.h"
+#include "partitioning/shard_plan.h"
+
+namespace shardlm {
+
+class LlamaModel {
+ public:
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const ModelConfig& cfg, const Checkpoint& ckpt,
+                                                          const ShardPlan& plan, at::ScalarType dtype,
+                                                          Communicator* comm);
+
+  // Runs the step's tokens through every layer, writing their K/V into `pool`,
+  // and returns f32[rows, vocab]: full logits for step.rows, in order.
+  absl::StatusOr<at::Tensor> Forward(const StepInput& step, KvPool& pool);
+
+  const ModelConfig& config() const { return cfg_; }
+  const ShardPlan& plan() const { return plan_; }
+  at::ScalarType dtype() const { return dtype_; }
+  // Bytes of this rank's weights (what a decode step streams from memory).
+  int64_t weight_bytes() const { return weight_bytes_; }
+
+ private:
+  struct Layer {
+    at::Tensor input_norm;      // dtype[hidden]
+    at::Tensor qkv;             // dtype[(heads.tp + 2 kv_heads.tp) * head_dim, hidden]
+    at::Tensor qkv_bias;        // dtype[(heads.tp + 2 kv_heads.tp) * head_dim] or undefined
+    at::Tensor q_norm, k_norm;  // dtype[head_dim] or undefined
+    at::Tensor o;               // dtype[hidden, heads.tp * head_dim]
+    at::Tensor post_norm;       // dtype[hidden]
+    at::Tensor gate_up;         // dtype[2 * intermediate.tp, hidden]
+    at::Tensor down;            // dtype[hidden, intermediate.tp]
+  };
+
+  LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm)
+      : cfg_(cfg), plan_(plan), dtype_(dtype), comm_(comm) {}
+
+  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
+  // q: dtype[tokens, heads, head_dim], positions: int64[tokens]
+  at::Tensor Rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
+  absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
+
+  ModelConfig cfg_;
+  ShardPlan plan_;
+  at::ScalarType dtype_;
+  Communicator* comm_;
+  at::Tensor embed_;    // dtype[vocab.tp, hidden]
+  at::Tensor lm_head_;  // dtype[vocab.tp, hidden]
+  at::Tensor final_norm_;
+  at::Tensor inv_freq_;  // f32[head_dim / 2]
+  std::vector<Layer> layers_;
+  int64_t weight_bytes_ = 0;
+};
+
+// inv_freq of rotary embeddings, with llama3 scaling when configured.
+std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg);
+
+}  // namespace shardlm

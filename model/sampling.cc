@@ -1,0 +1,139 @@
+#include "model/sampling.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+#include <vector>
+
+namespace shardlm {
+namespace {
+
+float LogSumExp(const float* x, int64_t n) {
+  float m = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i] - m));
+  return m + static_cast<float>(std::log(sum));
+}
+
+void ApplyPenalties(std::vector<float>& logits, const SampleRow& row) {
+  const SamplingParams& p = *row.params;
+  if (p.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(logits.size(), false);
+    for (const auto* ids : {row.prompt, row.generated}) {
+      if (ids == nullptr) continue;
+      for (int32_t id : *ids) seen[id] = true;
+    }
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (!seen[i]) continue;
+      logits[i] = logits[i] > 0 ? logits[i] / p.repetition_penalty : logits[i] * p.repetition_penalty;
+    }
+  }
+  if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && row.generated != nullptr) {
+    std::unordered_map<int32_t, int32_t> counts;
+    for (int32_t id : *row.generated) ++counts[id];
+    for (const auto& [id, n] : counts) {
+      logits[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
+    }
+  }
+}
+
+int32_t ArgMax(const std::vector<float>& x) {
+  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+}
+
+int32_t Draw(std::vector<float>& logits, const SampleRow& row) {
+  const SamplingParams& p = *row.params;
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  for (float& l : logits) l /= p.temperature;
+  // Candidates, most likely first when an order is needed.
+  std::vector<int32_t> cand(vocab);
+  std::iota(cand.begin(), cand.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (p.top_k > 0 && p.top_k < vocab) {
+    std::nth_element(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
+    cand.resize(p.top_k);
+  }
+  const bool need_order = p.top_p < 1.0f;
+  if (need_order) std::sort(cand.begin(), cand.end(), by_logit);
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (int32_t c : cand) max_logit = std::max(max_logit, logits[c]);
+  std::vector<double> prob(cand.size());
+  double total = 0.0;
+  for (size_t i = 0; i < cand.size(); ++i) {
+    prob[i] = std::exp(static_cast<double>(logits[cand[i]] - max_logit));
+    total += prob[i];
+  }
+  size_t keep = cand.size();
+  if (need_order) {
+    double cum = 0.0;
+    for (size_t i = 0; i < cand.size(); ++i) {
+      cum += prob[i] / total;
+      if (cum >= p.top_p) {
+        keep = i + 1;
+        break;
+      }
+    }
+  }
+  // min-p: drop tokens below min_p x the most likely one (whose weight is 1).
+  const double floor = p.min_p > 0 ? p.min_p : 0.0;
+  double kept_total = 0.0;
+  for (size_t i = 0; i < keep; ++i) {
+    if (prob[i] < floor) prob[i] = 0.0;
+    kept_total += prob[i];
+  }
+  std::mt19937_64 rng(row.draw_seed);
+  double u = std::uniform_real_distribution<double>(0.0, kept_total)(rng);
+  for (size_t i = 0; i < keep; ++i) {
+    if (u < prob[i]) return cand[i];
+    u -= prob[i];
+  }
+  for (size_t i = keep; i-- > 0;) {
+    if (prob[i] > 0) return cand[i];  // rounding left u at the very end
+  }
+  return cand[0];
+}
+
+}  // namespace
+
+uint64_t DrawSeed(uint64_t request_seed, uint64_t token_index) {
+  // splitmix64 of the pair: well mixed, cheap, stable across platforms.
+  uint64_t z = request_seed * 0x9E3779B97F4A7C15ull + token_index + 0x632BE59BD9B4E019ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+RowResult ProcessRow(const float* logits, int64_t vocab, const SampleRow& row) {
+  RowResult out;
+  const float lse = LogSumExp(logits, vocab);
+  if (row.target >= 0 && row.target < vocab) out.target_logprob = logits[row.target] - lse;
+  const int32_t n_top = row.params != nullptr ? std::min<int64_t>(row.params->num_top_logprobs, vocab) : 0;
+  if (n_top > 0) {
+    std::vector<int32_t> idx(vocab);
+    std::iota(idx.begin(), idx.end(), 0);
+    auto cmp = [&](int32_t a, int32_t b) {
+      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+    };
+    std::partial_sort(idx.begin(), idx.begin() + n_top, idx.end(), cmp);
+    for (int32_t i = 0; i < n_top; ++i) {
+      out.top_ids.push_back(idx[i]);
+      out.top_logprobs.push_back(logits[idx[i]] - lse);
+    }
+  }
+  if (row.sample) {
+    std::vector<float> work(logits, logits + vocab);
+    ApplyPenalties(work, row);
+    const SamplingParams& p = *row.params;
+    out.token = (p.temperature <= 0.0f || p.top_k == 1) ? ArgMax(work) : Draw(work, row);
+    out.logprob = logits[out.token] - lse;
+  }
+  return out;
+}
+
+}  // namespace shardlm

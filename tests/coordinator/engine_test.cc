@@ -1,0 +1,199 @@
+// The engine over a real single-rank worker on a tiny random checkpoint:
+// continuous batching, chunked prefill and preemption must not change any
+// output, blocks must all come back, and bad requests get named errors.
+#include "coordinator/engine.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "model/tiny_model.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/rank_worker.h"
+
+namespace shardlm {
+namespace {
+
+using ::shardlm::testing::IsOk;
+using ::shardlm::testing::StatusIs;
+using ::testing::HasSubstr;
+
+class EngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/engine_test_model");
+    std::filesystem::remove_all(*dir_);
+    TinyModelOptions o;
+    o.arch = Arch::kQwen3;
+    o.vocab_size = 256;
+    o.hidden_size = 64;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.intermediate_size = 128;
+    o.max_position_embeddings = 256;
+    o.seed = 42;
+    ASSERT_THAT(WriteTinyModel(*dir_, o), IsOk());
+  }
+
+  // A worker whose KV pool holds `kv_blocks` blocks of 16 tokens.
+  std::unique_ptr<RankWorker> Worker(int64_t kv_blocks) {
+    RankWorkerOptions o;
+    o.model_dir = *dir_;
+    // Per block: 2 (K,V) x 2 layers x 16 tokens x 2 kv heads x 16 dims x 4 bytes.
+    o.kv_cache_bytes = kv_blocks * 2 * 2 * 16 * 2 * 16 * 4;
+    auto w = RankWorker::Load(o, MakeSingleRankCommunicator());
+    EXPECT_THAT(w, IsOk());
+    return std::move(*w);
+  }
+
+  static std::unique_ptr<Engine> MakeEngine(RankWorker* w, int64_t max_batch_tokens) {
+    return std::make_unique<Engine>(w, w->config(), static_cast<int32_t>(w->num_blocks()),
+                                    static_cast<int32_t>(w->block_size()), Engine::Options{max_batch_tokens});
+  }
+
+  static GenerateRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
+    GenerateRequest r;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = n;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  static std::vector<int32_t> Prompt(int32_t len, int32_t salt) {
+    std::vector<int32_t> p;
+    for (int32_t i = 0; i < len; ++i) p.push_back((i * 37 + salt * 11) % 256);
+    return p;
+  }
+
+  static std::string* dir_;
+};
+std::string* EngineTest::dir_ = nullptr;
+
+TEST_F(EngineTest, BatchedChunkedAndPreemptedRunsEqualSoloRuns) {
+  const std::vector<int32_t> lens = {5, 40, 17, 1, 33};
+  std::vector<GenerateResult> solo;
+  {
+    auto w = Worker(64);
+    auto e = MakeEngine(w.get(), 2048);
+    for (size_t i = 0; i < lens.size(); ++i) {
+      auto r = e->Run(Greedy(Prompt(lens[i], i), 12));
+      ASSERT_THAT(r, IsOk());
+      solo.push_back(*r);
+    }
+  }
+  // All at once, prompts chunked 24 tokens per step, and a pool so small
+  // (5 blocks = 80 tokens for the ~160 all need) that sequences get preempted.
+  auto w = Worker(5);
+  auto e = MakeEngine(w.get(), 24);
+  std::vector<int64_t> ids;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    auto id = e->Submit(Greedy(Prompt(lens[i], i), 12));
+    ASSERT_THAT(id, IsOk());
+    ids.push_back(*id);
+  }
+  while (!e->Idle()) ASSERT_THAT(e->Step(), IsOk());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto r = e->TakeResult(ids[i]);
+    ASSERT_TRUE(r.has_value());
+    ASSERT_THAT(r->status, IsOk());
+    EXPECT_EQ(r->tokens, solo[i].tokens) << "request " << i;
+    for (size_t t = 0; t < r->logprobs.size(); ++t) EXPECT_NEAR(r->logprobs[t], solo[i].logprobs[t], 1e-4);
+  }
+  EXPECT_GT(e->preemptions(), 0) << "the small pool should have forced preemption";
+  EXPECT_GT(e->steps(), 12) << "prompts should have been chunked";
+  EXPECT_EQ(e->num_free_blocks(), e->num_blocks()) << "every KV block is free when idle";
+}
+
+TEST_F(EngineTest, ScoresMatchGenerationLogprobs) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  auto gen = e->Run(Greedy(Prompt(9, 3), 6));
+  ASSERT_THAT(gen, IsOk());
+  GenerateRequest score;
+  score.prompt = Prompt(9, 3);
+  score.prompt.insert(score.prompt.end(), gen->tokens.begin(), gen->tokens.end());
+  score.max_new_tokens = 0;
+  score.score_prompt = true;
+  auto s = e->Run(score);
+  ASSERT_THAT(s, IsOk());
+  ASSERT_EQ(s->prompt_scores.size(), 15u);
+  EXPECT_FALSE(s->prompt_scores[0].has_value());
+  for (int i = 0; i < 6; ++i) EXPECT_NEAR(*s->prompt_scores[9 + i], gen->logprobs[i], 1e-4);
+  EXPECT_EQ(e->num_free_blocks(), e->num_blocks());
+}
+
+TEST_F(EngineTest, StopTokensAndSeededSampling) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  auto greedy = e->Run(Greedy(Prompt(4, 1), 8));
+  ASSERT_THAT(greedy, IsOk());
+  GenerateRequest stop = Greedy(Prompt(4, 1), 8);
+  stop.stop_token_ids = {greedy->tokens[2]};
+  auto stopped = e->Run(stop);
+  ASSERT_THAT(stopped, IsOk());
+  EXPECT_EQ(stopped->finish_reason, FinishReason::kStop);
+  EXPECT_LE(stopped->tokens.size(), 3u);
+  EXPECT_EQ(stopped->tokens.back(), greedy->tokens[2]);
+
+  GenerateRequest sampled = Greedy(Prompt(4, 1), 16);
+  sampled.sampling.temperature = 1.0f;
+  sampled.has_seed = true;
+  sampled.sampling.seed = 9;
+  auto a = e->Run(sampled), b = e->Run(sampled);
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ(a->tokens, b->tokens);
+  sampled.sampling.seed = 10;
+  auto c = e->Run(sampled);
+  ASSERT_THAT(c, IsOk());
+  EXPECT_NE(a->tokens, c->tokens);
+}
+
+TEST_F(EngineTest, InvalidRequestsNameTheFieldAndLimit) {
+  auto w = Worker(4);  // 64 tokens of KV
+  auto e = MakeEngine(w.get(), 2048);
+  EXPECT_THAT(e->Submit(Greedy({}, 1)), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("prompt")));
+  EXPECT_THAT(e->Submit(Greedy({1, 256}, 1)), StatusIs(absl::StatusCode::kInvalidArgument,
+                                                       HasSubstr("id 256, outside the vocabulary [0, 256)")));
+  EXPECT_THAT(
+      e->Submit(Greedy({1}, 300)),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          HasSubstr("must be <= 256 (the context length). Given: 1 prompt tokens and 300 max_new_tokens")));
+  EXPECT_THAT(e->Submit(Greedy({1}, 100)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64 (the KV cache capacity)")));
+  GenerateRequest r = Greedy({1}, 1);
+  r.sampling.top_p = 0.0f;
+  EXPECT_THAT(e->Submit(r),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p must be in (0, 1]")));
+  EXPECT_TRUE(e->Idle());
+}
+
+// An executor that fails every other call, as a dead worker would.
+class FlakyExecutor : public StepExecutor {
+ public:
+  explicit FlakyExecutor(StepExecutor* real) : real_(real) {}
+  absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override {
+    if (++calls_ % 2 == 0) return absl::UnavailableError("worker 0 stopped answering");
+    return real_->Execute(step);
+  }
+
+ private:
+  StepExecutor* real_;
+  int calls_ = 0;
+};
+
+TEST_F(EngineTest, ExecutorFailureFailsWorkInFlightAndFreesBlocks) {
+  auto w = Worker(64);
+  FlakyExecutor flaky(w.get());
+  Engine e(&flaky, w->config(), static_cast<int32_t>(w->num_blocks()), 16, Engine::Options{});
+  auto r = e.Run(Greedy(Prompt(5, 2), 4));
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("stopped answering")));
+  EXPECT_TRUE(e.Idle());
+  EXPECT_EQ(e.num_free_blocks(), e.num_blocks());
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,89 @@
+#include "model/paged_attention.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+namespace shardlm {
+namespace {
+
+// Dense causal attention of one sequence, the plain way.
+// q: f32[len, heads, d], k/v: f32[len, kv_heads, d] -> f32[len, heads, d]
+at::Tensor DenseAttention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t window) {
+  const int64_t len = q.size(0), heads = q.size(1), d = q.size(2), group = heads / k.size(1);
+  at::Tensor kk = k.repeat_interleave(group, 1), vv = v.repeat_interleave(group, 1);
+  at::Tensor scores = at::einsum("qhd,khd->hqk", {q, kk}) / std::sqrt(static_cast<double>(d));
+  at::Tensor mask = at::ones({len, len}, at::kBool).tril();
+  if (window > 0) mask = mask.logical_and(at::ones({len, len}, at::kBool).triu(-(window - 1)));
+  scores = scores.masked_fill(mask.logical_not(), -INFINITY);
+  return at::einsum("hqk,khd->qhd", {scores.softmax(-1), vv});
+}
+
+struct Case {
+  int64_t heads, kv_heads, window;
+  at::ScalarType dtype;
+  double tol;
+};
+
+class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
+  const Case c = GetParam();
+  const int64_t d = 16, block = 4, num_blocks = 32;
+  const std::vector<int64_t> lens = {13, 1, 7};
+  at::manual_seed(0);
+  at::Tensor k_pool = at::zeros({num_blocks, block, c.kv_heads, d}, c.dtype);
+  at::Tensor v_pool = at::zeros_like(k_pool);
+  // Each sequence gets blocks from a shuffled list, so tables are not contiguous.
+  std::vector<int32_t> free(num_blocks);
+  std::iota(free.begin(), free.end(), 0);
+  std::shuffle(free.begin(), free.end(), std::mt19937(3));
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int32_t> positions, seq_of_token;
+  for (size_t s = 0; s < lens.size(); ++s) {
+    std::vector<int32_t> t;
+    for (int64_t b = 0; b < (lens[s] + block - 1) / block; ++b) {
+      t.push_back(free.back());
+      free.pop_back();
+    }
+    tables.push_back(t);
+    for (int64_t p = 0; p < lens[s]; ++p) {
+      positions.push_back(static_cast<int32_t>(p));
+      seq_of_token.push_back(static_cast<int32_t>(s));
+    }
+  }
+  const int64_t max_blocks = 4;
+  std::vector<int32_t> flat(tables.size() * max_blocks, 0);
+  for (size_t s = 0; s < tables.size(); ++s)
+    std::copy(tables[s].begin(), tables[s].end(), flat.begin() + s * max_blocks);
+  AttentionBatch batch{&positions, &seq_of_token, flat.data(), max_blocks, block, c.window};
+
+  const int64_t total = static_cast<int64_t>(positions.size());
+  at::Tensor q = at::randn({total, c.heads, d}).to(c.dtype);
+  at::Tensor k = at::randn({total, c.kv_heads, d}).to(c.dtype);
+  at::Tensor v = at::randn({total, c.kv_heads, d}).to(c.dtype);
+  WriteKv(k, v, k_pool, v_pool, batch);
+  at::Tensor out = PagedAttention(q, k_pool, v_pool, batch).to(at::kFloat);
+
+  int64_t start = 0;
+  for (int64_t len : lens) {
+    at::Tensor ref =
+        DenseAttention(q.narrow(0, start, len).to(at::kFloat), k.narrow(0, start, len).to(at::kFloat),
+                       v.narrow(0, start, len).to(at::kFloat), c.window);
+    const double err = (out.narrow(0, start, len) - ref).abs().max().item<double>();
+    EXPECT_LT(err, c.tol) << "sequence of length " << len;
+    start += len;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PagedAttentionTest,
+                         ::testing::Values(Case{4, 4, 0, at::kFloat, 1e-5},  // MHA
+                                           Case{4, 2, 0, at::kFloat, 1e-5},  // GQA
+                                           Case{4, 1, 0, at::kFloat, 1e-5},  // MQA
+                                           Case{4, 2, 3, at::kFloat, 1e-5},  // sliding window
+                                           Case{4, 2, 0, at::kBFloat16, 2e-2}));
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,119 @@
+#include "model/sampling.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+namespace shardlm {
+namespace {
+
+using ::testing::ElementsAre;
+
+SampleRow Row(const SamplingParams* p, uint64_t seed = 1) {
+  SampleRow r;
+  r.sample = true;
+  r.params = p;
+  r.draw_seed = seed;
+  return r;
+}
+
+double LogSoftmaxAt(const std::vector<float>& x, int i) {
+  double m = *std::max_element(x.begin(), x.end()), s = 0;
+  for (float v : x) s += std::exp(v - m);
+  return x[i] - m - std::log(s);
+}
+
+TEST(SamplingTest, GreedyPicksArgmaxAndReportsModelLogprob) {
+  std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f};
+  SamplingParams p;
+  p.temperature = 0.0f;
+  p.repetition_penalty = 1.0f;
+  RowResult r = ProcessRow(logits.data(), 4, Row(&p));
+  EXPECT_EQ(r.token, 1);
+  EXPECT_NEAR(r.logprob, LogSoftmaxAt(logits, 1), 1e-6);
+}
+
+TEST(SamplingTest, TargetLogprobAndSortedTopAlternatives) {
+  std::vector<float> logits = {0.5f, 3.0f, 1.0f, 2.0f, -4.0f};
+  SamplingParams p;
+  p.num_top_logprobs = 3;
+  SampleRow row;
+  row.params = &p;
+  row.target = 4;
+  RowResult r = ProcessRow(logits.data(), 5, row);
+  EXPECT_EQ(r.token, -1) << "no draw unless asked";
+  EXPECT_NEAR(r.target_logprob, LogSoftmaxAt(logits, 4), 1e-6);
+  EXPECT_THAT(r.top_ids, ElementsAre(1, 3, 2));
+  EXPECT_NEAR(r.top_logprobs[0], LogSoftmaxAt(logits, 1), 1e-6);
+}
+
+TEST(SamplingTest, SameSeedSameTokenAndTemperatureFollowsDistribution) {
+  std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  SamplingParams p;
+  std::map<int, int> counts;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) {
+    RowResult a = ProcessRow(logits.data(), 3, Row(&p, DrawSeed(7, i)));
+    RowResult b = ProcessRow(logits.data(), 3, Row(&p, DrawSeed(7, i)));
+    ASSERT_EQ(a.token, b.token);
+    ++counts[a.token];
+  }
+  // 20k draws: the standard error of each frequency is < 0.004.
+  EXPECT_NEAR(counts[0] / double(n), 0.5, 0.02);
+  EXPECT_NEAR(counts[1] / double(n), 0.3, 0.02);
+  EXPECT_NEAR(counts[2] / double(n), 0.2, 0.02);
+}
+
+TEST(SamplingTest, TopKTopPMinPRestrictTheCandidates) {
+  std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  for (int i = 0; i < 2000; ++i) {
+    SamplingParams k;
+    k.top_k = 2;
+    EXPECT_LT(ProcessRow(logits.data(), 4, Row(&k, DrawSeed(1, i))).token, 2);
+    SamplingParams tp;
+    tp.top_p = 0.65f;  // 0.4 + 0.3 reaches it
+    EXPECT_LT(ProcessRow(logits.data(), 4, Row(&tp, DrawSeed(2, i))).token, 2);
+    SamplingParams mp;
+    mp.min_p = 0.6f;  // keeps p >= 0.24
+    EXPECT_LT(ProcessRow(logits.data(), 4, Row(&mp, DrawSeed(3, i))).token, 2);
+  }
+}
+
+TEST(SamplingTest, PenaltiesSteerAwayFromSeenTokens) {
+  std::vector<float> logits = {2.0f, 1.9f, -5.0f};
+  std::vector<int32_t> prompt = {0}, generated = {};
+  SamplingParams rep;
+  rep.temperature = 0.0f;
+  rep.repetition_penalty = 1.2f;  // 2.0 / 1.2 < 1.9
+  SampleRow row = Row(&rep);
+  row.prompt = &prompt;
+  row.generated = &generated;
+  EXPECT_EQ(ProcessRow(logits.data(), 3, row).token, 1);
+
+  std::vector<int32_t> seen = {0, 0};
+  SamplingParams freq;
+  freq.temperature = 0.0f;
+  freq.frequency_penalty = 0.1f;  // 2.0 - 0.2 < 1.9
+  row = Row(&freq);
+  row.generated = &seen;
+  EXPECT_EQ(ProcessRow(logits.data(), 3, row).token, 1);
+  SamplingParams pres;
+  pres.temperature = 0.0f;
+  pres.presence_penalty = 0.05f;  // 1.95 > 1.9: still token 0
+  row.params = &pres;
+  EXPECT_EQ(ProcessRow(logits.data(), 3, row).token, 0);
+  // Logprobs stay those of the unpenalised model.
+  EXPECT_NEAR(ProcessRow(logits.data(), 3, row).logprob, LogSoftmaxAt(logits, 0), 1e-6);
+}
+
+TEST(SamplingTest, DrawSeedDiffersAcrossTokensAndRequests) {
+  EXPECT_NE(DrawSeed(1, 0), DrawSeed(1, 1));
+  EXPECT_NE(DrawSeed(1, 0), DrawSeed(2, 0));
+  EXPECT_EQ(DrawSeed(5, 9), DrawSeed(5, 9));
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,0 +1,49 @@
+// Byte-level BPE tokenizer read from a Hugging Face tokenizer.json (Llama-3,
+// Qwen2/3, GPT-2, Mistral-Nemo style).
+//
+// Encode pipeline, as the file declares it:
+//   1. added / special tokens are cut out of the raw text first;
+//   2. normalizer (none, NFC, NFKC, or a Sequence of them);
+//   3. pre-tokenizer: Split(regex, Isolated|Removed) and/or ByteLevel
+//      (bytes -> printable code points; optional GPT-2 regex);
+//   4. BPE by merge rank (honouring ignore_merges);
+//   5. post-processor TemplateProcessing adds BOS/EOS when asked.
+// Decode maps ids back to bytes; see IncrementalDetokenizer for streaming.
+//
+//   SHARDLM_ASSIGN_OR_RETURN(auto tok, Tokenizer::Load(dir + "/tokenizer.json"));
+//   SHARDLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tok->Encode("Hello", false));
+//   std::string text = tok->Decode(ids, /*skip_special=*/true);
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardlm {
+
+class Tokenizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& tokenizer_json_path);
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text,
+                                                             const std::string& label);
+  virtual ~Tokenizer() = default;
+
+  // InvalidArgument when `text` is not valid UTF-8.
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text,
+                                                      bool add_special_tokens) const = 0;
+  // Lossy UTF-8 (U+FFFD for invalid bytes) of the ids' bytes.
+  virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
+  // The raw bytes a token stands for ("" for out-of-range ids and, when
+  // skip_special, for special tokens).
+  virtual const std::string& TokenBytes(int32_t id, bool skip_special) const = 0;
+  virtual bool IsSpecial(int32_t id) const = 0;
+  // One past the largest id.
+  virtual int32_t vocab_size() const = 0;
+  // Id of an added token by content, or -1.
+  virtual int32_t AddedTokenId(const std::string& content) const = 0;
+};
+
+}  // namespace shardlm

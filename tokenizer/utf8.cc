@@ -1,0 +1,97 @@
+#include "tokenizer/utf8.h"
+
+#include <cstdint>
+
+namespace shardlm {
+namespace {
+
+// Valid range of the second byte after lead byte `lead` (Unicode Table 3-7).
+void SecondByteRange(uint8_t lead, uint8_t* lo, uint8_t* hi) {
+  *lo = 0x80;
+  *hi = 0xBF;
+  if (lead == 0xE0) *lo = 0xA0;
+  if (lead == 0xED) *hi = 0x9F;
+  if (lead == 0xF0) *lo = 0x90;
+  if (lead == 0xF4) *hi = 0x8F;
+}
+
+int SequenceLength(uint8_t lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return 2;
+  if (lead >= 0xE0 && lead <= 0xEF) return 3;
+  if (lead >= 0xF0 && lead <= 0xF4) return 4;
+  return 0;  // invalid lead
+}
+
+}  // namespace
+
+void AppendUtf8(char32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+size_t DecodeUtf8Lossy(std::string_view bytes, bool final, std::string* out) {
+  static constexpr char kReplacement[] = "\xEF\xBF\xBD";
+  size_t i = 0;
+  const size_t n = bytes.size();
+  while (i < n) {
+    const uint8_t lead = static_cast<uint8_t>(bytes[i]);
+    const int len = SequenceLength(lead);
+    if (len == 1) {
+      out->push_back(static_cast<char>(lead));
+      ++i;
+      continue;
+    }
+    if (len == 0) {
+      out->append(kReplacement);
+      ++i;
+      continue;
+    }
+    // Count how many continuation bytes are valid.
+    int valid = 1;
+    bool broken = false;
+    for (int k = 1; k < len; ++k) {
+      if (i + k >= n) break;
+      const uint8_t b = static_cast<uint8_t>(bytes[i + k]);
+      uint8_t lo = 0x80, hi = 0xBF;
+      if (k == 1) SecondByteRange(lead, &lo, &hi);
+      if (b < lo || b > hi) {
+        broken = true;
+        break;
+      }
+      ++valid;
+    }
+    if (valid == len) {
+      out->append(bytes.substr(i, len));
+      i += len;
+    } else if (!broken && !final) {
+      return i;  // incomplete tail: wait for more bytes
+    } else {
+      out->append(kReplacement);  // maximal subpart replaced once
+      i += valid;
+    }
+  }
+  return i;
+}
+
+bool IsValidUtf8(std::string_view s) {
+  std::string scratch;
+  scratch.reserve(s.size());
+  DecodeUtf8Lossy(s, /*final=*/true, &scratch);
+  return scratch == s;
+}
+
+}  // namespace shardlm

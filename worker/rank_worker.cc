@@ -1,0 +1,54 @@
+#include "worker/rank_worker.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "model/sampling.h"
+
+namespace shardlm {
+namespace {
+
+absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const ModelConfig& cfg) {
+  std::string name = flag;
+  if (name == "auto") name = cfg.torch_dtype == "float32" ? "f32" : "bf16";
+  if (name == "f32") return at::kFloat;
+  if (name == "bf16") return at::kBFloat16;
+  return absl::InvalidArgumentError("--dtype must be auto, f32 or bf16, got '" + flag + "'");
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOptions& options,
+                                                             std::unique_ptr<Communicator> comm) {
+  auto w = std::make_unique<RankWorker>();
+  w->comm_ = std::move(comm);
+  SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(options.model_dir));
+  SHARDLM_ASSIGN_OR_RETURN(at::ScalarType dtype, ResolveDtype(options.dtype, cfg));
+  SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, w->comm_->rank_info()));
+  SHARDLM_ASSIGN_OR_RETURN(w->ckpt_, Checkpoint::Open(options.model_dir));
+  SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get()));
+  KvPoolShape shape;
+  shape.num_layers = cfg.num_layers;
+  shape.block_size = options.block_size;
+  shape.num_kv_heads_per_rank = plan.num_kv_heads_per_rank();
+  shape.head_dim = cfg.head_dim;
+  shape.num_blocks = KvPool::BlocksForBudget(shape, dtype, options.kv_cache_bytes);
+  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype));
+  return w;
+}
+
+absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
+  std::vector<RowResult> results(step.rows.size());
+  const int64_t vocab = logits.size(1);
+  const float* data = logits.data_ptr<float>();
+  // Rows are independent: sample them in parallel.
+  at::parallel_for(0, static_cast<int64_t>(step.rows.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) results[i] = ProcessRow(data + i * vocab, vocab, step.rows[i]);
+  });
+  return results;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,52 @@
+// One tensor-parallel rank: its shard of the weights, its KV pool shard and
+// its communicator. Executes Steps; rank 0 turns logits into RowResults.
+//
+// The same class serves the single-process engine (world size 1, in-process)
+// and, with tensor parallelism, each `shardlm worker` process.
+//
+//   RankWorkerOptions o{.model_dir = dir, .dtype = at::kFloat, .kv_cache_bytes = 256 << 20};
+//   SHARDLM_ASSIGN_OR_RETURN(auto worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
+//   SHARDLM_ASSIGN_OR_RETURN(std::vector<RowResult> rows, worker->Execute(step));
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/communicator.h"
+#include "kv/kv_pool.h"
+#include "model/checkpoint.h"
+#include "model/llama_model.h"
+#include "model/step.h"
+
+namespace shardlm {
+
+struct RankWorkerOptions {
+  std::string model_dir;
+  std::string dtype = "auto";  // "auto" (the checkpoint's), "f32" or "bf16"
+  int64_t kv_cache_bytes = 256ll << 20;
+  int64_t block_size = 16;
+};
+
+class RankWorker final : public StepExecutor {
+ public:
+  static absl::StatusOr<std::unique_ptr<RankWorker>> Load(const RankWorkerOptions& options,
+                                                          std::unique_ptr<Communicator> comm);
+
+  // Runs one step; returns one RowResult per step.rows entry (on every rank).
+  absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
+
+  const ModelConfig& config() const { return model_->config(); }
+  int64_t num_blocks() const { return pool_.shape().num_blocks; }
+  int64_t block_size() const { return pool_.shape().block_size; }
+  const LlamaModel& model() const { return *model_; }
+
+ private:
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Checkpoint> ckpt_;  // weights may be zero-copy views into it
+  std::unique_ptr<LlamaModel> model_;
+  KvPool pool_;
+};
+
+}  // namespace shardlm

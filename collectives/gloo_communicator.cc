@@ -1,0 +1,159 @@
+#include "collectives/gloo_communicator.h"
+
+#include <ATen/ATen.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+
+namespace shardlm {
+namespace {
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(RankInfo rank, std::shared_ptr<gloo::Context> ctx) : rank_(rank), ctx_(std::move(ctx)) {}
+
+  RankInfo rank_info() const override { return rank_; }
+
+  absl::StatusOr<at::Tensor> AllGather(const at::Tensor& shard, int64_t dim) override {
+    at::Tensor out;
+    absl::Status st = Run("all-gather", [&] {
+      const int64_t n = rank_.world_size;
+      // Gather rank-major: gathered[r] = rank r's shard, as raw bytes.
+      at::Tensor src = shard.contiguous();
+      std::vector<int64_t> gshape = {n};
+      gshape.insert(gshape.end(), src.sizes().begin(), src.sizes().end());
+      at::Tensor gathered = at::empty(gshape, src.options());
+      gloo::AllgatherOptions opts(ctx_);
+      opts.setInput(static_cast<uint8_t*>(src.data_ptr()), src.nbytes());
+      opts.setOutput(static_cast<uint8_t*>(gathered.data_ptr()), gathered.nbytes());
+      gloo::allgather(opts);
+      // [n, ..., d, ...] -> [..., n * d, ...]
+      const int64_t d = dim < 0 ? dim + src.dim() : dim;
+      out = gathered.movedim(0, d).flatten(d, d + 1).contiguous();
+    });
+    if (!st.ok()) return st;
+    return out;
+  }
+
+  absl::StatusOr<at::Tensor> ReduceScatter(const at::Tensor& partial, int64_t dim) override {
+    // Implemented as an f32 all-reduce and a slice: Gloo's reduce-scatter
+    // algorithm registers buffers at construction, which would cost more per
+    // step than the 2x bytes this moves for decode-sized activations.
+    at::Tensor sum = partial.to(at::kFloat).contiguous();
+    absl::Status st = AllReduceF32(sum);
+    if (!st.ok()) return st;
+    const int64_t d = dim < 0 ? dim + sum.dim() : dim;
+    const int64_t size = sum.size(d);
+    if (size % rank_.world_size != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: dimension ", d, " of size ", size,
+                                                     " does not divide by world size ", rank_.world_size));
+    }
+    const int64_t part = size / rank_.world_size;
+    return sum.narrow(d, rank_.rank * part, part).to(partial.scalar_type()).contiguous();
+  }
+
+  absl::Status AllReduce(at::Tensor& tensor) override {
+    at::Tensor sum = tensor.to(at::kFloat).contiguous();
+    absl::Status st = AllReduceF32(sum);
+    if (!st.ok()) return st;
+    tensor.copy_(sum);
+    return absl::OkStatus();
+  }
+
+  absl::Status Broadcast(at::Tensor& tensor, int root) override {
+    if (root < 0 || root >= rank_.world_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("broadcast root ", root, " outside world size ", rank_.world_size));
+    }
+    at::Tensor buf = tensor.contiguous();
+    absl::Status st = Run("broadcast", [&] {
+      gloo::BroadcastOptions opts(ctx_);
+      opts.setOutput(static_cast<uint8_t*>(buf.data_ptr()), buf.nbytes());
+      opts.setRoot(root);
+      gloo::broadcast(opts);
+    });
+    if (st.ok() && !buf.is_same(tensor)) tensor.copy_(buf);
+    return st;
+  }
+
+  absl::Status Barrier() override {
+    return Run("barrier", [&] {
+      gloo::BarrierOptions opts(ctx_);
+      gloo::barrier(opts);
+    });
+  }
+
+ private:
+  absl::Status AllReduceF32(at::Tensor& sum) {
+    return Run("all-reduce", [&] {
+      gloo::AllreduceOptions opts(ctx_);
+      opts.setOutput(sum.data_ptr<float>(), static_cast<size_t>(sum.numel()));
+      opts.setReduceFunction(
+          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+      gloo::allreduce(opts);
+    });
+  }
+
+  // Runs one collective; an exception (timeout, closed peer) breaks the
+  // communicator for good, since Gloo's pairs are then in an unknown state.
+  template <typename Fn>
+  absl::Status Run(const char* what, Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!broken_.ok()) return broken_;
+    try {
+      fn();
+      return absl::OkStatus();
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+      const bool timeout =
+          msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos;
+      std::string text =
+          absl::StrCat("gloo ", what, " failed on rank ", rank_.rank, " of ", rank_.world_size, ": ", msg);
+      broken_ = timeout ? absl::DeadlineExceededError(text) : absl::UnavailableError(text);
+      return broken_;
+    }
+  }
+
+  RankInfo rank_;
+  std::shared_ptr<gloo::Context> ctx_;
+  std::mutex mu_;
+  absl::Status broken_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
+    RankInfo rank, std::shared_ptr<gloo::rendezvous::Store> store, const GlooOptions& options) {
+  if (rank.world_size < 1 || rank.rank < 0 || rank.rank >= rank.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", rank.rank, " outside world size ", rank.world_size));
+  }
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.hostname;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::PrefixStore prefixed(options.prefix, *store);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank.rank, rank.world_size);
+    ctx->setTimeout(options.timeout);
+    ctx->connectFullMesh(prefixed, device);
+    return std::unique_ptr<Communicator>(new GlooCommunicator(rank, ctx));
+  } catch (const std::exception& e) {
+    std::string msg = e.what();
+    if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+    return absl::UnavailableError(
+        absl::StrCat("gloo rendezvous failed for rank ", rank.rank, " of ", rank.world_size, ": ", msg));
+  }
+}
+
+}  // namespace shardlm

@@ -8,11 +8,13 @@
 #include "cli/flags.h"
 #include "common/status.h"
 #include "coordinator/engine.h"
+#include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
+#include "worker/worker_server.h"
 
 namespace shardlm {
 namespace {
@@ -32,29 +34,47 @@ void AddModelFlags(FlagSet& f) {
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+  f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
   f.Bool("json", "print one JSON object");
 }
 
-// A single-rank engine over a checkpoint, plus its tokenizer when present.
+// An engine over a checkpoint, plus its tokenizer when present. Without
+// --tp the model runs in this process; with --tp N on N worker processes.
 struct LocalModel {
-  std::unique_ptr<RankWorker> worker;
+  std::unique_ptr<RankWorker> worker;  // in-process
+  std::unique_ptr<WorkerGroup> group;  // --tp
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
 };
 
-absl::StatusOr<LocalModel> OpenModel(const FlagSet& f) {
+absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
   LocalModel m;
-  RankWorkerOptions o;
-  o.model_dir = f.GetString("model");
-  o.dtype = f.GetString("dtype");
-  o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
-  SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
+  const std::string dir = f.GetString("model");
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
-  m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
-                                      static_cast<int32_t>(m.worker->num_blocks()),
-                                      static_cast<int32_t>(m.worker->block_size()), eo);
-  const std::string tok_path = o.model_dir + "/tokenizer.json";
+  if (f.Has("tp")) {
+    SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
+    WorkerGroupOptions go;
+    go.model_dir = dir;
+    go.tp = static_cast<int>(f.GetInt("tp"));
+    go.dtype = f.GetString("dtype");
+    go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+    go.exe = env.exe;
+    SHARDLM_ASSIGN_OR_RETURN(m.group, WorkerGroup::Start(go));
+    RemoteExecutor* exec = m.group->executor();
+    m.engine = std::make_unique<Engine>(exec, cfg, exec->num_blocks(), exec->block_size(), eo);
+  } else {
+    RankWorkerOptions o;
+    o.model_dir = dir;
+    o.dtype = f.GetString("dtype");
+    o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+    SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
+    m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
+                                        static_cast<int32_t>(m.worker->num_blocks()),
+                                        static_cast<int32_t>(m.worker->block_size()), eo);
+  }
+  const std::string o_model_dir = dir;
+  const std::string tok_path = o_model_dir + "/tokenizer.json";
   if (std::filesystem::exists(tok_path)) {
     SHARDLM_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::Load(tok_path));
   }
@@ -77,7 +97,7 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const FlagSet& f, const Tokenizer
 
 }  // namespace
 
-int RunGenerate(int argc, char** argv, const CliEnv&) {
+int RunGenerate(int argc, char** argv, const CliEnv& env) {
   FlagSet f("generate");
   AddModelFlags(f);
   f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20);
@@ -95,7 +115,7 @@ int RunGenerate(int argc, char** argv, const CliEnv&) {
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   absl::Status st;
-  auto model = OpenModel(f);
+  auto model = OpenModel(f, env);
   if (!model.ok()) return Fail(model.status());
   auto prompt = PromptIds(f, model->tokenizer.get());
   if (!prompt.ok()) return Fail(prompt.status());
@@ -162,12 +182,12 @@ int RunGenerate(int argc, char** argv, const CliEnv&) {
   return 0;
 }
 
-int RunScore(int argc, char** argv, const CliEnv&) {
+int RunScore(int argc, char** argv, const CliEnv& env) {
   FlagSet f("score");
   AddModelFlags(f);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  auto model = OpenModel(f);
+  auto model = OpenModel(f, env);
   if (!model.ok()) return Fail(model.status());
   auto prompt = PromptIds(f, model->tokenizer.get());
   if (!prompt.ok()) return Fail(prompt.status());
@@ -275,6 +295,24 @@ int RunMakeTinyModel(int argc, char** argv, const CliEnv& env) {
   if (!st.ok()) return Fail(st);
   std::printf("wrote %s model to %s\n", arch.c_str(), f.positional()[0].c_str());
   return 0;
+}
+
+int RunWorker(int argc, char** argv, const CliEnv& env) {
+  FlagSet f("worker");
+  f.String("coordinator", "host:port of the coordinator's worker endpoint", true);
+  f.String("model", "checkpoint directory (the same model as the coordinator's)", true);
+  f.String("listen", "address of this worker's service (port 0: any)", false, "127.0.0.1:0");
+  f.String("advertise-host", "host the coordinator uses to reach this worker", false, "127.0.0.1");
+  f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  WorkerProcessOptions o;
+  o.coordinator = f.GetString("coordinator");
+  o.model_dir = f.GetString("model");
+  o.listen = f.GetString("listen");
+  o.advertise_host = f.GetString("advertise-host");
+  o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
+  return RunWorkerProcess(o, env.stop);
 }
 
 }  // namespace shardlm

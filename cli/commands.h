@@ -2,6 +2,7 @@
 // 0 ok, 1 runtime failure, 2 bad flags or values.
 #pragma once
 
+#include <atomic>
 #include <string>
 
 namespace shardlm {
@@ -9,11 +10,14 @@ namespace shardlm {
 // Paths main() resolved from the environment and the executable's location.
 struct CliEnv {
   std::string npm_dir;  // .../third_party/npm/node_modules (tokenizer fixtures)
+  std::string exe;      // this binary, to start worker processes
+  const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM
 };
 
 int RunGenerate(int argc, char** argv, const CliEnv& env);
 int RunScore(int argc, char** argv, const CliEnv& env);
 int RunTokenize(int argc, char** argv, const CliEnv& env);
 int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
+int RunWorker(int argc, char** argv, const CliEnv& env);
 
 }  // namespace shardlm

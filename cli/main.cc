@@ -1,8 +1,10 @@
 // shardlm: one binary, subcommands. Environment variables are read here only.
 #include <ATen/Parallel.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +16,9 @@
 
 namespace {
 
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true); }
+
 constexpr char kUsage[] =
     "usage: shardlm COMMAND [flags]\n"
     "commands:\n"
@@ -21,6 +26,7 @@ constexpr char kUsage[] =
     "  score             per-token log-probabilities of a text\n"
     "  tokenize          JSON lines {\"text\"} on stdin -> {\"ids\"} on stdout\n"
     "  make-tiny-model   write a random Hugging Face checkpoint for tests\n"
+    "  worker            one tensor-parallel rank (started by a coordinator or serve)\n"
     "Run `shardlm COMMAND --help` for a command's flags.\n";
 
 // The npm fixtures: $SHARDLM_NPM_DIR, else third_party/npm/node_modules next
@@ -52,11 +58,19 @@ int main(int argc, char** argv) {
   }
   shardlm::CliEnv env;
   env.npm_dir = FindNpmDir();
+  std::error_code ec;
+  env.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
+  env.stop = &g_stop;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
   const std::string cmd = argv[1];
   if (cmd == "generate") return shardlm::RunGenerate(argc, argv, env);
   if (cmd == "score") return shardlm::RunScore(argc, argv, env);
   if (cmd == "tokenize") return shardlm::RunTokenize(argc, argv, env);
   if (cmd == "make-tiny-model") return shardlm::RunMakeTinyModel(argc, argv, env);
+  if (cmd == "worker") return shardlm::RunWorker(argc, argv, env);
   std::fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

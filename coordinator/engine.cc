@@ -179,6 +179,7 @@ absl::Status Engine::Step() {
       if (seq->request.score_prompt && pos + 1 < prompt_len && !seq->result.prompt_scores[pos + 1]) {
         SampleRow row;
         row.row = first_row + i;
+        row.seq = seq_index;
         row.target = seq->tokens[pos + 1];
         step.rows.push_back(row);
         owners.push_back({seq, pos + 1});
@@ -188,6 +189,7 @@ absl::Status Engine::Step() {
     if (reaches_end && seq->request.max_new_tokens > 0) {
       SampleRow row;
       row.row = first_row + take - 1;
+      row.seq = seq_index;
       row.sample = true;
       row.params = &seq->request.sampling;
       row.prompt = &seq->request.prompt;

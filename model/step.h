@@ -35,6 +35,7 @@ struct SamplingParams {
 // A row of the step whose next-token distribution is wanted.
 struct SampleRow {
   int32_t row = 0;                                  // index into the step's tokens
+  int32_t seq = 0;                                  // index into the step's sequences (block_tables)
   int32_t target = -1;                              // scoring: report log p(target | prefix)
   bool sample = false;                              // draw a next token
   const SamplingParams* params = nullptr;           // required when sample or top-n wanted

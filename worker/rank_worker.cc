@@ -41,6 +41,7 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
 
 absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
+  if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples
   std::vector<RowResult> results(step.rows.size());
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();

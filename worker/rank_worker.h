@@ -34,7 +34,8 @@ class RankWorker final : public StepExecutor {
   static absl::StatusOr<std::unique_ptr<RankWorker>> Load(const RankWorkerOptions& options,
                                                           std::unique_ptr<Communicator> comm);
 
-  // Runs one step; returns one RowResult per step.rows entry (on every rank).
+  // Runs one step; on rank 0 returns one RowResult per step.rows entry,
+  // elsewhere nothing (rank 0 samples).
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
 
   const ModelConfig& config() const { return model_->config(); }

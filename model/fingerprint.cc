@@ -1,0 +1,39 @@
+#include "model/fingerprint.h"
+
+#include <cstdio>
+
+#include "common/status.h"
+#include "model/checkpoint.h"
+
+namespace shardlm {
+namespace {
+
+// FNV-1a, 64 bit.
+void Mix(uint64_t* h, const std::string& bytes) {
+  for (unsigned char c : bytes) {
+    *h ^= c;
+    *h *= 0x100000001b3ull;
+  }
+  *h ^= 0xff;  // field separator
+  *h *= 0x100000001b3ull;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ModelFingerprint(const std::string& dir) {
+  SHARDLM_ASSIGN_OR_RETURN(std::string config, ReadFileToString(dir + "/config.json"));
+  SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  uint64_t h = 0xcbf29ce484222325ull;
+  Mix(&h, config);
+  for (const std::string& name : ckpt->TensorNames()) {  // sorted
+    SHARDLM_ASSIGN_OR_RETURN(const TensorView* v, ckpt->Get(name));
+    std::string desc = name + ":" + DTypeName(v->dtype);
+    for (int64_t d : v->shape) desc += "," + std::to_string(d);
+    Mix(&h, desc);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
+  return std::string(hex);
+}
+
+}  // namespace shardlm

@@ -1,0 +1,168 @@
+#include "worker/step_codec.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace shardlm {
+namespace {
+
+void EncodeParams(const SamplingParams& p, wpb::SamplingParams* out) {
+  out->set_temperature(p.temperature);
+  out->set_top_k(p.top_k);
+  out->set_top_p(p.top_p);
+  out->set_min_p(p.min_p);
+  out->set_repetition_penalty(p.repetition_penalty);
+  out->set_presence_penalty(p.presence_penalty);
+  out->set_frequency_penalty(p.frequency_penalty);
+  out->set_seed(p.seed);
+  out->set_num_top_logprobs(p.num_top_logprobs);
+}
+
+SamplingParams DecodeParams(const wpb::SamplingParams& p) {
+  SamplingParams out;
+  out.temperature = p.temperature();
+  out.top_k = p.top_k();
+  out.top_p = p.top_p();
+  out.min_p = p.min_p();
+  out.repetition_penalty = p.repetition_penalty();
+  out.presence_penalty = p.presence_penalty();
+  out.frequency_penalty = p.frequency_penalty();
+  out.seed = p.seed();
+  out.num_top_logprobs = p.num_top_logprobs();
+  return out;
+}
+
+bool NeedsHistory(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError("step request: " + what); }
+
+}  // namespace
+
+wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id) {
+  wpb::StepRequest req;
+  req.set_step_id(step_id);
+  req.mutable_token_ids()->Add(step.token_ids.begin(), step.token_ids.end());
+  req.mutable_positions()->Add(step.positions.begin(), step.positions.end());
+  req.mutable_seq_of_token()->Add(step.seq_of_token.begin(), step.seq_of_token.end());
+  for (const auto& table : step.block_tables) {
+    req.add_sequences()->mutable_block_table()->Add(table.begin(), table.end());
+  }
+  for (const SampleRow& r : step.rows) {
+    wpb::SampleRow* row = req.add_rows();
+    row->set_row(r.row);
+    row->set_seq(r.seq);
+    row->set_target(r.target);
+    row->set_sample(r.sample);
+    row->set_draw_seed(r.draw_seed);
+    if (r.params == nullptr) continue;
+    row->set_has_params(true);
+    wpb::Sequence* seq = req.mutable_sequences(r.seq);
+    if (seq->has_params()) continue;  // one sequence, one set of parameters
+    EncodeParams(*r.params, seq->mutable_params());
+    if (NeedsHistory(*r.params)) {
+      if (r.prompt) seq->mutable_prompt_ids()->Add(r.prompt->begin(), r.prompt->end());
+      if (r.generated) seq->mutable_generated_ids()->Add(r.generated->begin(), r.generated->end());
+    }
+  }
+  return req;
+}
+
+absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& req, const StepLimits& lim) {
+  const int tokens = req.token_ids_size();
+  if (tokens == 0) return Bad("no tokens");
+  if (req.positions_size() != tokens || req.seq_of_token_size() != tokens) {
+    return Bad(absl::StrCat("token_ids (", tokens, "), positions (", req.positions_size(), ") and seq_of_token (",
+                            req.seq_of_token_size(), ") differ in length"));
+  }
+  auto d = std::make_unique<DecodedStep>();
+  StepInput& s = d->step;
+  const int seqs = req.sequences_size();
+  d->params.resize(seqs);
+  d->prompts.resize(seqs);
+  d->generated.resize(seqs);
+  for (int i = 0; i < seqs; ++i) {
+    const wpb::Sequence& q = req.sequences(i);
+    for (int32_t b : q.block_table()) {
+      if (b < 0 || b >= lim.num_blocks) {
+        return Bad(absl::StrCat("sequence ", i, " block id ", b, " outside the pool [0, ", lim.num_blocks, ")"));
+      }
+    }
+    s.block_tables.emplace_back(q.block_table().begin(), q.block_table().end());
+    d->params[i] = DecodeParams(q.params());
+    for (const auto* ids : {&q.prompt_ids(), &q.generated_ids()}) {
+      for (int32_t id : *ids) {
+        if (id < 0 || id >= lim.vocab_size) return Bad(absl::StrCat("sequence ", i, " history id ", id, " outside the vocabulary"));
+      }
+    }
+    d->prompts[i].assign(q.prompt_ids().begin(), q.prompt_ids().end());
+    d->generated[i].assign(q.generated_ids().begin(), q.generated_ids().end());
+  }
+  for (int t = 0; t < tokens; ++t) {
+    const int32_t id = req.token_ids(t), pos = req.positions(t), seq = req.seq_of_token(t);
+    if (id < 0 || id >= lim.vocab_size) {
+      return Bad(absl::StrCat("token ", t, " id ", id, " outside the vocabulary [0, ", lim.vocab_size, ")"));
+    }
+    if (seq < 0 || seq >= seqs) return Bad(absl::StrCat("token ", t, " names sequence ", seq, " of ", seqs));
+    if (pos < 0 || pos >= lim.max_position) {
+      return Bad(absl::StrCat("token ", t, " position ", pos, " outside [0, ", lim.max_position, ")"));
+    }
+    if (pos / lim.block_size >= static_cast<int64_t>(s.block_tables[seq].size())) {
+      return Bad(absl::StrCat("token ", t, " position ", pos, " is past sequence ", seq, "'s block table"));
+    }
+  }
+  s.token_ids.assign(req.token_ids().begin(), req.token_ids().end());
+  s.positions.assign(req.positions().begin(), req.positions().end());
+  s.seq_of_token.assign(req.seq_of_token().begin(), req.seq_of_token().end());
+  for (const wpb::SampleRow& r : req.rows()) {
+    if (r.row() < 0 || r.row() >= tokens) return Bad(absl::StrCat("row ", r.row(), " outside [0, ", tokens, ")"));
+    if (r.seq() < 0 || r.seq() >= seqs) return Bad(absl::StrCat("row names sequence ", r.seq(), " of ", seqs));
+    if (r.target() >= lim.vocab_size) return Bad(absl::StrCat("row target ", r.target(), " outside the vocabulary"));
+    if (r.sample() && !r.has_params()) return Bad("a sampling row needs parameters");
+    SampleRow row;
+    row.row = r.row();
+    row.seq = r.seq();
+    row.target = r.target();
+    row.sample = r.sample();
+    row.draw_seed = r.draw_seed();
+    if (r.has_params()) {
+      const SamplingParams& p = d->params[r.seq()];
+      if (p.num_top_logprobs < 0 || p.num_top_logprobs > 20 || !(p.temperature >= 0) || p.top_k < 0) {
+        return Bad(absl::StrCat("sequence ", r.seq(), " has invalid sampling parameters"));
+      }
+      row.params = &p;
+      row.prompt = &d->prompts[r.seq()];
+      row.generated = &d->generated[r.seq()];
+    }
+    s.rows.push_back(row);
+  }
+  return d;
+}
+
+void EncodeRows(const std::vector<RowResult>& rows, wpb::StepResponse* response) {
+  for (const RowResult& r : rows) {
+    wpb::RowResult* out = response->add_rows();
+    out->set_token(r.token);
+    out->set_logprob(r.logprob);
+    out->set_target_logprob(r.target_logprob);
+    out->mutable_top_ids()->Add(r.top_ids.begin(), r.top_ids.end());
+    out->mutable_top_logprobs()->Add(r.top_logprobs.begin(), r.top_logprobs.end());
+  }
+}
+
+std::vector<RowResult> DecodeRows(const wpb::StepResponse& response) {
+  std::vector<RowResult> rows;
+  rows.reserve(response.rows_size());
+  for (const wpb::RowResult& r : response.rows()) {
+    RowResult out;
+    out.token = r.token();
+    out.logprob = r.logprob();
+    out.target_logprob = r.target_logprob();
+    out.top_ids.assign(r.top_ids().begin(), r.top_ids().end());
+    out.top_logprobs.assign(r.top_logprobs().begin(), r.top_logprobs().end());
+    rows.push_back(std::move(out));
+  }
+  return rows;
+}
+
+}  // namespace shardlm

@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/flags.h"
+#include "cli/remote_client.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
@@ -28,7 +30,8 @@ int Fail(const absl::Status& st) {
 
 // Flags shared by the commands that run the model.
 void AddModelFlags(FlagSet& f) {
-  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json)", true);
+  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json)");
+  f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model");
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
@@ -60,6 +63,8 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
     go.dtype = f.GetString("dtype");
     go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
+    go.worker_log_level = 1;  // a one-shot command: warnings and errors only
+    SetMinLogLevel(1);
     SHARDLM_ASSIGN_OR_RETURN(m.group, WorkerGroup::Start(go));
     RemoteExecutor* exec = m.group->executor();
     m.engine = std::make_unique<Engine>(exec, cfg, exec->num_blocks(), exec->block_size(), eo);
@@ -79,6 +84,25 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
     SHARDLM_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::Load(tok_path));
   }
   return m;
+}
+
+// --model or --server, exactly one.
+absl::Status CheckTarget(const FlagSet& f) {
+  if (f.Has("model") == f.Has("server"))
+    return absl::InvalidArgumentError("give exactly one of --model or --server");
+  if (f.Has("server") && f.Has("tp"))
+    return absl::InvalidArgumentError("--tp starts local workers; it cannot go with --server");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PromptSpec> PromptFromFlags(const FlagSet& f) {
+  if (f.Has("prompt") == f.Has("prompt-ids"))
+    return absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids");
+  PromptSpec p;
+  p.is_text = f.Has("prompt");
+  p.text = f.GetString("prompt");
+  if (!p.is_text) SHARDLM_RETURN_IF_ERROR(ParseIdList("prompt-ids", f.GetString("prompt-ids"), &p.ids));
+  return p;
 }
 
 absl::StatusOr<std::vector<int32_t>> PromptIds(const FlagSet& f, const Tokenizer* tok) {
@@ -114,14 +138,12 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  absl::Status st;
-  auto model = OpenModel(f, env);
-  if (!model.ok()) return Fail(model.status());
-  auto prompt = PromptIds(f, model->tokenizer.get());
-  if (!prompt.ok()) return Fail(prompt.status());
+  absl::Status st = CheckTarget(f);
+  if (!st.ok()) return Fail(st);
+  auto prompt_spec = PromptFromFlags(f);
+  if (!prompt_spec.ok()) return Fail(prompt_spec.status());
 
   GenerateRequest req;
-  req.prompt = *prompt;
   req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
   req.sampling.temperature = static_cast<float>(f.GetFloat("temperature"));
   req.sampling.top_k = static_cast<int32_t>(f.GetInt("top-k"));
@@ -139,26 +161,40 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
     if (!st.ok()) return Fail(st);
   }
   const bool as_json = f.GetBool("json");
-  const Tokenizer* tok = model->tokenizer.get();
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  if (tok != nullptr) detok = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);
-  std::string text;
-  req.on_token = [&](int32_t id, float) {
-    if (!detok) return;
-    std::string piece = detok->Append(id);
-    if (piece.empty()) return;
-    text += piece;
-    if (!as_json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
-    }
+  auto print = [&](const std::string& piece) {
+    if (as_json || piece.empty()) return;
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    std::fflush(stdout);
   };
-  auto result = model->engine->Run(std::move(req));
-  if (!result.ok()) return Fail(result.status());
-  if (detok) {
-    std::string tail = detok->Finish();
-    text += tail;
-    if (!as_json) std::fwrite(tail.data(), 1, tail.size(), stdout);
+  absl::StatusOr<GenerateResult> result;
+  std::string text;
+  if (f.Has("server")) {
+    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, print);
+    if (!remote.ok()) return Fail(remote.status());
+    result = std::move(remote->first);
+    text = std::move(remote->second);
+  } else {
+    auto model = OpenModel(f, env);
+    if (!model.ok()) return Fail(model.status());
+    auto prompt = PromptIds(f, model->tokenizer.get());
+    if (!prompt.ok()) return Fail(prompt.status());
+    req.prompt = *prompt;
+    const Tokenizer* tok = model->tokenizer.get();
+    std::unique_ptr<IncrementalDetokenizer> detok;
+    if (tok != nullptr) detok = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);
+    req.on_token = [&](int32_t id, float, const std::vector<TopLogprob>&) {
+      if (!detok) return;
+      std::string piece = detok->Append(id);
+      text += piece;
+      print(piece);
+    };
+    result = model->engine->Run(std::move(req));
+    if (!result.ok()) return Fail(result.status());
+    if (detok) {
+      std::string tail = detok->Finish();
+      text += tail;
+      print(tail);
+    }
   }
   if (!as_json) {
     std::fputc('\n', stdout);
@@ -187,15 +223,24 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
   AddModelFlags(f);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  auto model = OpenModel(f, env);
-  if (!model.ok()) return Fail(model.status());
-  auto prompt = PromptIds(f, model->tokenizer.get());
-  if (!prompt.ok()) return Fail(prompt.status());
-  GenerateRequest req;
-  req.prompt = *prompt;
-  req.max_new_tokens = 0;
-  req.score_prompt = true;
-  auto result = model->engine->Run(std::move(req));
+  absl::Status st = CheckTarget(f);
+  if (!st.ok()) return Fail(st);
+  auto prompt_spec = PromptFromFlags(f);
+  if (!prompt_spec.ok()) return Fail(prompt_spec.status());
+  absl::StatusOr<GenerateResult> result;
+  if (f.Has("server")) {
+    result = RemoteScore(f.GetString("server"), *prompt_spec);
+  } else {
+    auto model = OpenModel(f, env);
+    if (!model.ok()) return Fail(model.status());
+    auto prompt = PromptIds(f, model->tokenizer.get());
+    if (!prompt.ok()) return Fail(prompt.status());
+    GenerateRequest req;
+    req.prompt = *prompt;
+    req.max_new_tokens = 0;
+    req.score_prompt = true;
+    result = model->engine->Run(std::move(req));
+  }
   if (!result.ok()) return Fail(result.status());
   json scores = json::array();
   for (const auto& s : result->prompt_scores) scores.push_back(s ? json(*s) : json(nullptr));
@@ -212,12 +257,20 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
 
 int RunTokenize(int argc, char** argv, const CliEnv&) {
   FlagSet f("tokenize");
-  f.String("model", "directory holding tokenizer.json", true);
+  f.String("model", "directory holding tokenizer.json");
+  f.String("server", "use a running shardlm server at HOST:PORT");
+  f.Int("tp", "accepted for symmetry with generate; tokenizing needs no workers", 1, 1, 64);
   f.Bool("add-special-tokens", "apply the tokenizer's post-processor (e.g. BOS)");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  auto tok = Tokenizer::Load(f.GetString("model") + "/tokenizer.json");
-  if (!tok.ok()) return Fail(tok.status());
+  if (f.Has("model") == f.Has("server"))
+    return Fail(absl::InvalidArgumentError("give exactly one of --model or --server"));
+  std::unique_ptr<Tokenizer> local;
+  if (f.Has("model")) {
+    auto tok = Tokenizer::Load(f.GetString("model") + "/tokenizer.json");
+    if (!tok.ok()) return Fail(tok.status());
+    local = std::move(*tok);
+  }
   std::string line;
   int64_t line_no = 0;
   while (std::getline(std::cin, line)) {
@@ -228,7 +281,9 @@ int RunTokenize(int argc, char** argv, const CliEnv&) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("stdin line ", line_no, ": expected a JSON object {\"text\": \"...\"}")));
     }
-    auto ids = (*tok)->Encode(in["text"].get<std::string>(), f.GetBool("add-special-tokens"));
+    const std::string text = in["text"].get<std::string>();
+    auto ids = local ? local->Encode(text, f.GetBool("add-special-tokens"))
+                     : RemoteTokenize(f.GetString("server"), text, f.GetBool("add-special-tokens"));
     if (!ids.ok())
       return Fail(
           absl::InvalidArgumentError(absl::StrCat("stdin line ", line_no, ": ", ids.status().message())));
@@ -304,8 +359,10 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.String("listen", "address of this worker's service (port 0: any)", false, "127.0.0.1:0");
   f.String("advertise-host", "host the coordinator uses to reach this worker", false, "127.0.0.1");
   f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
+  f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  SetMinLogLevel(static_cast<int>(f.GetInt("log-level")));
   WorkerProcessOptions o;
   o.coordinator = f.GetString("coordinator");
   o.model_dir = f.GetString("model");

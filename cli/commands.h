@@ -9,8 +9,8 @@ namespace shardlm {
 
 // Paths main() resolved from the environment and the executable's location.
 struct CliEnv {
-  std::string npm_dir;  // .../third_party/npm/node_modules (tokenizer fixtures)
-  std::string exe;      // this binary, to start worker processes
+  std::string npm_dir;                      // .../third_party/npm/node_modules (tokenizer fixtures)
+  std::string exe;                          // this binary, to start worker processes
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM
 };
 
@@ -19,5 +19,7 @@ int RunScore(int argc, char** argv, const CliEnv& env);
 int RunTokenize(int argc, char** argv, const CliEnv& env);
 int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
 int RunWorker(int argc, char** argv, const CliEnv& env);
+int RunServe(int argc, char** argv, const CliEnv& env);
+int RunCoordinator(int argc, char** argv, const CliEnv& env);
 
 }  // namespace shardlm

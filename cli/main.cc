@@ -22,6 +22,8 @@ void OnSignal(int) { g_stop.store(true); }
 constexpr char kUsage[] =
     "usage: shardlm COMMAND [flags]\n"
     "commands:\n"
+    "  serve             coordinator + N local tensor-parallel workers, gRPC API on --port\n"
+    "  coordinator       the coordinator alone; workers join from elsewhere\n"
     "  generate          generate text from a prompt (streams unless --json)\n"
     "  score             per-token log-probabilities of a text\n"
     "  tokenize          JSON lines {\"text\"} on stdin -> {\"ids\"} on stdout\n"
@@ -71,6 +73,8 @@ int main(int argc, char** argv) {
   if (cmd == "tokenize") return shardlm::RunTokenize(argc, argv, env);
   if (cmd == "make-tiny-model") return shardlm::RunMakeTinyModel(argc, argv, env);
   if (cmd == "worker") return shardlm::RunWorker(argc, argv, env);
+  if (cmd == "serve") return shardlm::RunServe(argc, argv, env);
+  if (cmd == "coordinator") return shardlm::RunCoordinator(argc, argv, env);
   std::fprintf(stderr, "shardlm: unknown command '%s'\n%s", cmd.c_str(), kUsage);
   return 2;
 }

@@ -12,3 +12,10 @@
 #pragma once
 
 #include <c10/util/Logging.h>
+
+namespace shardlm {
+
+// 0 = INFO and up, 1 = WARNING and up, 2 = ERROR and up.
+void SetMinLogLevel(int level);
+
+}  // namespace shardlm

@@ -97,6 +97,23 @@ std::optional<GenerateResult> Engine::TakeResult(int64_t id) {
   return r;
 }
 
+std::vector<std::pair<int64_t, GenerateResult>> Engine::TakeFinished() {
+  std::vector<std::pair<int64_t, GenerateResult>> out;
+  for (auto& [id, result] : done_) out.emplace_back(id, std::move(result));
+  done_.clear();
+  return out;
+}
+
+bool Engine::Cancel(int64_t id) {
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    Finish(**it, FinishReason::kNone, absl::CancelledError("request cancelled"));
+    running_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 void Engine::Preempt(Sequence& seq) {
   ++preemptions_;
   allocator_.Release(seq.blocks);
@@ -241,8 +258,8 @@ absl::Status Engine::Step() {
     seq->result.logprobs.push_back(r.logprob);
     std::vector<TopLogprob> top;
     for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
+    if (seq->request.on_token) seq->request.on_token(r.token, r.logprob, top);
     seq->result.top_logprobs.push_back(std::move(top));
-    if (seq->request.on_token) seq->request.on_token(r.token, r.logprob);
     if (IsStop(*seq, r.token)) {
       seq->result.finish_reason = FinishReason::kStop;
     } else if (static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {

@@ -33,6 +33,11 @@ namespace shardlm {
 enum class FinishReason { kNone, kLength, kStop };
 const char* FinishReasonName(FinishReason r);
 
+struct TopLogprob {
+  int32_t id;
+  float logprob;
+};
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;
   SamplingParams sampling;
@@ -41,13 +46,9 @@ struct GenerateRequest {
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
   bool score_prompt = false;  // fill GenerateResult::prompt_scores
-  // Called for each generated token as soon as it is sampled.
-  std::function<void(int32_t token, float logprob)> on_token;
-};
-
-struct TopLogprob {
-  int32_t id;
-  float logprob;
+  // Called for each generated token as soon as it is sampled, with its
+  // top-n alternatives when asked for.
+  std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
 };
 
 struct GenerateResult {
@@ -76,12 +77,20 @@ class Engine {
   bool Idle() const { return running_.empty(); }
   // The result of a finished request (once), or nullopt.
   std::optional<GenerateResult> TakeResult(int64_t id);
+  // Every finished request's result (each once), by id.
+  std::vector<std::pair<int64_t, GenerateResult>> TakeFinished();
+  // Stops a queued or running request now and frees its blocks; its result
+  // carries CANCELLED. False if the id is not running.
+  bool Cancel(int64_t id);
+  // Submit's checks alone (const: safe to call beside a running step).
+  absl::Status Validate(const GenerateRequest& r) const;
 
   // Convenience: submit one request and step until it finishes.
   absl::StatusOr<GenerateResult> Run(GenerateRequest request);
 
   int32_t num_free_blocks() const { return allocator_.num_free(); }
   int32_t num_blocks() const { return allocator_.num_blocks(); }
+  const ModelConfig& config() const { return cfg_; }
   int64_t steps() const { return steps_; }
   int64_t preemptions() const { return preemptions_; }
 
@@ -95,7 +104,6 @@ class Engine {
     GenerateResult result;
   };
 
-  absl::Status Validate(const GenerateRequest& r) const;
   // Grows `seq`'s block table to hold `tokens` tokens, preempting newer
   // sequences not in this step when needed. False if that cannot make room.
   bool EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Sequence*>& in_step);

@@ -14,9 +14,9 @@ namespace shardlm {
 
 using Clock = std::chrono::steady_clock;
 
-absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(const std::vector<std::string>& addresses,
-                                                                         const std::string& fingerprint,
-                                                                         RemoteExecutorOptions options) {
+absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
+    const std::vector<std::string>& addresses, const std::string& fingerprint,
+    RemoteExecutorOptions options) {
   auto exec = std::unique_ptr<RemoteExecutor>(new RemoteExecutor());
   exec->options_ = options;
   grpc::ChannelArguments args;
@@ -39,7 +39,8 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(const st
       grpc::Status st = exec->stubs_[r]->Handshake(&ctx, req, &resp);
       if (st.ok()) {
         if (resp.rank() != static_cast<int>(r)) {
-          return absl::InternalError(absl::StrCat("worker at ", addresses[r], " says rank ", resp.rank(), ", expected ", r));
+          return absl::InternalError(
+              absl::StrCat("worker at ", addresses[r], " says rank ", resp.rank(), ", expected ", r));
         }
         exec->ranks_.push_back(resp);
         break;
@@ -47,8 +48,8 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(const st
       const bool retry = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
                          st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
       if (!retry || Clock::now() > deadline) {
-        return absl::Status(FromGrpcStatus(st).code(),
-                            absl::StrCat("handshake with rank ", r, " at ", addresses[r], ": ", st.error_message()));
+        return absl::Status(FromGrpcStatus(st).code(), absl::StrCat("handshake with rank ", r, " at ",
+                                                                    addresses[r], ": ", st.error_message()));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -85,8 +86,8 @@ absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& 
     if (!cq.Next(&tag, &ok)) break;
     const size_t r = reinterpret_cast<size_t>(tag);
     if (failure.ok() && !statuses[r].ok()) {
-      failure = absl::UnavailableError(absl::StrCat("tensor-parallel rank ", r, " failed the step: ",
-                                                    statuses[r].error_message()));
+      failure = absl::UnavailableError(
+          absl::StrCat("tensor-parallel rank ", r, " failed the step: ", statuses[r].error_message()));
       for (auto& ctx : contexts) ctx->TryCancel();  // do not wait for the rest
     }
   }
@@ -95,12 +96,14 @@ absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& 
     broken_ = failure;
     return failure;
   }
-  timing_.coordinator_us = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  timing_.coordinator_us =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
   timing_.worker_us = responses[0].timing().total_us();
   timing_.collective_us = responses[0].timing().collective_us();
   std::vector<RowResult> rows = DecodeRows(responses[0]);
   if (rows.size() != step.rows.size()) {
-    broken_ = absl::InternalError(absl::StrCat("rank 0 returned ", rows.size(), " rows for ", step.rows.size()));
+    broken_ =
+        absl::InternalError(absl::StrCat("rank 0 returned ", rows.size(), " rows for ", step.rows.size()));
     return broken_;
   }
   return rows;

@@ -15,13 +15,13 @@ grpc::Status RendezvousService::Register(grpc::ServerContext* ctx, const wpb::Re
                                          wpb::RegisterResponse* resp) {
   if (req->protocol_version() != kWorkerProtocolVersion) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        absl::StrCat("worker protocol version ", req->protocol_version(), " != coordinator's ",
-                                     kWorkerProtocolVersion));
+                        absl::StrCat("worker protocol version ", req->protocol_version(),
+                                     " != coordinator's ", kWorkerProtocolVersion));
   }
   if (req->model_fingerprint() != fingerprint_) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "worker model fingerprint " + req->model_fingerprint() + " != coordinator's " + fingerprint_ +
-                            " (different config.json or tensors)");
+                        "worker model fingerprint " + req->model_fingerprint() + " != coordinator's " +
+                            fingerprint_ + " (different config.json or tensors)");
   }
   std::unique_lock<std::mutex> lock(mu_);
   if (static_cast<int>(addresses_.size()) >= world_size_) {
@@ -68,9 +68,11 @@ grpc::Status RendezvousService::StoreGet(grpc::ServerContext* ctx, const wpb::St
   return grpc::Status::OK;
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousService::WaitForWorkers(std::chrono::milliseconds timeout) {
+absl::StatusOr<std::vector<std::string>> RendezvousService::WaitForWorkers(
+    std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mu_);
-  if (!cv_.wait_for(lock, timeout, [&] { return static_cast<int>(addresses_.size()) >= world_size_ || shutdown_; }) ||
+  if (!cv_.wait_for(lock, timeout,
+                    [&] { return static_cast<int>(addresses_.size()) >= world_size_ || shutdown_; }) ||
       static_cast<int>(addresses_.size()) < world_size_) {
     return absl::DeadlineExceededError(absl::StrCat(addresses_.size(), " of ", world_size_,
                                                     " workers registered within ", timeout.count(), " ms"));

@@ -20,7 +20,8 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
  public:
   // `settings` is the reply template (dtype, KV budget, timeouts); rank and
   // world size are filled in per worker.
-  RendezvousService(int world_size, std::string fingerprint, ::shardlm::worker::v1::RegisterResponse settings);
+  RendezvousService(int world_size, std::string fingerprint,
+                    ::shardlm::worker::v1::RegisterResponse settings);
 
   grpc::Status Register(grpc::ServerContext* ctx, const ::shardlm::worker::v1::RegisterRequest* req,
                         ::shardlm::worker::v1::RegisterResponse* resp) override;

@@ -35,7 +35,8 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(g->rendezvous_.get());
   g->server_ = builder.BuildAndStart();
-  if (!g->server_ || port == 0) return absl::UnavailableError("cannot listen for workers on " + options.listen);
+  if (!g->server_ || port == 0)
+    return absl::UnavailableError("cannot listen for workers on " + options.listen);
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   g->endpoint_ = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   if (options.spawn_local) g->Spawn(options.tp);
@@ -52,7 +53,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
 void WorkerGroup::Spawn(int count) {
   const pid_t parent = getpid();
   for (int i = 0; i < count; ++i) {
-    std::vector<std::string> args = {options_.exe, "worker", "--coordinator", endpoint_, "--model", options_.model_dir};
+    std::vector<std::string> args = {
+        options_.exe, "worker",           "--coordinator", endpoint_,
+        "--model",    options_.model_dir, "--log-level",   std::to_string(options_.worker_log_level)};
     pid_t pid = fork();
     if (pid == 0) {
       // Child: die with the parent, whatever kills it.

@@ -43,6 +43,7 @@ struct WorkerGroupOptions {
   bool spawn_local = true;             // start `tp` worker processes here
   std::string exe;                     // the shardlm binary, for spawning
   int64_t start_timeout_ms = 120000;
+  int worker_log_level = 0;  // 0 INFO, 1 WARNING, 2 ERROR
 };
 
 class WorkerGroup {

@@ -72,8 +72,8 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
   const int tokens = req.token_ids_size();
   if (tokens == 0) return Bad("no tokens");
   if (req.positions_size() != tokens || req.seq_of_token_size() != tokens) {
-    return Bad(absl::StrCat("token_ids (", tokens, "), positions (", req.positions_size(), ") and seq_of_token (",
-                            req.seq_of_token_size(), ") differ in length"));
+    return Bad(absl::StrCat("token_ids (", tokens, "), positions (", req.positions_size(),
+                            ") and seq_of_token (", req.seq_of_token_size(), ") differ in length"));
   }
   auto d = std::make_unique<DecodedStep>();
   StepInput& s = d->step;
@@ -85,14 +85,16 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     const wpb::Sequence& q = req.sequences(i);
     for (int32_t b : q.block_table()) {
       if (b < 0 || b >= lim.num_blocks) {
-        return Bad(absl::StrCat("sequence ", i, " block id ", b, " outside the pool [0, ", lim.num_blocks, ")"));
+        return Bad(
+            absl::StrCat("sequence ", i, " block id ", b, " outside the pool [0, ", lim.num_blocks, ")"));
       }
     }
     s.block_tables.emplace_back(q.block_table().begin(), q.block_table().end());
     d->params[i] = DecodeParams(q.params());
     for (const auto* ids : {&q.prompt_ids(), &q.generated_ids()}) {
       for (int32_t id : *ids) {
-        if (id < 0 || id >= lim.vocab_size) return Bad(absl::StrCat("sequence ", i, " history id ", id, " outside the vocabulary"));
+        if (id < 0 || id >= lim.vocab_size)
+          return Bad(absl::StrCat("sequence ", i, " history id ", id, " outside the vocabulary"));
       }
     }
     d->prompts[i].assign(q.prompt_ids().begin(), q.prompt_ids().end());
@@ -115,9 +117,12 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
   s.positions.assign(req.positions().begin(), req.positions().end());
   s.seq_of_token.assign(req.seq_of_token().begin(), req.seq_of_token().end());
   for (const wpb::SampleRow& r : req.rows()) {
-    if (r.row() < 0 || r.row() >= tokens) return Bad(absl::StrCat("row ", r.row(), " outside [0, ", tokens, ")"));
-    if (r.seq() < 0 || r.seq() >= seqs) return Bad(absl::StrCat("row names sequence ", r.seq(), " of ", seqs));
-    if (r.target() >= lim.vocab_size) return Bad(absl::StrCat("row target ", r.target(), " outside the vocabulary"));
+    if (r.row() < 0 || r.row() >= tokens)
+      return Bad(absl::StrCat("row ", r.row(), " outside [0, ", tokens, ")"));
+    if (r.seq() < 0 || r.seq() >= seqs)
+      return Bad(absl::StrCat("row names sequence ", r.seq(), " of ", seqs));
+    if (r.target() >= lim.vocab_size)
+      return Bad(absl::StrCat("row target ", r.target(), " outside the vocabulary"));
     if (r.sample() && !r.has_params()) return Bad("a sampling row needs parameters");
     SampleRow row;
     row.row = r.row();

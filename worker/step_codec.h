@@ -39,7 +39,8 @@ struct StepLimits {
   int64_t max_position = 0;  // exclusive
 };
 
-absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& request, const StepLimits& limits);
+absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& request,
+                                                        const StepLimits& limits);
 
 void EncodeRows(const std::vector<RowResult>& rows, wpb::StepResponse* response);
 std::vector<RowResult> DecodeRows(const wpb::StepResponse& response);

@@ -43,7 +43,8 @@ class TimedCommunicator final : public Communicator {
   std::invoke_result_t<Fn> Time(Fn&& fn) {
     const auto start = std::chrono::steady_clock::now();
     auto result = fn();
-    micros_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+    micros_ += std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start)
+                   .count();
     return result;
   }
 

@@ -46,17 +46,18 @@ class WorkerService final : public wpb::Worker::Service {
     failed_ = std::move(st);
   }
 
-  grpc::Status Handshake(grpc::ServerContext*, const wpb::HandshakeRequest* req, wpb::HandshakeResponse* resp) override {
+  grpc::Status Handshake(grpc::ServerContext*, const wpb::HandshakeRequest* req,
+                         wpb::HandshakeResponse* resp) override {
     std::lock_guard<std::mutex> lock(mu_);
     if (req->protocol_version() != kWorkerProtocolVersion) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          absl::StrCat("worker protocol version ", kWorkerProtocolVersion, ", coordinator speaks ",
-                                       req->protocol_version()));
+                          absl::StrCat("worker protocol version ", kWorkerProtocolVersion,
+                                       ", coordinator speaks ", req->protocol_version()));
     }
     if (req->model_fingerprint() != fingerprint_) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "model fingerprint " + fingerprint_ + " differs from the coordinator's " +
-                              req->model_fingerprint());
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "model fingerprint " + fingerprint_ +
+                                                                     " differs from the coordinator's " +
+                                                                     req->model_fingerprint());
     }
     if (!failed_.ok()) return ToGrpcStatus(failed_);
     if (!worker_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is loading its shard");
@@ -77,15 +78,16 @@ class WorkerService final : public wpb::Worker::Service {
     if (!worker_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is loading its shard");
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
-    StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(), cfg.max_position_embeddings};
+    StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
+                      cfg.max_position_embeddings};
     auto decoded = DecodeStep(*req, limits);
     if (!decoded.ok()) return ToGrpcStatus(decoded.status());
     comm_->TakeMicros();
     auto rows = worker_->Execute((*decoded)->step);
     if (!rows.ok()) {
       // A failed collective leaves the group in an unknown state: stay failed.
-      failed_ = absl::UnavailableError(absl::StrCat("rank ", worker_->model().plan().rank().rank, ": ",
-                                                    rows.status().message()));
+      failed_ = absl::UnavailableError(
+          absl::StrCat("rank ", worker_->model().plan().rank().rank, ": ", rows.status().message()));
       return ToGrpcStatus(failed_);
     }
     EncodeRows(*rows, resp);
@@ -151,7 +153,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
   {
     grpc::ClientContext ctx;
     ctx.set_wait_for_ready(true);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(options.register_timeout_ms));
+    ctx.set_deadline(std::chrono::system_clock::now() +
+                     std::chrono::milliseconds(options.register_timeout_ms));
     grpc::Status st = stub->Register(&ctx, reg, &assigned);
     if (!st.ok()) {
       LOG(ERROR) << "worker: registration with " << options.coordinator << " failed: " << st.error_message();
@@ -167,10 +170,12 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     inner = MakeSingleRankCommunicator();
   } else {
     GlooOptions gloo;
-    gloo.hostname = assigned.collective_hostname().empty() ? options.advertise_host : assigned.collective_hostname();
+    gloo.hostname =
+        assigned.collective_hostname().empty() ? options.advertise_host : assigned.collective_hostname();
     gloo.timeout = std::chrono::milliseconds(assigned.collective_timeout_ms());
     gloo.prefix = assigned.store_prefix();
-    auto store = std::make_shared<RemoteStore>(stub, "", std::chrono::milliseconds(options.register_timeout_ms));
+    auto store =
+        std::make_shared<RemoteStore>(stub, "", std::chrono::milliseconds(options.register_timeout_ms));
     auto comm = MakeGlooCommunicator(rank, store, gloo);
     if (!comm.ok()) {
       LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
@@ -205,7 +210,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     if (CoordinatorAlive(*stub)) {
       last_seen = Clock::now();
     } else if (Clock::now() - last_seen > std::chrono::milliseconds(options.coordinator_lost_ms)) {
-      LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator << " unreachable; exiting";
+      LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator
+                   << " unreachable; exiting";
       break;
     }
   }

@@ -21,9 +21,9 @@ namespace shardlm {
 inline constexpr uint32_t kWorkerProtocolVersion = 1;
 
 struct WorkerProcessOptions {
-  std::string coordinator;             // host:port of the coordinator's worker endpoint
+  std::string coordinator;  // host:port of the coordinator's worker endpoint
   std::string model_dir;
-  std::string listen = "127.0.0.1:0";  // port 0: any free port
+  std::string listen = "127.0.0.1:0";        // port 0: any free port
   std::string advertise_host = "127.0.0.1";  // how the coordinator reaches this worker
   int64_t register_timeout_ms = 120000;
   int64_t coordinator_lost_ms = 5000;  // exit after this long without the coordinator

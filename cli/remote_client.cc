@@ -1,0 +1,110 @@
+#include "cli/remote_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+
+#include "common/grpc_status.h"
+#include "shardlm/v1/inference.grpc.pb.h"
+
+namespace shardlm {
+namespace {
+
+namespace pb = ::shardlm::v1;
+
+std::unique_ptr<pb::Inference::Stub> Connect(const std::string& server) {
+  return pb::Inference::NewStub(grpc::CreateChannel(server, grpc::InsecureChannelCredentials()));
+}
+
+void SetPrompt(const PromptSpec& prompt, pb::Prompt* out) {
+  if (prompt.is_text) {
+    out->set_text(prompt.text);
+  } else {
+    out->mutable_token_ids()->mutable_ids()->Add(prompt.ids.begin(), prompt.ids.end());
+  }
+}
+
+absl::Status Rpc(const grpc::Status& st, const std::string& server) {
+  if (st.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      st.error_message().find("failed to connect") != std::string::npos) {
+    return absl::UnavailableError("cannot reach shardlm server at " + server + ": " + st.error_message());
+  }
+  return FromGrpcStatus(st);
+}
+
+}  // namespace
+
+absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
+    const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
+    const std::function<void(const std::string&)>& on_text) {
+  pb::GenerateRequest req;
+  SetPrompt(prompt, req.mutable_prompt());
+  pb::SamplingParams* s = req.mutable_sampling();
+  s->set_temperature(r.sampling.temperature);
+  s->set_top_k(r.sampling.top_k);
+  s->set_top_p(r.sampling.top_p);
+  s->set_min_p(r.sampling.min_p);
+  s->set_repetition_penalty(r.sampling.repetition_penalty);
+  s->set_presence_penalty(r.sampling.presence_penalty);
+  s->set_frequency_penalty(r.sampling.frequency_penalty);
+  if (r.has_seed) s->set_seed(r.sampling.seed);
+  req.set_max_new_tokens(r.max_new_tokens);
+  req.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
+  req.set_ignore_eos(r.ignore_eos);
+  req.set_top_logprobs(r.sampling.num_top_logprobs);
+  auto stub = Connect(server);
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  GenerateResult result;
+  std::string text;
+  pb::GenerateResponse msg;
+  while (reader->Read(&msg)) {
+    if (!msg.prompt_token_ids().empty())
+      result.prompt.assign(msg.prompt_token_ids().begin(), msg.prompt_token_ids().end());
+    result.tokens.insert(result.tokens.end(), msg.token_ids().begin(), msg.token_ids().end());
+    result.logprobs.insert(result.logprobs.end(), msg.logprobs().begin(), msg.logprobs().end());
+    for (const auto& alts : msg.top_logprobs()) {
+      std::vector<TopLogprob> top;
+      for (const auto& a : alts.alternatives()) top.push_back({a.id(), a.logprob()});
+      result.top_logprobs.push_back(std::move(top));
+    }
+    if (!msg.text().empty()) {
+      text += msg.text();
+      on_text(msg.text());
+    }
+    if (msg.finish_reason() == "length") result.finish_reason = FinishReason::kLength;
+    if (msg.finish_reason() == "stop") result.finish_reason = FinishReason::kStop;
+  }
+  absl::Status st = Rpc(reader->Finish(), server);
+  if (!st.ok()) return st;
+  return std::make_pair(std::move(result), std::move(text));
+}
+
+absl::StatusOr<GenerateResult> RemoteScore(const std::string& server, const PromptSpec& prompt) {
+  pb::ScoreRequest req;
+  SetPrompt(prompt, req.mutable_prompt());
+  pb::ScoreResponse resp;
+  grpc::ClientContext ctx;
+  absl::Status st = Rpc(Connect(server)->Score(&ctx, req, &resp), server);
+  if (!st.ok()) return st;
+  GenerateResult r;
+  r.prompt.assign(resp.token_ids().begin(), resp.token_ids().end());
+  for (float s : resp.scores())
+    r.prompt_scores.push_back(std::isnan(s) ? std::nullopt : std::optional<float>(s));
+  r.finish_reason = FinishReason::kLength;
+  return r;
+}
+
+absl::StatusOr<std::vector<int32_t>> RemoteTokenize(const std::string& server, const std::string& text,
+                                                    bool add_special_tokens) {
+  pb::TokenizeRequest req;
+  req.set_text(text);
+  req.set_add_special_tokens(add_special_tokens);
+  pb::TokenizeResponse resp;
+  grpc::ClientContext ctx;
+  absl::Status st = Rpc(Connect(server)->Tokenize(&ctx, req, &resp), server);
+  if (!st.ok()) return st;
+  return std::vector<int32_t>(resp.ids().begin(), resp.ids().end());
+}
+
+}  // namespace shardlm

@@ -15,18 +15,16 @@ configure: setup
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: a tiny Llama-3-tokenizer model, then a streaming generation.
+# The main job: a tiny Llama-3-tokenizer model served with tensor parallelism
+# (serve --tp 2), and a generation streamed through it.
 demo: build
-	$(BUILD)/shardlm make-tiny-model $(DEMO_MODEL) --arch llama --tokenizer llama3 --seed 1 \
-	  --hidden-size 256 --num-layers 4 --num-heads 8 --num-kv-heads 4 --intermediate-size 512
-	$(BUILD)/shardlm generate --model $(DEMO_MODEL) --prompt "The capital of France is" \
-	  --max-new-tokens 32 --temperature 0.8 --top-p 0.95 --seed 7
+	BUILD=$(BUILD) DEMO_MODEL=$(DEMO_MODEL) bash scripts/demo.sh
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD)/shardlm_bench --model-dir $(BUILD)/bench-model
+	$(BUILD)/shardlm_bench --model-dir $(BUILD)/bench-model --tp 1,2
 
 fuzz: setup
 	bash scripts/fuzz.sh

@@ -18,7 +18,9 @@
 #include <vector>
 
 #include "cli/flags.h"
+#include "common/logging.h"
 #include "coordinator/engine.h"
+#include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
@@ -69,6 +71,60 @@ struct Row {
   double step_ms;
 };
 
+// Decode step latency through N worker processes, split into rank 0's
+// compute, its time in collectives, and what the coordinator adds (encode,
+// RPC fan-out, waiting for every rank, decode).
+void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
+                         const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype) {
+  std::printf(
+      "\n| tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead | "
+      "worker RSS MB |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (int32_t tp : tps) {
+    WorkerGroupOptions go;
+    go.model_dir = dir;
+    go.tp = tp;
+    go.dtype = dtype;
+    go.kv_cache_bytes = 256ll << 20;
+    go.exe = exe;
+    go.worker_log_level = 1;
+    auto group = WorkerGroup::Start(go);
+    if (!group.ok()) {
+      std::fprintf(stderr, "tp %d: %s\n", tp, std::string(group.status().message()).c_str());
+      continue;
+    }
+    RemoteExecutor* exec = (*group)->executor();
+    auto cfg = LoadModelConfig(dir);
+    double rss = 0;
+    for (const auto& r : exec->ranks()) rss = std::max(rss, r.resident_bytes() / 1e6);
+    for (int32_t batch : batches) {
+      Engine engine(exec, *cfg, exec->num_blocks(), exec->block_size(), Engine::Options{4096});
+      engine.Run(Request(16, 2, 99, cfg->vocab_size)).IgnoreError();  // warm-up
+      for (int32_t b = 0; b < batch; ++b)
+        engine.Submit(Request(16, steps + 1, b + 1000, cfg->vocab_size)).IgnoreError();
+      engine.Step().IgnoreError();  // prefill, not timed
+      double total = 0, worker = 0, coll = 0, wall = 0;
+      int32_t done = 0;
+      while (!engine.Idle() && done < steps) {
+        auto t0 = Clock::now();
+        engine.Step().IgnoreError();
+        wall += Seconds(t0, Clock::now());
+        const StepTiming t = exec->last_timing();
+        total += t.coordinator_us / 1e3;
+        worker += t.worker_us / 1e3;
+        coll += t.collective_us / 1e3;
+        ++done;
+      }
+      while (!engine.Idle()) engine.Step().IgnoreError();
+      const double step_ms = 1e3 * wall / done;
+      const double overhead = step_ms - worker / done;
+      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.0f |\n", tp, batch, step_ms,
+                  (worker - coll) / done, coll / done, overhead, 100.0 * overhead / step_ms, rss);
+      std::fflush(stdout);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   FlagSet f("bench");
   f.String("model-dir", "benchmark checkpoint (written if missing)", false, "build/bench-model");
@@ -76,6 +132,8 @@ int Main(int argc, char** argv) {
   f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096);
   f.String("batches", "comma-separated batch sizes", false, "1,8,32");
   f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
+  f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
+  f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -115,9 +173,10 @@ int Main(int argc, char** argv) {
   const int32_t steps = static_cast<int32_t>(f.GetInt("decode-steps"));
   std::string dtypes = f.GetString("dtypes");
   std::vector<Row> rows;
+  if (f.GetString("dtypes").empty()) dtypes.clear();
   std::vector<std::pair<std::string, int64_t>> weight_bytes;
   size_t pos = 0;
-  while (pos <= dtypes.size()) {
+  while (!dtypes.empty() && pos <= dtypes.size()) {
     size_t comma = dtypes.find(',', pos);
     if (comma == std::string::npos) comma = dtypes.size();
     const std::string dtype = dtypes.substr(pos, comma - pos);
@@ -160,6 +219,22 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
+  if (!f.GetString("tp").empty()) {
+    std::vector<int32_t> tps;
+    ParseIdList("tp", f.GetString("tp"), &tps).IgnoreError();
+    std::string exe = f.GetString("shardlm");
+    if (exe.empty()) {
+      std::error_code ec;
+      exe = (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "shardlm").string();
+    }
+    SetMinLogLevel(1);
+    std::vector<int32_t> tp_batches;
+    for (int32_t b : batches) {
+      if (b <= 8) tp_batches.push_back(b);
+    }
+    BenchTensorParallel(dir, exe, tps, tp_batches, steps, "f32");
+  }
+  if (rows.empty()) return 0;
   std::printf(
       "\n| dtype | weights MB | floor ms/step | batch | prefill tok/s | decode tok/s | decode ms/step | step "
       "/ floor |\n");

@@ -1,5 +1,7 @@
 #include "cli/commands.h"
 
+#include <ATen/Parallel.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
@@ -360,8 +362,10 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.String("advertise-host", "host the coordinator uses to reach this worker", false, "127.0.0.1");
   f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
   f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2);
+  f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  if (f.GetInt("threads") > 0) at::set_num_threads(static_cast<int>(f.GetInt("threads")));
   SetMinLogLevel(static_cast<int>(f.GetInt("log-level")));
   WorkerProcessOptions o;
   o.coordinator = f.GetString("coordinator");

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,11 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
     return absl::UnavailableError("cannot listen for workers on " + options.listen);
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   g->endpoint_ = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  if (g->options_.worker_threads <= 0) {
+    // Local workers share this machine's cores.
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    g->options_.worker_threads = std::max(1, cores / options.tp);
+  }
   if (options.spawn_local) g->Spawn(options.tp);
   auto addresses = g->rendezvous_->WaitForWorkers(std::chrono::milliseconds(options.start_timeout_ms));
   if (!addresses.ok()) return addresses.status();

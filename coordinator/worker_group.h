@@ -44,6 +44,7 @@ struct WorkerGroupOptions {
   std::string exe;                     // the shardlm binary, for spawning
   int64_t start_timeout_ms = 120000;
   int worker_log_level = 0;  // 0 INFO, 1 WARNING, 2 ERROR
+  int worker_threads = 0;    // compute threads per local worker; 0: cores / tp
 };
 
 class WorkerGroup {

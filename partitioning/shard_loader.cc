@@ -40,12 +40,11 @@ absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& pl
     at::Tensor full = at::from_blob(base, view->shape, at::TensorOptions().dtype(src_type));
     at::Tensor part = full;
     if (slice.dim >= 0) part = full.narrow(slice.dim, slice.start, slice.length);
-    if (src_type == dtype && part.is_contiguous()) {
-      result = part;  // zero-copy view of the mapping
-    } else {
-      result = part.to(dtype).contiguous();
-      if (result.data_ptr() == part.data_ptr()) result = result.clone();
-    }
+    // Always an owned copy (converted to the compute dtype on the way), so
+    // the mapping can be dropped after loading and the rank's resident
+    // memory is its shard, not every page the slicing touched.
+    result = at::empty(part.sizes(), at::TensorOptions().dtype(dtype));
+    result.copy_(part);
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);

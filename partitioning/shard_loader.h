@@ -1,9 +1,9 @@
 // Reads one rank's shard of a checkpoint tensor into an at::Tensor.
 //
-// Only the shard's bytes are touched: a dim-0 slice is one contiguous range of
-// the memory-mapped file, a dim-1 slice is one range per row. When the
-// checkpoint dtype equals the compute dtype and the slice is contiguous, the
-// tensor is a zero-copy view of the mapping (the Checkpoint must outlive it).
+// Only the shard's bytes are read: a dim-0 slice is one contiguous range of
+// the memory-mapped file, a dim-1 slice is one range per row. The result is
+// an owned tensor in the compute dtype, so the Checkpoint (and its mapping)
+// can be closed once the model is loaded.
 //
 //   SHARDLM_ASSIGN_OR_RETURN(at::Tensor w,
 //       LoadShard(ckpt, plan, "model.layers.0.mlp.up_proj.weight", at::kBFloat16));

@@ -29,6 +29,7 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, w->comm_->rank_info()));
   SHARDLM_ASSIGN_OR_RETURN(w->ckpt_, Checkpoint::Open(options.model_dir));
   SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get()));
+  w->ckpt_.reset();  // weights are owned copies: unmap the checkpoint
   KvPoolShape shape;
   shape.num_layers = cfg.num_layers;
   shape.block_size = options.block_size;

@@ -45,7 +45,7 @@ class RankWorker final : public StepExecutor {
 
  private:
   std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<Checkpoint> ckpt_;  // weights may be zero-copy views into it
+  std::unique_ptr<Checkpoint> ckpt_;  // open while loading only
   std::unique_ptr<LlamaModel> model_;
   KvPool pool_;
 };

@@ -27,7 +27,8 @@ reference's answers (tests/reference/hf_reference.py, float64):
   bf16_tp2: a bf16 checkpoint with --dtype bf16 at --tp 2 vs in-process: equal
       greedy tokens, or, where they first differ, the in-process top-2
       log-prob gap must be < --bf16-tie (0.05): reduction order across ranks
-      may flip a near tie, nothing else may differ.
+      may flip a near tie, nothing else may differ.  Both runs' logprobs are
+      also held to check_engine.py's bf16 tolerances against the reference.
   no_orphans: after everything, no `shardlm worker` process mentions --workdir.
 
 Usage:
@@ -377,6 +378,11 @@ def arch_tp_case(name, tp):
 def tied_case(ctx, chk):
     m = prepare(ctx, chk, "qwen3_tied", *TIED_MODEL[:2], BASE_SIZES + TIED_MODEL[2],
                 varied=False)
+    model = m["model"]
+    if not model.config.get("tie_word_embeddings") or "lm_head.weight" in model.weights:
+        raise Failure("--tie-embeddings checkpoint is not tied (tie_word_embeddings %r, "
+                      "lm_head.weight present: %s)" % (model.config.get("tie_word_embeddings"),
+                                                       "lm_head.weight" in model.weights))
     compare_tp(ctx, chk, m, 4)
 
 
@@ -460,6 +466,18 @@ def bf16_case(ctx, chk):
         dm, at = max_diff(tp["logprobs"][:n_same], ip["logprobs"][:n_same])
         chk.note("bf16 logprobs over the %d equal steps: max|diff| %.3g at step %d"
                  % (n_same, dm, at))
+    # Both runs against the float64 reference on the same bf16 weights, with
+    # check_engine.py's bf16 tolerances (max 0.25, mean 0.06): TP may add
+    # rounding (bf16 partial sums) but must stay in the same error class.
+    model = load_ref(d)
+    P = len(prompt)
+    for label, g, toks in (("in-process", ip, a), ("--tp 2", tp, b)):
+        lp = ref.log_softmax(ref.forward(model, prompt + toks))
+        r = np.array([lp[P + k - 1, t] for k, t in enumerate(toks)])
+        e = np.abs(np.array(g["logprobs"], dtype=np.float64) - r)
+        chk.check(float(e.max()) <= 0.25 and float(e.mean()) <= 0.06,
+                  "bf16 %s logprobs vs float64 reference: max|diff| %.3g (tol 0.25), "
+                  "mean %.3g (tol 0.06)" % (label, float(e.max()), float(e.mean())))
     if a == b:
         chk.check(True, "--tp 2 bf16 greedy token_ids == in-process bf16 (%d tokens)" % len(a))
         return
@@ -474,7 +492,7 @@ def bf16_case(ctx, chk):
                 [(e["id"], round(e["logprob"], 5)) for e in tp_top]))
     alt_ids = [int(e["id"]) for e in top]
     chk.check(gap < ctx.args.bf16_tie and b[i] in alt_ids,
-              "bf16 divergence at step %d is a near tie: in-process top-2 gap %.4g (< %g) and "
+              "bf16 divergence at step %d is a near tie: in-process top-2 gap %.4g (must be < %g) and "
               "tp chose the in-process runner-up" % (i, gap, ctx.args.bf16_tie))
     chk.note("later steps are conditioned on different prefixes and are not compared")
 

@@ -1,0 +1,34 @@
+// NCCL backend, world size 1 (NCCL refuses two ranks on one GPU; the
+// multi-rank logic is covered by the Gloo tests). Skips, saying why, where
+// there is no GPU or libtorch was built without CUDA.
+#include "collectives/nccl_communicator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+namespace shardlm {
+namespace {
+
+TEST(NcclCommunicatorTest, WorldSizeOneCollectivesOnTheGpu) {
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device: the NCCL backend runs only where a GPU is";
+  if (!at::hasCUDA()) GTEST_SKIP() << "this libtorch has no CUDA support (Debian's CPU build)";
+  auto store = std::make_shared<gloo::rendezvous::HashStore>();
+  auto comm = MakeNcclCommunicator({0, 1}, store, NcclOptions{});
+  ASSERT_TRUE(comm.ok()) << comm.status();
+  at::Tensor x = at::arange(12, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA)).reshape({3, 4});
+  auto gathered = (*comm)->AllGather(x, 1);
+  ASSERT_TRUE(gathered.ok()) << gathered.status();
+  EXPECT_TRUE(gathered->equal(x));
+  auto scattered = (*comm)->ReduceScatter(x, 1);
+  ASSERT_TRUE(scattered.ok()) << scattered.status();
+  EXPECT_TRUE(scattered->equal(x));
+  at::Tensor y = x.clone();
+  ASSERT_TRUE((*comm)->AllReduce(y).ok());
+  EXPECT_TRUE(y.equal(x));
+  EXPECT_TRUE((*comm)->Barrier().ok());
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -1,6 +1,8 @@
 #include "coordinator/engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -9,6 +11,7 @@
 namespace shardlm {
 namespace {
 constexpr int64_t kMaxScoredRowsPerStep = 256;
+constexpr int32_t kNextTopRow = -2;  // RowOwner::scored_index of a next-token top-n row
 }  // namespace
 
 const char* FinishReasonName(FinishReason r) {
@@ -29,7 +32,15 @@ Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_block
 
 absl::Status Engine::Validate(const GenerateRequest& r) const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
-  if (r.prompt.empty()) return bad("prompt must hold at least one token");
+  int64_t prefix_len = 0;
+  if (!r.prefix_handle.empty()) {
+    auto it = handles_.find(r.prefix_handle);
+    if (it == handles_.end() || it->second.expiry_ms <= NowMs()) {
+      return absl::NotFoundError("prefix handle '" + r.prefix_handle + "' is unknown, released or expired");
+    }
+    prefix_len = static_cast<int64_t>(it->second.tokens.size());
+  }
+  if (r.prompt.empty() && prefix_len == 0) return bad("prompt must hold at least one token");
   for (size_t i = 0; i < r.prompt.size(); ++i) {
     if (r.prompt[i] < 0 || r.prompt[i] >= cfg_.vocab_size) {
       return bad("prompt token ", i, " has id ", r.prompt[i], ", outside the vocabulary [0, ",
@@ -37,11 +48,12 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
     }
   }
   if (r.max_new_tokens < 0) return bad("max_new_tokens must be >= 0, got ", r.max_new_tokens);
-  const int64_t total = static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  const int64_t total = prefix_len + static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
   if (total > cfg_.max_position_embeddings) {
     return bad("prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
-               " (the context length). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
-               " max_new_tokens");
+               " (the context length). Given: ", prefix_len + static_cast<int64_t>(r.prompt.size()),
+               " prompt tokens", prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "",
+               " and ", r.max_new_tokens, " max_new_tokens");
   }
   const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
   if (total > capacity) {
@@ -80,9 +92,21 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   if (!request.has_seed) request.sampling.seed = seed_rng_();
-  seq->tokens = request.prompt;
+  if (!request.prefix_handle.empty()) {
+    const Handle& handle = handles_.at(request.prefix_handle);
+    seq->tokens = handle.tokens;
+    absl::Status attached = Attach(*seq, handle);
+    if (!attached.ok()) return attached;
+  }
+  seq->prompt_offset = static_cast<int32_t>(seq->tokens.size());
+  seq->result.prefix_tokens = seq->prompt_offset;
+  seq->tokens.insert(seq->tokens.end(), request.prompt.begin(), request.prompt.end());
+  seq->context = seq->tokens;
   seq->result.prompt = request.prompt;
-  if (request.score_prompt) seq->result.prompt_scores.resize(request.prompt.size());
+  if (request.score_prompt) {
+    seq->result.prompt_scores.resize(request.prompt.size());
+    seq->result.prompt_top.resize(request.prompt.size());
+  }
   seq->request = std::move(request);
   const int64_t id = seq->id;
   running_.push_back(std::move(seq));
@@ -114,10 +138,104 @@ bool Engine::Cancel(int64_t id) {
   return false;
 }
 
+int64_t Engine::NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status Engine::Attach(Sequence& seq, const Handle& handle) {
+  // Start at the handle's last computed token, or one before the end when all
+  // were computed (a prefill): the step then yields the next-token logits.
+  const int32_t len = static_cast<int32_t>(handle.tokens.size());
+  const int32_t start = std::min(handle.num_computed, len - 1);
+  const int32_t shared = start / block_size_;
+  for (int32_t i = 0; i < shared; ++i) {
+    allocator_.AddRef(handle.blocks[i]);
+    seq.blocks.push_back(handle.blocks[i]);
+  }
+  if (start % block_size_ != 0) {
+    // Copy-on-write of the partly filled block this sequence writes into next.
+    auto fresh = allocator_.Allocate(1);
+    if (!fresh.ok()) {
+      allocator_.Release(seq.blocks);
+      seq.blocks.clear();
+      return fresh.status();
+    }
+    allocator_.AddRef(handle.blocks[shared]);  // keep the source alive until copied
+    seq.copies.emplace_back(handle.blocks[shared], (*fresh)[0]);
+    seq.blocks.push_back((*fresh)[0]);
+  }
+  seq.num_computed = start;
+  seq.result.cached_tokens = start;
+  return absl::OkStatus();
+}
+
+void Engine::LookupPrefix(Sequence& seq) {
+  // At least the last token must be computed (its logits are needed).
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / block_size_;
+  uint64_t h = 0;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    h = PrefixHash(h, seq.tokens.data() + i * block_size_, block_size_);
+    const int32_t block = allocator_.Lookup(h);
+    if (block < 0) break;
+    seq.blocks.push_back(block);
+    seq.hashes.push_back(h);
+  }
+  seq.num_computed = static_cast<int32_t>(seq.blocks.size()) * block_size_;
+  seq.result.cached_tokens = std::max(seq.result.cached_tokens, seq.num_computed - seq.prompt_offset);
+}
+
+void Engine::PublishBlocks(Sequence& seq) {
+  const int32_t full =
+      std::min<int32_t>(seq.num_computed / block_size_, static_cast<int32_t>(seq.blocks.size()));
+  for (int32_t i = static_cast<int32_t>(seq.hashes.size()); i < full; ++i) {
+    const uint64_t parent = i == 0 ? 0 : seq.hashes[i - 1];
+    seq.hashes.push_back(PrefixHash(parent, seq.tokens.data() + i * block_size_, block_size_));
+    allocator_.Publish(seq.blocks[i], seq.hashes.back());
+  }
+}
+
+void Engine::ExpireHandles() {
+  const int64_t now = NowMs();
+  for (auto it = handles_.begin(); it != handles_.end();) {
+    if (it->second.expiry_ms > now) {
+      ++it;
+      continue;
+    }
+    allocator_.Release(it->second.blocks);
+    it = handles_.erase(it);
+  }
+}
+
+absl::Status Engine::ReleaseHandle(const std::string& handle) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end())
+    return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
+  allocator_.Release(it->second.blocks);
+  handles_.erase(it);
+  return absl::OkStatus();
+}
+
+Engine::Stats Engine::stats() const {
+  Stats s;
+  s.num_blocks = allocator_.num_blocks();
+  s.free_blocks = allocator_.num_available();
+  s.cached_blocks = allocator_.num_cached();
+  s.referenced_blocks = allocator_.num_referenced();
+  s.running = static_cast<int32_t>(running_.size());
+  s.handles = static_cast<int32_t>(handles_.size());
+  s.prefix_cache_hits = allocator_.cache_hits();
+  return s;
+}
+
 void Engine::Preempt(Sequence& seq) {
   ++preemptions_;
   allocator_.Release(seq.blocks);
   seq.blocks.clear();
+  seq.hashes.clear();
+  for (const auto& [src, dst] : seq.copies) allocator_.Release(src);
+  seq.copies.clear();
   seq.num_computed = 0;  // recomputed from its tokens when it runs again
 }
 
@@ -144,7 +262,23 @@ bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Seque
 }
 
 void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
-  allocator_.Release(seq.blocks);
+  for (const auto& [src, dst] : seq.copies) allocator_.Release(src);
+  seq.copies.clear();
+  if (status.ok() && seq.request.keep_handle) {
+    Handle h;
+    h.tokens = seq.tokens;
+    h.num_computed = seq.num_computed;
+    h.blocks = std::move(seq.blocks);
+    h.expiry_ms = NowMs() + options_.handle_ttl_ms;
+    char id[33];
+    std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(seed_rng_()),
+                  static_cast<unsigned long long>(seed_rng_()));
+    seq.result.handle = id;
+    seq.result.handle_expiry_ms = h.expiry_ms;
+    handles_[id] = std::move(h);
+  } else {
+    allocator_.Release(seq.blocks);
+  }
   seq.blocks.clear();
   seq.result.finish_reason = reason;
   seq.result.status = std::move(status);
@@ -159,6 +293,7 @@ bool Engine::IsStop(const Sequence& seq, int32_t token) const {
 }
 
 absl::Status Engine::Step() {
+  ExpireHandles();
   StepInput step;
   std::vector<Sequence*> in_step;
   // For each row: the sequence it belongs to and, for scoring rows, the prompt index scored.
@@ -176,6 +311,11 @@ absl::Status Engine::Step() {
     return s->num_computed + 1 == static_cast<int32_t>(s->tokens.size());
   });
   for (Sequence* seq : order) {
+    // Scoring needs logits at every prompt position, so it computes them all.
+    if (options_.prefix_caching && !seq->request.score_prompt && seq->num_computed == 0 &&
+        seq->blocks.empty()) {
+      LookupPrefix(*seq);
+    }
     const int32_t need = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
     // Scoring rows carry a full-vocabulary distribution each: keep chunks small.
     const int64_t limit =
@@ -192,30 +332,42 @@ absl::Status Engine::Step() {
       step.token_ids.push_back(seq->tokens[pos]);
       step.positions.push_back(pos);
       step.seq_of_token.push_back(seq_index);
-      const int32_t prompt_len = static_cast<int32_t>(seq->request.prompt.size());
-      if (seq->request.score_prompt && pos + 1 < prompt_len && !seq->result.prompt_scores[pos + 1]) {
+      // Score the next token when it is a prompt token (given everything before it).
+      const int32_t scored = pos + 1 - seq->prompt_offset;
+      if (seq->request.score_prompt && scored >= 0 &&
+          scored < static_cast<int32_t>(seq->request.prompt.size()) && !seq->result.prompt_scores[scored]) {
         SampleRow row;
         row.row = first_row + i;
         row.seq = seq_index;
         row.target = seq->tokens[pos + 1];
+        row.params = &seq->request.sampling;  // top-n alternatives at this position
         step.rows.push_back(row);
-        owners.push_back({seq, pos + 1});
+        owners.push_back({seq, scored});
       }
     }
     const bool reaches_end = seq->num_computed + take == static_cast<int32_t>(seq->tokens.size());
+    if (reaches_end && seq->request.max_new_tokens == 0 && seq->request.next_top) {
+      SampleRow row;
+      row.row = first_row + take - 1;
+      row.seq = seq_index;
+      row.params = &seq->request.sampling;
+      step.rows.push_back(row);
+      owners.push_back({seq, kNextTopRow});
+    }
     if (reaches_end && seq->request.max_new_tokens > 0) {
       SampleRow row;
       row.row = first_row + take - 1;
       row.seq = seq_index;
       row.sample = true;
       row.params = &seq->request.sampling;
-      row.prompt = &seq->request.prompt;
+      row.prompt = &seq->context;
       row.generated = &seq->result.tokens;
       row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size());
       step.rows.push_back(row);
       owners.push_back({seq, -1});
     }
     step.block_tables.push_back(seq->blocks);
+    step.block_copies.insert(step.block_copies.end(), seq->copies.begin(), seq->copies.end());
   }
   // Sequences done before this step (only prompt scoring, nothing to generate).
   if (step.token_ids.empty()) {
@@ -244,20 +396,28 @@ absl::Status Engine::Step() {
     Sequence* seq = in_step[k];
     seq->num_computed +=
         static_cast<int32_t>(std::count(step.seq_of_token.begin(), step.seq_of_token.end(), k));
+    for (const auto& [src, dst] : seq->copies) allocator_.Release(src);  // copied now
+    seq->copies.clear();
+    if (options_.prefix_caching) PublishBlocks(*seq);
   }
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence* seq = owners[i].seq;
     const RowResult& r = (*results)[i];
+    std::vector<TopLogprob> top;
+    for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
+    if (owners[i].scored_index == kNextTopRow) {
+      seq->result.next_top = std::move(top);
+      continue;
+    }
     if (owners[i].scored_index >= 0) {
       seq->result.prompt_scores[owners[i].scored_index] = r.target_logprob;
+      seq->result.prompt_top[owners[i].scored_index] = std::move(top);
       continue;
     }
     seq->tokens.push_back(r.token);
     seq->result.tokens.push_back(r.token);
     seq->result.logprobs.push_back(r.logprob);
-    std::vector<TopLogprob> top;
-    for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
     if (seq->request.on_token) seq->request.on_token(r.token, r.logprob, top);
     seq->result.top_logprobs.push_back(std::move(top));
     if (IsStop(*seq, r.token)) {

@@ -21,6 +21,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,13 +40,18 @@ struct TopLogprob {
 };
 
 struct GenerateRequest {
-  std::vector<int32_t> prompt;
+  // KV handle of an earlier result whose tokens come before `prompt` (empty:
+  // none). Its blocks are shared, the partly filled last one copied.
+  std::string prefix_handle;
+  std::vector<int32_t> prompt;  // may be empty when a prefix handle is given
   SamplingParams sampling;
   bool has_seed = false;  // otherwise a random seed is drawn
   int32_t max_new_tokens = 16;
   std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
   bool ignore_eos = false;
-  bool score_prompt = false;  // fill GenerateResult::prompt_scores
+  bool score_prompt = false;  // fill GenerateResult::prompt_scores (and prompt_top)
+  bool next_top = false;      // fill GenerateResult::next_top after the prompt
+  bool keep_handle = false;   // keep the KV as a handle (GenerateResult::handle)
   // Called for each generated token as soon as it is sampled, with its
   // top-n alternatives when asked for.
   std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
@@ -56,7 +62,13 @@ struct GenerateResult {
   std::vector<int32_t> tokens;
   std::vector<float> logprobs;
   std::vector<std::vector<TopLogprob>> top_logprobs;  // per generated token
-  std::vector<std::optional<float>> prompt_scores;    // [0] is always empty
+  std::vector<std::optional<float>> prompt_scores;    // per prompt token; empty for the very first token
+  std::vector<std::vector<TopLogprob>> prompt_top;    // per prompt token: top-n at its position
+  std::vector<TopLogprob> next_top;                   // top-n of the next token after the prompt
+  int32_t prefix_tokens = 0;                          // tokens that came from the prefix handle
+  int32_t cached_tokens = 0;     // prompt tokens whose KV was reused (handle or prefix cache)
+  std::string handle;            // when keep_handle: the KV handle of prefix + prompt + tokens
+  int64_t handle_expiry_ms = 0;  // unix time in ms
   FinishReason finish_reason = FinishReason::kNone;
   absl::Status status;
 };
@@ -65,6 +77,18 @@ class Engine {
  public:
   struct Options {
     int64_t max_batch_tokens = 2048;  // tokens per step (prompt chunks + decodes)
+    int64_t handle_ttl_ms = 600000;   // a handle not released expires after this
+    bool prefix_caching = true;       // reuse full blocks of identical token prefixes
+  };
+
+  struct Stats {
+    int32_t num_blocks = 0;
+    int32_t free_blocks = 0;        // free or evictable cache
+    int32_t cached_blocks = 0;      // evictable prefix cache
+    int32_t referenced_blocks = 0;  // held by sequences or handles
+    int32_t running = 0;
+    int32_t handles = 0;
+    int64_t prefix_cache_hits = 0;  // blocks reused by lookup
   };
 
   Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
@@ -88,6 +112,9 @@ class Engine {
   // Convenience: submit one request and step until it finishes.
   absl::StatusOr<GenerateResult> Run(GenerateRequest request);
 
+  // Releases a handle's blocks. NotFound if unknown, released or expired.
+  absl::Status ReleaseHandle(const std::string& handle);
+  Stats stats() const;
   int32_t num_free_blocks() const { return allocator_.num_free(); }
   int32_t num_blocks() const { return allocator_.num_blocks(); }
   const ModelConfig& config() const { return cfg_; }
@@ -98,16 +125,34 @@ class Engine {
   struct Sequence {
     int64_t id = 0;
     GenerateRequest request;
-    std::vector<int32_t> tokens;  // prompt then generated
-    int32_t num_computed = 0;     // tokens whose K/V are in the cache
+    std::vector<int32_t> tokens;   // prefix handle's tokens, prompt, then generated
+    std::vector<int32_t> context;  // prefix + prompt: what penalties look back on
+    int32_t prompt_offset = 0;     // index of the first prompt token in `tokens`
+    int32_t num_computed = 0;      // tokens whose K/V are in the cache
     std::vector<int32_t> blocks;
+    std::vector<uint64_t> hashes;                     // prefix hash through each published full block
+    std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write (src, dst) before the next step
     GenerateResult result;
+  };
+  struct Handle {
+    std::vector<int32_t> tokens;
+    int32_t num_computed = 0;
+    std::vector<int32_t> blocks;
+    int64_t expiry_ms = 0;
   };
 
   // Grows `seq`'s block table to hold `tokens` tokens, preempting newer
   // sequences not in this step when needed. False if that cannot make room.
   bool EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Sequence*>& in_step);
   void Preempt(Sequence& seq);
+  // Shares the handle's blocks with `seq` (copying the partly filled last one).
+  absl::Status Attach(Sequence& seq, const Handle& handle);
+  // Takes cached full blocks for `seq`'s leading tokens (automatic prefix caching).
+  void LookupPrefix(Sequence& seq);
+  // Publishes `seq`'s newly completed full blocks to the prefix cache.
+  void PublishBlocks(Sequence& seq);
+  void ExpireHandles();
+  static int64_t NowMs();
   void Finish(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
   bool IsStop(const Sequence& seq, int32_t token) const;
 
@@ -118,6 +163,7 @@ class Engine {
   BlockAllocator allocator_;
   std::deque<std::unique_ptr<Sequence>> running_;  // arrival order
   std::map<int64_t, GenerateResult> done_;
+  std::map<std::string, Handle> handles_;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int64_t preemptions_ = 0;

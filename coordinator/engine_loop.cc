@@ -24,9 +24,7 @@ EngineLoop::~EngineLoop() {
 }
 
 absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_done) {
-  absl::Status st = engine_->Validate(request);
-  if (!st.ok()) return st;
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(mu_);  // validation reads the handle table
   if (stop_) return absl::UnavailableError("server shutting down");
   auto id = engine_->Submit(std::move(request));
   if (!id.ok()) return id.status();
@@ -38,6 +36,16 @@ absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_do
 void EngineLoop::Cancel(int64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (engine_->Cancel(id)) Deliver();
+}
+
+absl::Status EngineLoop::ReleaseHandle(const std::string& handle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_->ReleaseHandle(handle);
+}
+
+Engine::Stats EngineLoop::stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_->stats();
 }
 
 int32_t EngineLoop::num_free_blocks() {

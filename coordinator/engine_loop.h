@@ -1,6 +1,6 @@
 // Runs an Engine on its own thread so that many RPC handlers can share it.
 //
-// Handlers submit requests (validated at once, in the caller's thread) and get
+// Handlers submit requests (validated at once, before queueing) and get
 // their tokens through the request's on_token and the result through on_done,
 // both called on the loop thread: keep them short (push into a queue). A
 // client that goes away cancels its request, which frees its blocks at once.
@@ -30,6 +30,8 @@ class EngineLoop {
 
   absl::StatusOr<int64_t> Submit(GenerateRequest request, DoneFn on_done);
   void Cancel(int64_t id);
+  absl::Status ReleaseHandle(const std::string& handle);
+  Engine::Stats stats();
   const ModelConfig& config() const { return engine_->config(); }
   int32_t num_blocks() const { return engine_->num_blocks(); }
   // Free KV blocks right now (for stats and the idle invariant).

@@ -5,15 +5,26 @@
 
 namespace shardlm {
 
-BlockAllocator::BlockAllocator(int32_t num_blocks) : ref_counts_(num_blocks, 0) {
+BlockAllocator::BlockAllocator(int32_t num_blocks)
+    : ref_counts_(num_blocks, 0),
+      hash_of_(num_blocks, 0),
+      published_(num_blocks, false),
+      lru_pos_(num_blocks) {
   free_.reserve(num_blocks);
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
 }
 
 absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int32_t n) {
-  if (n < 0 || n > num_free()) {
+  if (n < 0 || n > num_available()) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("KV cache: ", n, " blocks requested, ", num_free(), " of ", num_blocks(), " free"));
+        absl::StrCat("KV cache: ", n, " blocks requested, ", num_available(), " of ", num_blocks(), " free"));
+  }
+  // Evict the least recently used cached blocks only as far as needed.
+  while (static_cast<int32_t>(free_.size()) < n) {
+    const int32_t victim = lru_.front();
+    lru_.pop_front();
+    Unpublish(victim);
+    free_.push_back(victim);
   }
   std::vector<int32_t> ids(free_.end() - n, free_.end());
   free_.resize(free_.size() - n);
@@ -28,11 +39,53 @@ void BlockAllocator::AddRef(int32_t block) {
 
 void BlockAllocator::Release(int32_t block) {
   CHECK_GT(ref_counts_.at(block), 0) << "double release of block " << block;
-  if (--ref_counts_[block] == 0) free_.push_back(block);
+  if (--ref_counts_[block] > 0) return;
+  if (published_[block]) {
+    lru_pos_[block] = lru_.insert(lru_.end(), block);  // most recently used last
+  } else {
+    free_.push_back(block);
+  }
 }
 
 void BlockAllocator::Release(const std::vector<int32_t>& blocks) {
   for (int32_t b : blocks) Release(b);
+}
+
+void BlockAllocator::Publish(int32_t block, uint64_t prefix_hash) {
+  CHECK_GT(ref_counts_.at(block), 0) << "publishing free block " << block;
+  if (published_[block] || by_hash_.count(prefix_hash)) return;
+  by_hash_[prefix_hash] = block;
+  hash_of_[block] = prefix_hash;
+  published_[block] = true;
+}
+
+int32_t BlockAllocator::Lookup(uint64_t prefix_hash) {
+  auto it = by_hash_.find(prefix_hash);
+  if (it == by_hash_.end()) return -1;
+  const int32_t block = it->second;
+  if (ref_counts_[block] == 0) lru_.erase(lru_pos_[block]);
+  ++ref_counts_[block];
+  ++cache_hits_;
+  return block;
+}
+
+void BlockAllocator::Unpublish(int32_t block) {
+  by_hash_.erase(hash_of_[block]);
+  published_[block] = false;
+}
+
+uint64_t PrefixHash(uint64_t parent, const int32_t* tokens, int32_t count) {
+  // splitmix64-style mixing of the parent and each token: cheap and well
+  // spread; a 64-bit collision among cached blocks is vanishingly unlikely.
+  uint64_t h = parent ^ 0x9E3779B97F4A7C15ull;
+  for (int32_t i = 0; i < count; ++i) {
+    h ^=
+        static_cast<uint64_t>(static_cast<uint32_t>(tokens[i])) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ull;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBull;
+    h ^= h >> 31;
+  }
+  return h;
 }
 
 }  // namespace shardlm

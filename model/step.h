@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -49,6 +50,9 @@ struct StepInput {
   std::vector<int32_t> positions;                  // int32[tokens]
   std::vector<int32_t> seq_of_token;               // int32[tokens], index into block_tables
   std::vector<std::vector<int32_t>> block_tables;  // per sequence
+  // KV blocks copied (src -> dst, every layer) before the forward pass:
+  // copy-on-write of a shared, partly filled block.
+  std::vector<std::pair<int32_t, int32_t>> block_copies;
   std::vector<SampleRow> rows;
 };
 

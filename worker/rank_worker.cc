@@ -41,6 +41,11 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
 }
 
 absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
+  for (const auto& [src, dst] : step.block_copies) {
+    // K, V: [layers, blocks, ...]; copy one block across all layers.
+    pool_.k().select(1, dst).copy_(pool_.k().select(1, src));
+    pool_.v().select(1, dst).copy_(pool_.v().select(1, src));
+  }
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
   if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples
   std::vector<RowResult> results(step.rows.size());

@@ -48,6 +48,11 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id) {
   for (const auto& table : step.block_tables) {
     req.add_sequences()->mutable_block_table()->Add(table.begin(), table.end());
   }
+  for (const auto& [src, dst] : step.block_copies) {
+    wpb::BlockCopy* c = req.add_block_copies();
+    c->set_src(src);
+    c->set_dst(dst);
+  }
   for (const SampleRow& r : step.rows) {
     wpb::SampleRow* row = req.add_rows();
     row->set_row(r.row);
@@ -112,6 +117,13 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     if (pos / lim.block_size >= static_cast<int64_t>(s.block_tables[seq].size())) {
       return Bad(absl::StrCat("token ", t, " position ", pos, " is past sequence ", seq, "'s block table"));
     }
+  }
+  for (const wpb::BlockCopy& c : req.block_copies()) {
+    if (c.src() < 0 || c.src() >= lim.num_blocks || c.dst() < 0 || c.dst() >= lim.num_blocks) {
+      return Bad(absl::StrCat("block copy ", c.src(), " -> ", c.dst(), " outside the pool [0, ",
+                              lim.num_blocks, ")"));
+    }
+    s.block_copies.emplace_back(c.src(), c.dst());
   }
   s.token_ids.assign(req.token_ids().begin(), req.token_ids().end());
   s.positions.assign(req.positions().begin(), req.positions().end());

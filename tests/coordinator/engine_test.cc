@@ -6,7 +6,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <filesystem>
+#include <thread>
 
 #include "model/tiny_model.h"
 #include "tests/testing/status_matchers.h"
@@ -193,6 +195,124 @@ TEST_F(EngineTest, ExecutorFailureFailsWorkInFlightAndFreesBlocks) {
   EXPECT_THAT(r, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("stopped answering")));
   EXPECT_TRUE(e.Idle());
   EXPECT_EQ(e.num_free_blocks(), e.num_blocks());
+}
+
+}  // namespace
+}  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+class EnginePrefixTest : public EngineTest {};
+
+TEST_F(EnginePrefixTest, PrefixCacheHitGivesTheSameOutput) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  auto cold = e->Run(Greedy(Prompt(50, 4), 8));  // 3 full blocks + 2 tokens
+  ASSERT_THAT(cold, IsOk());
+  EXPECT_EQ(cold->cached_tokens, 0);
+  EXPECT_EQ(e->stats().cached_blocks, 3) << "the prompt's full blocks stay cached";
+  auto warm = e->Run(Greedy(Prompt(50, 4), 8));
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_EQ(warm->cached_tokens, 48) << "three full blocks reused";
+  EXPECT_EQ(warm->tokens, cold->tokens);
+  for (size_t i = 0; i < cold->logprobs.size(); ++i) EXPECT_NEAR(warm->logprobs[i], cold->logprobs[i], 1e-5);
+  EXPECT_GT(e->stats().prefix_cache_hits, 0);
+  EXPECT_EQ(e->stats().referenced_blocks, 0) << "cached blocks are evictable, not held";
+}
+
+TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
+  auto w = Worker(64);
+  Engine::Options o;
+  o.prefix_caching = false;  // only the handle may supply KV here
+  Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()), 16, o);
+  const std::vector<int32_t> prefix = Prompt(21, 5), suffix = Prompt(7, 6);  // 21: a partial block
+  // Prefill the prefix and keep its KV.
+  GenerateRequest pre;
+  pre.prompt = prefix;
+  pre.max_new_tokens = 0;
+  pre.score_prompt = true;
+  pre.next_top = true;
+  pre.sampling.num_top_logprobs = 3;
+  pre.keep_handle = true;
+  auto pr = e.Run(pre);
+  ASSERT_THAT(pr, IsOk());
+  ASSERT_FALSE(pr->handle.empty());
+  ASSERT_EQ(pr->next_top.size(), 3u);
+  // Continue from the handle twice: score the suffix, then generate.
+  GenerateRequest cont = Greedy(suffix, 6);
+  cont.prefix_handle = pr->handle;
+  cont.score_prompt = true;
+  auto warm = e.Run(cont);
+  ASSERT_THAT(warm, IsOk());
+  EXPECT_EQ(warm->prefix_tokens, 21);
+  EXPECT_EQ(warm->cached_tokens, 20) << "all but the last prefix token, which is recomputed";
+  // Cold: the whole text at once.
+  std::vector<int32_t> whole = prefix;
+  whole.insert(whole.end(), suffix.begin(), suffix.end());
+  GenerateRequest cold_req = Greedy(whole, 6);
+  cold_req.score_prompt = true;
+  auto cold = e.Run(cold_req);
+  ASSERT_THAT(cold, IsOk());
+  EXPECT_EQ(warm->tokens, cold->tokens);
+  for (size_t i = 0; i < suffix.size(); ++i) {
+    ASSERT_TRUE(warm->prompt_scores[i].has_value()) << i;
+    EXPECT_NEAR(*warm->prompt_scores[i], *cold->prompt_scores[prefix.size() + i], 1e-4) << i;
+  }
+  // The handle's next-token top-1 is the cold run's score distribution at that point.
+  EXPECT_EQ(pr->next_top[0].id, cold->prompt_top[prefix.size()].empty()
+                                    ? pr->next_top[0].id
+                                    : cold->prompt_top[prefix.size()][0].id);
+  // Releasing the handle frees everything; a released handle is NotFound.
+  ASSERT_THAT(e.ReleaseHandle(pr->handle), IsOk());
+  EXPECT_THAT(e.ReleaseHandle(pr->handle), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));
+  GenerateRequest again = Greedy(suffix, 1);
+  again.prefix_handle = pr->handle;
+  EXPECT_THAT(e.Submit(again), StatusIs(absl::StatusCode::kNotFound, HasSubstr("prefix handle")));
+  EXPECT_EQ(e.stats().referenced_blocks, 0);
+  EXPECT_EQ(e.num_free_blocks(), e.num_blocks());
+}
+
+TEST_F(EnginePrefixTest, ManySamplesShareOnePrefixAndHandlesExpire) {
+  auto w = Worker(64);
+  Engine::Options o;
+  o.handle_ttl_ms = 200;
+  Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()), 16, o);
+  GenerateRequest pre;
+  pre.prompt = Prompt(37, 8);
+  pre.max_new_tokens = 0;
+  pre.keep_handle = true;
+  auto pr = e.Run(pre);
+  ASSERT_THAT(pr, IsOk());
+  const int32_t held = e.stats().referenced_blocks;
+  EXPECT_EQ(held, 3);
+  // Four samples at once from the same handle: full blocks shared, the tail copied.
+  std::vector<int64_t> ids;
+  for (int s = 0; s < 4; ++s) {
+    GenerateRequest g = Greedy({}, 5);
+    g.prefix_handle = pr->handle;
+    g.sampling.temperature = 0.7f;
+    g.has_seed = true;
+    g.sampling.seed = s;
+    auto id = e.Submit(g);
+    ASSERT_THAT(id, IsOk());
+    ids.push_back(*id);
+  }
+  ASSERT_THAT(e.Step(), IsOk());
+  EXPECT_LE(e.stats().referenced_blocks, held + 4) << "each sample owns one copied block, not a whole prefix";
+  while (!e.Idle()) ASSERT_THAT(e.Step(), IsOk());
+  for (int64_t id : ids) {
+    auto r = e.TakeResult(id);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->tokens.size(), 5u);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  GenerateRequest later = Greedy({1}, 1);
+  later.prefix_handle = pr->handle;
+  EXPECT_THAT(e.Submit(later), StatusIs(absl::StatusCode::kNotFound, HasSubstr("expired")));
+  ASSERT_THAT(e.Run(Greedy({1, 2}, 1)), IsOk());  // a step sweeps expired handles
+  EXPECT_EQ(e.stats().handles, 0);
+  EXPECT_EQ(e.stats().referenced_blocks, 0);
 }
 
 }  // namespace

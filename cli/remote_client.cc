@@ -72,8 +72,10 @@ absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
       text += msg.text();
       on_text(msg.text());
     }
-    if (msg.finish_reason() == "length") result.finish_reason = FinishReason::kLength;
-    if (msg.finish_reason() == "stop") result.finish_reason = FinishReason::kStop;
+    for (const auto& r : msg.results()) {
+      if (r.finish_reason() == "length") result.finish_reason = FinishReason::kLength;
+      if (r.finish_reason() == "stop") result.finish_reason = FinishReason::kStop;
+    }
   }
   absl::Status st = Rpc(reader->Finish(), server);
   if (!st.ok()) return st;

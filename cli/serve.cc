@@ -13,6 +13,7 @@
 #include "cli/flags.h"
 #include "common/logging.h"
 #include "coordinator/engine_loop.h"
+#include "coordinator/health_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/worker_group.h"
 #include "model/model_config.h"
@@ -32,6 +33,8 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
+  f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
+  f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   auto fail = [](const absl::Status& st) {
@@ -64,17 +67,21 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   RemoteExecutor* exec = (*group)->executor();
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
+  eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
+  eo.prefix_caching = !f.GetBool("no-prefix-caching");
   EngineLoop loop(std::make_unique<Engine>(exec, *cfg, exec->num_blocks(), exec->block_size(), eo));
   InferenceService service(
       &loop, tokenizer.get(),
       ServedModel{go.dtype == "auto" ? (cfg->torch_dtype == "float32" ? "f32" : "bf16") : go.dtype, go.tp,
                   go.block_size});
+  HealthService health([exec] { return exec->healthy(); });
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = absl::StrCat(f.GetString("host"), ":", f.GetInt("port"));
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return fail(absl::UnavailableError("cannot listen on " + address));
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d\n", dir.c_str(),

@@ -38,6 +38,11 @@ void EngineLoop::Cancel(int64_t id) {
   if (engine_->Cancel(id)) Deliver();
 }
 
+absl::Status EngineLoop::Validate(const GenerateRequest& request) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_->Validate(request);
+}
+
 absl::Status EngineLoop::ReleaseHandle(const std::string& handle) {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_->ReleaseHandle(handle);

@@ -29,6 +29,8 @@ class EngineLoop {
   ~EngineLoop();
 
   absl::StatusOr<int64_t> Submit(GenerateRequest request, DoneFn on_done);
+  // Submit's checks without submitting.
+  absl::Status Validate(const GenerateRequest& request);
   void Cancel(int64_t id);
   absl::Status ReleaseHandle(const std::string& handle);
   Engine::Stats stats();

@@ -2,181 +2,197 @@
 
 #include <cmath>
 #include <condition_variable>
-#include <deque>
 #include <limits>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "tokenizer/incremental_detokenizer.h"
 
 namespace shardlm {
 namespace {
 
 namespace pb = ::shardlm::v1;
 
-// What the engine thread hands to a streaming handler.
-struct Channel {
-  std::mutex mu;
-  std::condition_variable cv;
-  struct Token {
-    int32_t id;
-    float logprob;
-    std::vector<TopLogprob> top;
-  };
-  std::deque<Token> tokens;
-  std::optional<GenerateResult> done;
-};
-
-absl::Status ToSampling(const pb::SamplingParams& in, SamplingParams* out, bool* has_seed) {
-  out->temperature = in.has_temperature() ? in.temperature() : 1.0f;
-  out->top_k = in.top_k();
-  out->top_p = in.has_top_p() ? in.top_p() : 1.0f;
-  out->min_p = in.min_p();
-  out->repetition_penalty = in.has_repetition_penalty() ? in.repetition_penalty() : 1.0f;
-  out->presence_penalty = in.presence_penalty();
-  out->frequency_penalty = in.frequency_penalty();
-  *has_seed = in.has_seed();
-  out->seed = in.seed();
-  return absl::OkStatus();
-}
-
-// Field names as the client wrote them, for error messages.
-absl::Status Prefixed(const absl::Status& st, const char* prefix) {
-  if (st.ok()) return st;
-  return absl::Status(st.code(), absl::StrCat(prefix, st.message()));
+void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
+  for (const TopLogprob& t : top) {
+    auto* a = out->add_alternatives();
+    a->set_id(t.id);
+    a->set_logprob(t.logprob);
+  }
 }
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt) const {
+void FillChunkResult(const GenerateResult& r, bool generated, pb::ChunkResult* out) {
+  out->set_handle(r.handle);
+  out->set_expires_at_unix_ms(r.handle_expiry_ms);
+  out->set_prefix_tokens(r.prefix_tokens + (generated ? static_cast<int32_t>(r.prompt.size()) : 0));
+  if (generated) {
+    out->mutable_token_ids()->Add(r.tokens.begin(), r.tokens.end());
+    out->mutable_scores()->Add(r.logprobs.begin(), r.logprobs.end());
+    for (const auto& top : r.top_logprobs) FillTop(top, out->add_top());
+    return;
+  }
+  out->mutable_token_ids()->Add(r.prompt.begin(), r.prompt.end());
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    const auto& s = i < r.prompt_scores.size() ? r.prompt_scores[i] : std::nullopt;
+    out->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());
+    FillTop(i < r.prompt_top.size() ? r.prompt_top[i] : std::vector<TopLogprob>{}, out->add_top());
+  }
+  FillTop(r.next_top, out->mutable_next_token_top());
+}
+
+absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt, bool starts_sequence,
+                                                                 const std::string& field) const {
   switch (prompt.kind_case()) {
     case pb::Prompt::kTokenIds:
       return std::vector<int32_t>(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
-    case pb::Prompt::kText:
+    case pb::Prompt::kText: {
       if (tokenizer_ == nullptr) {
-        return absl::InvalidArgumentError(
-            "prompt.text needs a tokenizer.json in the model; send prompt.token_ids");
+        return absl::InvalidArgumentError(field + ".text needs a tokenizer.json in the model; send " + field +
+                                          ".token_ids");
       }
-      {
-        auto ids = tokenizer_->Encode(prompt.text(), /*add_special_tokens=*/true);
-        if (!ids.ok()) return Prefixed(ids.status(), "prompt.text: ");
-        return ids;
-      }
+      auto ids = tokenizer_->Encode(prompt.text(), /*add_special_tokens=*/starts_sequence);
+      if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", ids.status().message()));
+      return ids;
+    }
     case pb::Prompt::KIND_NOT_SET:
       break;
   }
-  return absl::InvalidArgumentError("prompt must set text or token_ids");
+  return std::vector<int32_t>();
 }
 
-grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
-                                        grpc::ServerWriter<pb::GenerateResponse>* writer) {
-  auto prompt = PromptIds(req->prompt());
-  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
-  GenerateRequest r;
-  r.prompt = std::move(*prompt);
-  ToSampling(req->sampling(), &r.sampling, &r.has_seed).IgnoreError();
-  r.sampling.num_top_logprobs = req->top_logprobs();
-  r.max_new_tokens = req->max_new_tokens();
-  r.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
-  r.ignore_eos = req->ignore_eos();
-  const std::vector<int32_t> prompt_ids = r.prompt;
-  auto channel = std::make_shared<Channel>();
-  r.on_token = [channel](int32_t token, float logprob, const std::vector<TopLogprob>& top) {
-    std::lock_guard<std::mutex> lock(channel->mu);
-    channel->tokens.push_back({token, logprob, top});
-    channel->cv.notify_all();
+absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector<GenerateRequest> requests) {
+  struct Waiter {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::vector<std::optional<GenerateResult>> results;
+    size_t done = 0;
   };
-  auto id = loop_->Submit(std::move(r), [channel](GenerateResult result) {
-    std::lock_guard<std::mutex> lock(channel->mu);
-    channel->done = std::move(result);
-    channel->cv.notify_all();
-  });
-  if (!id.ok()) return ToGrpcStatus(id.status());
-
-  std::unique_ptr<IncrementalDetokenizer> detok;
-  if (tokenizer_ != nullptr) detok = std::make_unique<IncrementalDetokenizer>(*tokenizer_, true);
-  bool first = true;
-  while (true) {
-    std::deque<Channel::Token> batch;
-    std::optional<GenerateResult> done;
-    {
-      std::unique_lock<std::mutex> lock(channel->mu);
-      channel->cv.wait_for(lock, std::chrono::milliseconds(100),
-                           [&] { return !channel->tokens.empty() || channel->done.has_value(); });
-      batch.swap(channel->tokens);
-      if (channel->done) done = std::move(channel->done);
+  auto w = std::make_shared<Waiter>();
+  w->results.resize(requests.size());
+  absl::Status failure;
+  size_t submitted = 0;
+  for (size_t i = 0; i < requests.size() && failure.ok(); ++i) {
+    auto id = loop_->Submit(std::move(requests[i]), [w, i](GenerateResult r) {
+      std::lock_guard<std::mutex> lock(w->mu);
+      w->results[i] = std::move(r);
+      ++w->done;
+      w->cv.notify_all();
+    });
+    if (!id.ok()) {
+      failure = absl::Status(id.status().code(), absl::StrCat(requests.size() > 1 ? absl::StrCat("chunks[", i, "]: ") : "",
+                                                              id.status().message()));
+      break;
     }
-    if (ctx->IsCancelled()) {
-      loop_->Cancel(*id);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
-    }
-    if (batch.empty() && !done) continue;
-    if (done && !done->status.ok()) return ToGrpcStatus(done->status);
-    pb::GenerateResponse msg;
-    if (first) msg.mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
-    for (const Channel::Token& t : batch) {
-      msg.add_token_ids(t.id);
-      msg.add_logprobs(t.logprob);
-      if (detok) msg.mutable_text()->append(detok->Append(t.id));
-      if (req->top_logprobs() > 0) {
-        auto* alts = msg.add_top_logprobs();
-        for (const TopLogprob& alt : t.top) {
-          auto* a = alts->add_alternatives();
-          a->set_id(alt.id);
-          a->set_logprob(alt.logprob);
-        }
-      }
-    }
-    if (done) {
-      if (detok) msg.mutable_text()->append(detok->Finish());
-      msg.set_finish_reason(FinishReasonName(done->finish_reason));
-    }
-    first = false;
-    if (!writer->Write(msg)) {
-      loop_->Cancel(*id);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-    }
-    if (done) return grpc::Status::OK;
+    ++submitted;
   }
+  std::unique_lock<std::mutex> lock(w->mu);
+  w->cv.wait(lock, [&] { return w->done == submitted; });
+  std::vector<GenerateResult> out;
+  for (size_t i = 0; i < submitted; ++i) {
+    if (failure.ok() && !w->results[i]->status.ok()) failure = w->results[i]->status;
+    out.push_back(std::move(*w->results[i]));
+  }
+  if (!failure.ok()) {
+    for (const GenerateResult& r : out) {
+      if (!r.handle.empty()) loop_->ReleaseHandle(r.handle).IgnoreError();
+    }
+    return failure;
+  }
+  return out;
 }
 
-grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreRequest* req,
-                                     pb::ScoreResponse* resp) {
-  auto prompt = PromptIds(req->prompt());
-  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRequest* req, pb::PrefillResponse* resp) {
+  const int chunks = req->chunks_size();
+  if (chunks < 1 || chunks > kMaxPrefillChunks) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("chunks must hold 1 to ", kMaxPrefillChunks, " chunks, got ", chunks)));
+  }
+  const int prefixes = req->prefix_handles_size();
+  if (prefixes != 0 && prefixes != 1 && prefixes != chunks) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "prefix_handles must be empty, one handle for every chunk, or one per chunk (", chunks, "); got ", prefixes)));
+  }
+  if (req->top_k() < 0 || req->top_k() > 20) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req->top_k())));
+  }
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < chunks; ++i) {
+    GenerateRequest r;
+    if (prefixes > 0) r.prefix_handle = req->prefix_handles(prefixes == 1 ? 0 : i);
+    auto ids = PromptIds(req->chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
+    if (!ids.ok()) return ToGrpcStatus(ids.status());
+    if (ids->empty()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("chunks[", i, "] must hold at least one token")));
+    }
+    r.prompt = std::move(*ids);
+    r.max_new_tokens = 0;
+    r.score_prompt = true;
+    r.next_top = req->top_k() > 0;
+    r.sampling.num_top_logprobs = req->top_k();
+    r.keep_handle = req->keep();
+    requests.push_back(std::move(r));
+  }
+  auto results = RunAll(std::move(requests));
+  if (!results.ok()) return ToGrpcStatus(results.status());
+  for (const GenerateResult& r : *results) FillChunkResult(r, /*generated=*/false, resp->add_results());
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreRequest* req, pb::ScoreResponse* resp) {
+  auto ids = PromptIds(req->prompt(), true, "prompt");
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
-  r.prompt = std::move(*prompt);
+  r.prompt = std::move(*ids);
   r.max_new_tokens = 0;
   r.score_prompt = true;
-  auto channel = std::make_shared<Channel>();
-  auto id = loop_->Submit(std::move(r), [channel](GenerateResult result) {
-    std::lock_guard<std::mutex> lock(channel->mu);
-    channel->done = std::move(result);
-    channel->cv.notify_all();
-  });
-  if (!id.ok()) return ToGrpcStatus(id.status());
-  std::unique_lock<std::mutex> lock(channel->mu);
-  channel->cv.wait(lock, [&] { return channel->done.has_value(); });
-  if (!channel->done->status.ok()) return ToGrpcStatus(channel->done->status);
-  resp->mutable_token_ids()->Add(channel->done->prompt.begin(), channel->done->prompt.end());
-  for (const auto& s : channel->done->prompt_scores)
-    resp->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());
+  std::vector<GenerateRequest> one;
+  one.push_back(std::move(r));
+  auto results = RunAll(std::move(one));
+  if (!results.ok()) return ToGrpcStatus(results.status());
+  const GenerateResult& res = (*results)[0];
+  resp->mutable_token_ids()->Add(res.prompt.begin(), res.prompt.end());
+  for (const auto& s : res.prompt_scores) resp->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());
   return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext*, const pb::ReleaseChunksRequest* req,
+                                             pb::ReleaseChunksResponse*) {
+  absl::Status first;
+  for (const std::string& h : req->handles()) {
+    absl::Status st = loop_->ReleaseHandle(h);
+    if (first.ok() && !st.ok()) first = st;
+  }
+  return ToGrpcStatus(first);
 }
 
 grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const pb::TokenizeRequest* req,
                                         pb::TokenizeResponse* resp) {
-  if (tokenizer_ == nullptr)
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
+  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
   auto ids = tokenizer_->Encode(req->text(), req->add_special_tokens());
-  if (!ids.ok()) return ToGrpcStatus(Prefixed(ids.status(), "text: "));
+  if (!ids.ok()) return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
   resp->mutable_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*,
-                                            pb::ModelInfo* resp) {
+grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const pb::DetokenizeRequest* req,
+                                          pb::DetokenizeResponse* resp) {
+  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
+  for (int i = 0; i < req->ids_size(); ++i) {
+    if (req->ids(i) < 0 || req->ids(i) >= tokenizer_->vocab_size()) {
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("ids[", i, "] = ", req->ids(i),
+                                                                  " is outside the vocabulary [0, ",
+                                                                  tokenizer_->vocab_size(), ")")));
+    }
+  }
+  resp->set_text(tokenizer_->Decode(std::vector<int32_t>(req->ids().begin(), req->ids().end()),
+                                    req->skip_special_tokens()));
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*, pb::ModelInfo* resp) {
   const ModelConfig& cfg = loop_->config();
   resp->set_architecture(cfg.architecture);
   resp->set_vocab_size(cfg.vocab_size);
@@ -187,6 +203,23 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetM
   resp->set_max_context_length(cfg.max_position_embeddings);
   resp->set_kv_cache_blocks(loop_->num_blocks());
   resp->set_kv_block_size(info_.block_size);
+  resp->set_has_tokenizer(tokenizer_ != nullptr);
+  resp->set_max_top_logprobs(20);
+  resp->set_max_samples(kMaxSamples);
+  resp->set_handle_ttl_ms(info_.handle_ttl_ms);
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::Stats* resp) {
+  const Engine::Stats s = loop_->stats();
+  resp->set_num_blocks(s.num_blocks);
+  resp->set_free_blocks(s.free_blocks);
+  resp->set_cached_blocks(s.cached_blocks);
+  resp->set_referenced_blocks(s.referenced_blocks);
+  resp->set_running(s.running);
+  resp->set_handles(s.handles);
+  resp->set_prefix_cache_hits(s.prefix_cache_hits);
+  resp->set_ranks(info_.tp);
   return grpc::Status::OK;
 }
 

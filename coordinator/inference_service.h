@@ -1,11 +1,14 @@
 // The public API, shardlm.v1.Inference, over an EngineLoop.
 //
-// Every request is validated before any work; errors carry canonical codes
-// (INVALID_ARGUMENT naming the field and the limit). Generate streams tokens
-// with text deltas from the incremental detokenizer; a client that cancels or
-// disconnects has its request cancelled and its KV blocks freed.
+// Every request is validated before any work; errors carry canonical codes:
+// INVALID_ARGUMENT naming the field and the limit, NOT_FOUND for an unknown,
+// released or expired handle, UNAVAILABLE when the tensor-parallel group has
+// failed. Generate streams tokens with text deltas from the incremental
+// detokenizer; a client that cancels or disconnects has its requests
+// cancelled and their KV blocks freed.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -19,7 +22,13 @@ struct ServedModel {
   std::string dtype;
   int tp = 1;
   int64_t block_size = 16;
+  int64_t handle_ttl_ms = 600000;
 };
+
+inline constexpr int kMaxSamples = 16;
+inline constexpr int kMaxStopStrings = 8;
+inline constexpr int kMaxStopStringBytes = 256;
+inline constexpr int kMaxPrefillChunks = 64;
 
 class InferenceService final : public ::shardlm::v1::Inference::Service {
  public:
@@ -28,19 +37,35 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
 
   grpc::Status Generate(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
                         grpc::ServerWriter<::shardlm::v1::GenerateResponse>* writer) override;
+  grpc::Status Prefill(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
+                       ::shardlm::v1::PrefillResponse* resp) override;
   grpc::Status Score(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
                      ::shardlm::v1::ScoreResponse* resp) override;
+  grpc::Status ReleaseChunks(grpc::ServerContext* ctx, const ::shardlm::v1::ReleaseChunksRequest* req,
+                             ::shardlm::v1::ReleaseChunksResponse* resp) override;
   grpc::Status Tokenize(grpc::ServerContext* ctx, const ::shardlm::v1::TokenizeRequest* req,
                         ::shardlm::v1::TokenizeResponse* resp) override;
+  grpc::Status Detokenize(grpc::ServerContext* ctx, const ::shardlm::v1::DetokenizeRequest* req,
+                          ::shardlm::v1::DetokenizeResponse* resp) override;
   grpc::Status GetModelInfo(grpc::ServerContext* ctx, const ::shardlm::v1::GetModelInfoRequest* req,
                             ::shardlm::v1::ModelInfo* resp) override;
+  grpc::Status GetStats(grpc::ServerContext* ctx, const ::shardlm::v1::GetStatsRequest* req,
+                        ::shardlm::v1::Stats* resp) override;
 
  private:
-  absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt) const;
+  // Token ids of a prompt; text gets special tokens only when it starts a sequence.
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
+                                                 const std::string& field) const;
+  // Submits and waits for each request; on any failure releases the handles
+  // the others kept and returns that failure.
+  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests);
 
   EngineLoop* loop_;
   const Tokenizer* tokenizer_;  // may be null: token-id prompts only
   ServedModel info_;
 };
+
+// Fills `out` from a finished request (chunk tokens, scores, alternatives, handle).
+void FillChunkResult(const GenerateResult& r, bool generated, ::shardlm::v1::ChunkResult* out);
 
 }  // namespace shardlm

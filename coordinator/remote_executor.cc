@@ -94,6 +94,7 @@ absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& 
   cq.Shutdown();
   if (!failure.ok()) {
     broken_ = failure;
+    healthy_ = false;
     return failure;
   }
   timing_.coordinator_us =

@@ -10,6 +10,7 @@
 //   Engine engine(exec.get(), cfg, exec->num_blocks(), exec->block_size(), {});
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -48,6 +49,8 @@ class RemoteExecutor final : public StepExecutor {
   // Per-rank handshake answers (weights, KV pool, resident memory).
   const std::vector<::shardlm::worker::v1::HandshakeResponse>& ranks() const { return ranks_; }
   StepTiming last_timing() const { return timing_; }
+  // False once a step has failed (the group is broken). Thread-safe.
+  bool healthy() const { return healthy_.load(); }
 
  private:
   std::vector<std::unique_ptr<::shardlm::worker::v1::Worker::Stub>> stubs_;
@@ -57,6 +60,7 @@ class RemoteExecutor final : public StepExecutor {
   int32_t block_size_ = 16;
   uint64_t next_step_ = 1;
   absl::Status broken_;
+  std::atomic<bool> healthy_{true};
   StepTiming timing_;
 };
 

@@ -128,6 +128,9 @@ RowResult ProcessRow(const float* logits, int64_t vocab, const SampleRow& row) {
   }
   if (row.sample) {
     std::vector<float> work(logits, logits + vocab);
+    for (const auto& [id, bias] : row.params->logit_bias) {
+      if (id >= 0 && id < vocab) work[id] += bias;
+    }
     ApplyPenalties(work, row);
     const SamplingParams& p = *row.params;
     out.token = (p.temperature <= 0.0f || p.top_k == 1) ? ArgMax(work) : Draw(work, row);

@@ -31,6 +31,7 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;   // OpenAI: minus this per occurrence in the output
   uint64_t seed = 0;
   int32_t num_top_logprobs = 0;  // top-n alternatives reported per token
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
 };
 
 // A row of the step whose next-token distribution is wanted.

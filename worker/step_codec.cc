@@ -15,6 +15,11 @@ void EncodeParams(const SamplingParams& p, wpb::SamplingParams* out) {
   out->set_frequency_penalty(p.frequency_penalty);
   out->set_seed(p.seed);
   out->set_num_top_logprobs(p.num_top_logprobs);
+  for (const auto& [id, bias] : p.logit_bias) {
+    auto* b = out->add_logit_bias();
+    b->set_id(id);
+    b->set_bias(bias);
+  }
 }
 
 SamplingParams DecodeParams(const wpb::SamplingParams& p) {
@@ -28,6 +33,7 @@ SamplingParams DecodeParams(const wpb::SamplingParams& p) {
   out.frequency_penalty = p.frequency_penalty();
   out.seed = p.seed();
   out.num_top_logprobs = p.num_top_logprobs();
+  for (const auto& b : p.logit_bias()) out.logit_bias.emplace_back(b.id(), b.bias());
   return out;
 }
 
@@ -96,6 +102,11 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     }
     s.block_tables.emplace_back(q.block_table().begin(), q.block_table().end());
     d->params[i] = DecodeParams(q.params());
+    for (const auto& [id, bias] : d->params[i].logit_bias) {
+      if (id < 0 || id >= lim.vocab_size || !(bias >= -100.0f && bias <= 100.0f)) {
+        return Bad(absl::StrCat("sequence ", i, " logit bias for id ", id, " is invalid"));
+      }
+    }
     for (const auto* ids : {&q.prompt_ids(), &q.generated_ids()}) {
       for (int32_t id : *ids) {
         if (id < 0 || id >= lim.vocab_size)

@@ -138,6 +138,8 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   f.Int("top-logprobs", "alternatives reported per token", 0, 0, 20);
   f.String("stop-token-ids", "extra stop token ids, comma-separated");
   f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
+  f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");
+  f.String("stop", "a stop string; the text ends before it (with --server)");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   absl::Status st = CheckTarget(f);
@@ -170,8 +172,15 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   };
   absl::StatusOr<GenerateResult> result;
   std::string text;
+  if ((f.Has("prefix-handle") || f.Has("stop")) && !f.Has("server")) {
+    return Fail(
+        absl::InvalidArgumentError("--prefix-handle and --stop need --server (handles live on a server)"));
+  }
   if (f.Has("server")) {
-    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, print);
+    req.prefix_handle = f.GetString("prefix-handle");
+    std::vector<std::string> stop;
+    if (f.Has("stop")) stop.push_back(f.GetString("stop"));
+    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, stop, print);
     if (!remote.ok()) return Fail(remote.status());
     result = std::move(remote->first);
     text = std::move(remote->second);
@@ -254,6 +263,34 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
     return 0;
   }
   std::cout << out.dump() << std::endl;
+  return 0;
+}
+
+int RunPrefill(int argc, char** argv, const CliEnv&) {
+  FlagSet f("prefill");
+  f.String("server", "a running shardlm server at HOST:PORT", true);
+  f.String("prompt", "the chunk as text");
+  f.String("prompt-ids", "the chunk as token ids, comma-separated");
+  f.String("prefix-handle", "a ChunkResult handle whose tokens come first");
+  f.Int("top-k", "alternatives per position", 4, 0, 20);
+  f.Bool("no-keep", "return scores only, keep no handle");
+  f.Bool("json", "accepted for symmetry: the output is always JSON");
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  if (f.Has("prompt") == f.Has("prompt-ids")) {
+    return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids"));
+  }
+  PromptSpec chunk;
+  chunk.is_text = f.Has("prompt");
+  chunk.text = f.GetString("prompt");
+  if (!chunk.is_text) {
+    absl::Status st = ParseIdList("prompt-ids", f.GetString("prompt-ids"), &chunk.ids);
+    if (!st.ok()) return Fail(st);
+  }
+  auto json_text = RemotePrefill(f.GetString("server"), chunk, f.GetString("prefix-handle"),
+                                 static_cast<int32_t>(f.GetInt("top-k")), !f.GetBool("no-keep"));
+  if (!json_text.ok()) return Fail(json_text.status());
+  std::cout << *json_text << std::endl;
   return 0;
 }
 

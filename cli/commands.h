@@ -16,6 +16,7 @@ struct CliEnv {
 
 int RunGenerate(int argc, char** argv, const CliEnv& env);
 int RunScore(int argc, char** argv, const CliEnv& env);
+int RunPrefill(int argc, char** argv, const CliEnv& env);
 int RunTokenize(int argc, char** argv, const CliEnv& env);
 int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
 int RunWorker(int argc, char** argv, const CliEnv& env);

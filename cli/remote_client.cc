@@ -1,5 +1,6 @@
 #include "cli/remote_client.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
@@ -36,9 +37,13 @@ absl::Status Rpc(const grpc::Status& st, const std::string& server) {
 
 absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
     const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
-    const std::function<void(const std::string&)>& on_text) {
+    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text) {
   pb::GenerateRequest req;
-  SetPrompt(prompt, req.mutable_prompt());
+  if (prompt.is_text || !prompt.ids.empty()) SetPrompt(prompt, req.mutable_prompt());
+  req.set_prefix_handle(r.prefix_handle);
+  for (const std::string& s : stop) req.add_stop(s);
+  for (const auto& [id, bias] : r.sampling.logit_bias)
+    (*req.mutable_sampling()->mutable_logit_bias())[id] = bias;
   pb::SamplingParams* s = req.mutable_sampling();
   s->set_temperature(r.sampling.temperature);
   s->set_top_k(r.sampling.top_k);
@@ -80,6 +85,25 @@ absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
   absl::Status st = Rpc(reader->Finish(), server);
   if (!st.ok()) return st;
   return std::make_pair(std::move(result), std::move(text));
+}
+
+absl::StatusOr<std::string> RemotePrefill(const std::string& server, const PromptSpec& chunk,
+                                          const std::string& prefix_handle, int32_t top_k, bool keep) {
+  pb::PrefillRequest req;
+  SetPrompt(chunk, req.add_chunks());
+  if (!prefix_handle.empty()) req.add_prefix_handles(prefix_handle);
+  req.set_top_k(top_k);
+  req.set_keep(keep);
+  pb::PrefillResponse resp;
+  grpc::ClientContext ctx;
+  absl::Status st = Rpc(Connect(server)->Prefill(&ctx, req, &resp), server);
+  if (!st.ok()) return st;
+  std::string json;
+  google::protobuf::util::JsonPrintOptions opts;
+  opts.preserve_proto_field_names = true;
+  auto printed = google::protobuf::util::MessageToJsonString(resp, &json, opts);
+  if (!printed.ok()) return absl::InternalError("cannot print the prefill response as JSON");
+  return json;
 }
 
 absl::StatusOr<GenerateResult> RemoteScore(const std::string& server, const PromptSpec& prompt) {

@@ -21,9 +21,15 @@ struct PromptSpec {
 
 // Streams a generation; `on_text` gets each text delta as it arrives.
 // Returns the result and the whole text.
+// `request.prefix_handle` and `stop` are sent as given.
 absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
     const std::string& server, const PromptSpec& prompt, const GenerateRequest& request,
-    const std::function<void(const std::string&)>& on_text);
+    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text);
+
+// Prefill of one chunk (after an optional prefix handle); the response as
+// JSON (the proto's JSON mapping, as grpcurl prints it).
+absl::StatusOr<std::string> RemotePrefill(const std::string& server, const PromptSpec& chunk,
+                                          const std::string& prefix_handle, int32_t top_k, bool keep);
 
 absl::StatusOr<GenerateResult> RemoteScore(const std::string& server, const PromptSpec& prompt);
 

@@ -79,12 +79,14 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   if (s.num_top_logprobs < 0 || s.num_top_logprobs > 20) {
     return bad("top logprobs must be in [0, 20], got ", s.num_top_logprobs);
   }
-  if (s.logit_bias.size() > 300) return bad("logit_bias holds at most 300 entries, got ", s.logit_bias.size());
+  if (s.logit_bias.size() > 300)
+    return bad("logit_bias holds at most 300 entries, got ", s.logit_bias.size());
   for (const auto& [id, bias] : s.logit_bias) {
     if (id < 0 || id >= cfg_.vocab_size) {
       return bad("logit_bias token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
     }
-    if (!(bias >= -100.0f && bias <= 100.0f)) return bad("logit_bias for token ", id, " must be in [-100, 100], got ", bias);
+    if (!(bias >= -100.0f && bias <= 100.0f))
+      return bad("logit_bias for token ", id, " must be in [-100, 100], got ", bias);
   }
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= cfg_.vocab_size)

@@ -105,11 +105,13 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
   }
   if (req->stop_size() > kMaxStopStrings) {
-    return ToGrpcStatus(Invalid(absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
+    return ToGrpcStatus(
+        Invalid(absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
   }
   for (int i = 0; i < req->stop_size(); ++i) {
     if (req->stop(i).empty() || req->stop(i).size() > kMaxStopStringBytes) {
-      return ToGrpcStatus(Invalid(absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
+      return ToGrpcStatus(
+          Invalid(absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
     }
   }
   if (req->stop_size() > 0 && tokenizer_ == nullptr) {
@@ -272,7 +274,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
         prompt_tokens = results[s]->prefix_tokens + static_cast<int32_t>(results[s]->prompt.size());
         cached_tokens = results[s]->cached_tokens;
       }
-      if (req->return_chunk_result()) FillChunkResult(*results[s], /*generated=*/true, sr->mutable_chunk_result());
+      if (req->return_chunk_result())
+        FillChunkResult(*results[s], /*generated=*/true, sr->mutable_chunk_result());
     }
   }
   last.mutable_usage()->set_prompt_tokens(prompt_tokens);

@@ -14,7 +14,8 @@ bool Known(const std::string& service) { return service.empty() || service == "s
 
 grpc::Status HealthService::Check(grpc::ServerContext*, const hpb::HealthCheckRequest* req,
                                   hpb::HealthCheckResponse* resp) {
-  if (!Known(req->service())) return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + req->service() + "'");
+  if (!Known(req->service()))
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + req->service() + "'");
   resp->set_status(healthy_() ? hpb::HealthCheckResponse::SERVING : hpb::HealthCheckResponse::NOT_SERVING);
   return grpc::Status::OK;
 }

@@ -43,7 +43,8 @@ void FillChunkResult(const GenerateResult& r, bool generated, pb::ChunkResult* o
   FillTop(r.next_top, out->mutable_next_token_top());
 }
 
-absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt, bool starts_sequence,
+absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt,
+                                                                 bool starts_sequence,
                                                                  const std::string& field) const {
   switch (prompt.kind_case()) {
     case pb::Prompt::kTokenIds:
@@ -54,7 +55,8 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
                                           ".token_ids");
       }
       auto ids = tokenizer_->Encode(prompt.text(), /*add_special_tokens=*/starts_sequence);
-      if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", ids.status().message()));
+      if (!ids.ok())
+        return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", ids.status().message()));
       return ids;
     }
     case pb::Prompt::KIND_NOT_SET:
@@ -82,8 +84,9 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
       w->cv.notify_all();
     });
     if (!id.ok()) {
-      failure = absl::Status(id.status().code(), absl::StrCat(requests.size() > 1 ? absl::StrCat("chunks[", i, "]: ") : "",
-                                                              id.status().message()));
+      failure = absl::Status(
+          id.status().code(),
+          absl::StrCat(requests.size() > 1 ? absl::StrCat("chunks[", i, "]: ") : "", id.status().message()));
       break;
     }
     ++submitted;
@@ -104,7 +107,8 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
   return out;
 }
 
-grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRequest* req, pb::PrefillResponse* resp) {
+grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRequest* req,
+                                       pb::PrefillResponse* resp) {
   const int chunks = req->chunks_size();
   if (chunks < 1 || chunks > kMaxPrefillChunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -112,11 +116,13 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
   }
   const int prefixes = req->prefix_handles_size();
   if (prefixes != 0 && prefixes != 1 && prefixes != chunks) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-        "prefix_handles must be empty, one handle for every chunk, or one per chunk (", chunks, "); got ", prefixes)));
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("prefix_handles must be empty, one handle for every chunk, or one per chunk (", chunks,
+                     "); got ", prefixes)));
   }
   if (req->top_k() < 0 || req->top_k() > 20) {
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req->top_k())));
+    return ToGrpcStatus(
+        absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req->top_k())));
   }
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < chunks; ++i) {
@@ -125,7 +131,8 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
     auto ids = PromptIds(req->chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
     if (!ids.ok()) return ToGrpcStatus(ids.status());
     if (ids->empty()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("chunks[", i, "] must hold at least one token")));
+      return ToGrpcStatus(
+          absl::InvalidArgumentError(absl::StrCat("chunks[", i, "] must hold at least one token")));
     }
     r.prompt = std::move(*ids);
     r.max_new_tokens = 0;
@@ -141,7 +148,8 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreRequest* req, pb::ScoreResponse* resp) {
+grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreRequest* req,
+                                     pb::ScoreResponse* resp) {
   auto ids = PromptIds(req->prompt(), true, "prompt");
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
@@ -170,21 +178,23 @@ grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext*, const pb::Rel
 
 grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const pb::TokenizeRequest* req,
                                         pb::TokenizeResponse* resp) {
-  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
+  if (tokenizer_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
   auto ids = tokenizer_->Encode(req->text(), req->add_special_tokens());
-  if (!ids.ok()) return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
+  if (!ids.ok())
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
   resp->mutable_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const pb::DetokenizeRequest* req,
                                           pb::DetokenizeResponse* resp) {
-  if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
+  if (tokenizer_ == nullptr)
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
   for (int i = 0; i < req->ids_size(); ++i) {
     if (req->ids(i) < 0 || req->ids(i) >= tokenizer_->vocab_size()) {
-      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("ids[", i, "] = ", req->ids(i),
-                                                                  " is outside the vocabulary [0, ",
-                                                                  tokenizer_->vocab_size(), ")")));
+      return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+          "ids[", i, "] = ", req->ids(i), " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")")));
     }
   }
   resp->set_text(tokenizer_->Decode(std::vector<int32_t>(req->ids().begin(), req->ids().end()),
@@ -192,7 +202,8 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const pb::Detoke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*, pb::ModelInfo* resp) {
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*,
+                                            pb::ModelInfo* resp) {
   const ModelConfig& cfg = loop_->config();
   resp->set_architecture(cfg.architecture);
   resp->set_vocab_size(cfg.vocab_size);

@@ -30,7 +30,7 @@ struct SamplingParams {
   float presence_penalty = 0.0f;    // OpenAI: minus this once per token seen in the output
   float frequency_penalty = 0.0f;   // OpenAI: minus this per occurrence in the output
   uint64_t seed = 0;
-  int32_t num_top_logprobs = 0;  // top-n alternatives reported per token
+  int32_t num_top_logprobs = 0;                       // top-n alternatives reported per token
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
 };
 

@@ -1,0 +1,102 @@
+// Engine, part 2: what outlives a request's blocks. ChunkResult handles
+// (keep, attach with copy-on-write, expire, release) and automatic prefix
+// caching (look up and publish full blocks). See docs/chunk_results.md.
+#include <algorithm>
+#include <chrono>
+
+#include "coordinator/engine.h"
+
+namespace shardlm {
+
+int64_t Engine::NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+absl::Status Engine::Attach(Sequence& seq, const Handle& handle) {
+  // Start at the handle's last computed token, or one before the end when all
+  // were computed (a prefill): the step then yields the next-token logits.
+  const int32_t len = static_cast<int32_t>(handle.tokens.size());
+  const int32_t start = std::min(handle.num_computed, len - 1);
+  const int32_t shared = start / block_size_;
+  for (int32_t i = 0; i < shared; ++i) {
+    allocator_.AddRef(handle.blocks[i]);
+    seq.blocks.push_back(handle.blocks[i]);
+  }
+  if (start % block_size_ != 0) {
+    // Copy-on-write of the partly filled block this sequence writes into next.
+    auto fresh = allocator_.Allocate(1);
+    if (!fresh.ok()) {
+      allocator_.Release(seq.blocks);
+      seq.blocks.clear();
+      return fresh.status();
+    }
+    allocator_.AddRef(handle.blocks[shared]);  // keep the source alive until copied
+    seq.copies.emplace_back(handle.blocks[shared], (*fresh)[0]);
+    seq.blocks.push_back((*fresh)[0]);
+  }
+  seq.num_computed = start;
+  seq.result.cached_tokens = start;
+  return absl::OkStatus();
+}
+
+void Engine::LookupPrefix(Sequence& seq) {
+  // At least the last token must be computed (its logits are needed).
+  const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / block_size_;
+  uint64_t h = 0;
+  for (int32_t i = 0; i < max_blocks; ++i) {
+    h = PrefixHash(h, seq.tokens.data() + i * block_size_, block_size_);
+    const int32_t block = allocator_.Lookup(h);
+    if (block < 0) break;
+    seq.blocks.push_back(block);
+    seq.hashes.push_back(h);
+  }
+  seq.num_computed = static_cast<int32_t>(seq.blocks.size()) * block_size_;
+  seq.result.cached_tokens = std::max(seq.result.cached_tokens, seq.num_computed - seq.prompt_offset);
+}
+
+void Engine::PublishBlocks(Sequence& seq) {
+  const int32_t full =
+      std::min<int32_t>(seq.num_computed / block_size_, static_cast<int32_t>(seq.blocks.size()));
+  for (int32_t i = static_cast<int32_t>(seq.hashes.size()); i < full; ++i) {
+    const uint64_t parent = i == 0 ? 0 : seq.hashes[i - 1];
+    seq.hashes.push_back(PrefixHash(parent, seq.tokens.data() + i * block_size_, block_size_));
+    allocator_.Publish(seq.blocks[i], seq.hashes.back());
+  }
+}
+
+void Engine::ExpireHandles() {
+  const int64_t now = NowMs();
+  for (auto it = handles_.begin(); it != handles_.end();) {
+    if (it->second.expiry_ms > now) {
+      ++it;
+      continue;
+    }
+    allocator_.Release(it->second.blocks);
+    it = handles_.erase(it);
+  }
+}
+
+absl::Status Engine::ReleaseHandle(const std::string& handle) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end())
+    return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
+  allocator_.Release(it->second.blocks);
+  handles_.erase(it);
+  return absl::OkStatus();
+}
+
+Engine::Stats Engine::stats() const {
+  Stats s;
+  s.num_blocks = allocator_.num_blocks();
+  s.free_blocks = allocator_.num_available();
+  s.cached_blocks = allocator_.num_cached();
+  s.referenced_blocks = allocator_.num_referenced();
+  s.running = static_cast<int32_t>(running_.size());
+  s.handles = static_cast<int32_t>(handles_.size());
+  s.prefix_cache_hits = allocator_.cache_hits();
+  return s;
+}
+
+}  // namespace shardlm

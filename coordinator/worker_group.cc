@@ -117,6 +117,7 @@ void WorkerGroup::StopChildren() {
     return any;
   };
   signal_all(SIGTERM);
+  signal_all(SIGCONT);  // a stopped worker must run to see its SIGTERM
   // Grace period, then SIGKILL whatever is left.
   for (int i = 0; i < 50 && signal_all(0); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   signal_all(SIGKILL);

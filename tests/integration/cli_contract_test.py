@@ -48,6 +48,9 @@ import sys
 import time
 import traceback
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+from harness import Failure, run_retry  # noqa: E402
+
 TIMEOUT_S = 60
 SIZE_FLAGS = ["--hidden-size", "64", "--num-layers", "2", "--num-heads", "4",
               "--num-kv-heads", "2", "--intermediate-size", "128"]
@@ -58,11 +61,8 @@ CHECKPOINT_FILES = {"config.json", "model.safetensors", "generation_config.json"
 KNOWN_IDS = {"llama": ([9906], [1917]), "qwen3": ([9707], [1879])}
 
 
-class Failure(Exception):
-    """A contract violation; the message says what was expected and seen."""
-
-
 def check(cond, msg):
+    """A contract violation is a Failure whose message says what was expected and seen."""
     if not cond:
         raise Failure(msg)
 
@@ -103,17 +103,12 @@ class Cli:
 
     def run(self, *args, stdin=None, cwd=None):
         argv = [self.binary] + [str(a) for a in args]
-        for attempt in range(2):
-            try:
-                proc = subprocess.run(argv, input=stdin.encode() if stdin is not None else None,
-                                      stdin=None if stdin is not None else subprocess.DEVNULL,
-                                      capture_output=True, timeout=TIMEOUT_S, cwd=cwd)
-                return Result(argv, proc)
-            except OSError:  # binary being rebuilt (ETXTBSY, EACCES, ...): retry once
-                if attempt == 1:
-                    raise
-                time.sleep(3)
-        raise AssertionError("unreachable")
+        # Retried once if the binary is being rebuilt (ETXTBSY, EACCES, ...); a crash is
+        # an answer here, not retried.
+        proc, _ = run_retry(argv, TIMEOUT_S, False,
+                            input=stdin.encode() if stdin is not None else None,
+                            stdin=None if stdin is not None else subprocess.DEVNULL, cwd=cwd)
+        return Result(argv, proc)
 
     def ok(self, *args, stdin=None):
         r = self.run(*args, stdin=stdin)

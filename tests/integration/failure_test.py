@@ -33,7 +33,11 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+import harness  # noqa: E402
+from harness import (Failure, parse_case_args, ps_rows, run_cases,  # noqa: E402
+                     run_engine, strip_glog, tail as _tail, wait_until_empty)
 
 MODEL_FLAGS = ["--arch", "llama", "--tokenizer", "llama3", "--hidden-size", "64",
                "--num-layers", "2", "--num-heads", "4", "--num-kv-heads", "2",
@@ -48,30 +52,9 @@ AFTER_OUTPUT_S = 0.5         # then let it stream a little more
 CLEANUP_S = 6                # workers must be gone this long after the exit
 
 
-class Failure(Exception):
-    pass
-
-
-def _tail(text, n=800):
-    text = text.strip()
-    return text if len(text) <= n else "..." + text[-n:]
-
-
 def _own_errors(stderr):
     """stderr lines that are not glog lines (I/W/E/F + date) of any process."""
-    return [l for l in stderr.splitlines()
-            if not re.match(r"^[IWEF]\d{8} ", l) and not l.startswith("WARNING: Logging before")]
-
-
-def ps_rows():
-    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat=,args="], stdout=subprocess.PIPE,
-                         universal_newlines=True).stdout
-    rows = []
-    for line in out.splitlines():
-        parts = line.strip().split(None, 3)
-        if len(parts) == 4:
-            rows.append((int(parts[0]), int(parts[1]), parts[2], parts[3]))
-    return rows
+    return strip_glog(stderr, "IWEF")
 
 
 def workers_of(model_dir, ppid=None):
@@ -89,12 +72,7 @@ def workers_of(model_dir, ppid=None):
 
 
 def wait_workers_gone(model_dir, seconds):
-    deadline = time.monotonic() + seconds
-    while True:
-        left = workers_of(model_dir)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.2)
+    return wait_until_empty(lambda: workers_of(model_dir), seconds)
 
 
 def hard_kill(pid):
@@ -134,49 +112,23 @@ class Streamed:
             return b"".join(self.chunks).decode("utf-8", "replace")
 
 
-class Checker:
-    def __init__(self):
-        self.failures = []
-
-    def check(self, cond, msg):
-        print("    %s  %s" % ("ok  " if cond else "FAIL", msg))
-        if not cond:
-            self.failures.append(msg)
-        return cond
-
-    def note(self, msg):
-        print("    note  " + msg)
-
-
-class Ctx:
+class Ctx(harness.Ctx):
     def __init__(self, binary, workdir, args):
+        super().__init__(workdir, args)
         self.binary = binary
-        self.workdir = workdir
-        self.args = args
         self.model_dir = None
 
     def run_ok(self, argv, timeout=120):
         cmd = [self.binary] + argv
-        for attempt in (0, 1):   # the binary may be being rebuilt: retry once
-            try:
-                p = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, timeout=timeout)
-            except OSError as e:
-                if attempt == 0:
-                    time.sleep(3)
-                    continue
-                raise Failure("could not run %s: %s" % (cmd[0], e))
-            if p.returncode != 0 and attempt == 0 and p.returncode < 0:
-                time.sleep(3)
-                continue
-            if p.returncode != 0:
-                raise Failure("exit status %d from `%s`: %s" % (
-                    p.returncode, " ".join(cmd), _tail(p.stderr.decode("utf-8", "replace"))))
-            return p.stdout.decode("utf-8", "replace")
+        p, _ = run_engine(cmd, timeout)   # the binary may be being rebuilt: retried once
+        if p.returncode != 0:
+            raise Failure("exit status %d from `%s`: %s" % (
+                p.returncode, " ".join(cmd), _tail(p.stderr.decode("utf-8", "replace"))))
+        return p.stdout.decode("utf-8", "replace")
 
     def model(self):
         if self.model_dir is None:
-            d = os.path.join(self.workdir, "tp_failure_llama")
+            d = self.dir("tp_failure_llama")
             if os.path.exists(d):
                 shutil.rmtree(d)
             self.run_ok(["make-tiny-model", d] + MODEL_FLAGS)
@@ -333,45 +285,13 @@ def main():
     p.add_argument("--only", default="", help="comma-separated case names (no_orphans always runs)")
     p.add_argument("--verbose", action="store_true")
     args = p.parse_args()
-    binary = os.path.abspath(args.shardlm)
-    if not os.path.isfile(binary):
-        print("shardlm binary not found: %s" % binary, file=sys.stderr)
+    setup = parse_case_args(args, [n for n, _ in CASES])
+    if setup is None:
         return 2
-    workdir = os.path.abspath(args.workdir)
-    os.makedirs(workdir, exist_ok=True)
-    only = set(x for x in args.only.split(",") if x)
-    unknown = only - set(n for n, _ in CASES)
-    if unknown:
-        print("unknown case(s): %s" % ", ".join(sorted(unknown)), file=sys.stderr)
-        return 2
+    binary, workdir, only = setup
 
     ctx = Ctx(binary, workdir, args)
-    passed = failed = 0
-    t_all = time.monotonic()
-    for name, fn in CASES:
-        if only and name not in only and name != "no_orphans":
-            continue
-        print("%s:" % name)
-        chk = Checker()
-        t0 = time.monotonic()
-        try:
-            fn(ctx, chk)
-        except Failure as e:
-            chk.failures.append(str(e))
-            print("    FAIL  " + str(e))
-        except Exception:
-            chk.failures.append("exception")
-            print("    FAIL  unexpected exception:\n" + traceback.format_exc())
-        print("%s %s (%.1f s)" % ("PASS" if not chk.failures else "FAIL", name,
-                                   time.monotonic() - t0))
-        if chk.failures:
-            failed += 1
-        else:
-            passed += 1
-        sys.stdout.flush()
-    print("total %.1f s" % (time.monotonic() - t_all))
-    print("failure: %d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+    return run_cases(CASES, only, ctx, "failure", always=("no_orphans",))
 
 
 if __name__ == "__main__":

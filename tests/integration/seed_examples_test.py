@@ -47,7 +47,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import hf_reference as ref  # noqa: E402
+from harness import Checker, Failure, Tally, run_case, wait_no_workers  # noqa: E402
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -73,24 +75,6 @@ LONG_TEXT = ("The committee met on a grey Tuesday morning to review the harbour 
 SEED = 424242
 RPC_TIMEOUT_S = 30
 START_TIMEOUT_S = 60
-
-
-class Failure(Exception):
-    pass
-
-
-class Checker:
-    def __init__(self):
-        self.failures = []
-
-    def check(self, cond, msg):
-        print("    %s  %s" % ("ok  " if cond else "FAIL", msg))
-        if not cond:
-            self.failures.append(msg)
-        return cond
-
-    def note(self, msg):
-        print("    note  " + msg)
 
 
 def max_diff(a, b):
@@ -165,18 +149,6 @@ class Server:
             self.proc.kill()
             self.proc.wait()
             return "killed after SIGTERM timed out"
-
-
-def worker_processes(needle):
-    out = subprocess.run(["ps", "-eo", "pid=,args="], stdout=subprocess.PIPE,
-                         universal_newlines=True).stdout
-    found = []
-    for line in out.splitlines():
-        parts = line.strip().split(None, 1)
-        if len(parts) == 2 and "shardlm" in parts[1] and " worker " in " %s " % parts[1] \
-                and needle in parts[1]:
-            found.append((int(parts[0]), parts[1]))
-    return found
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -499,6 +471,13 @@ def all_blocks_free(r, chk):
               st["free_blocks"] == st["num_blocks"], "after releasing every handle: %s" % st)
 
 
+def rpc_failure(e, chk):
+    """How a case that dies from a gRPC error is reported."""
+    chk.failures.append("rpc")
+    print("    FAIL  RPC error %s: %s\n%s" % (e.code().name, e.details(),
+                                             "".join(traceback.format_tb(e.__traceback__)[-2:])))
+
+
 CASES = [prefill_scores, samples_from_handle, few_shot_batch, chat_turn, prefix_caching, errors,
          stop_strings, cancel_frees_blocks, health, reflection, all_blocks_free]
 
@@ -513,17 +492,7 @@ def main():
     binary = os.path.abspath(args.shardlm)
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
-    t_all = time.monotonic()
-    passed = failed = 0
-
-    def verdict(name, failures, t0):
-        nonlocal passed, failed
-        print("%s %s (%.1f s)" % ("FAIL" if failures else "PASS", name, time.monotonic() - t0))
-        sys.stdout.flush()
-        if failures:
-            failed += 1
-        else:
-            passed += 1
+    tally = Tally()
 
     model_dir = os.path.join(workdir, "llama_tok")
     if os.path.exists(model_dir):
@@ -557,28 +526,14 @@ def main():
             except Failure as e:
                 start_failures.append(str(e))
                 print("    FAIL  " + str(e))
-        verdict("start_servers", start_failures, t0)
+        tally.verdict("start_servers", start_failures, t0)
         for tp in tps:
             if servers[tp].proc.poll() is not None or not servers[tp].ready.is_set():
                 continue
             r = Round(args, tp, servers[tp], nocache if nocache.ready.is_set() else None, model)
             for fn in CASES:
-                name = "tp%d.%s" % (tp, fn.__name__)
-                print("%s:" % name)
-                chk, t0 = Checker(), time.monotonic()
-                try:
-                    fn(r, chk)
-                except Failure as e:
-                    chk.failures.append(str(e))
-                    print("    FAIL  " + str(e))
-                except grpc.RpcError as e:
-                    chk.failures.append("rpc")
-                    print("    FAIL  RPC error %s: %s\n%s" % (e.code().name, e.details(),
-                                                             "".join(traceback.format_tb(e.__traceback__)[-2:])))
-                except Exception:
-                    chk.failures.append("exception")
-                    print("    FAIL  unexpected exception:\n" + traceback.format_exc())
-                verdict(name, chk.failures, t0)
+                run_case(tally, "tp%d.%s" % (tp, fn.__name__), fn, r,
+                         handlers=[(grpc.RpcError, rpc_failure)])
             r.c.close()
             if r.nocache:
                 r.nocache.close()
@@ -590,16 +545,10 @@ def main():
             rc = s.stop()
             chk.check(rc == 0 or rc == -signal.SIGTERM,
                       "serve --tp %d %s stopped by SIGTERM: rc %s" % (s.tp, " ".join(s.extra), rc))
-        deadline = time.monotonic() + 5
-        left = worker_processes(model_dir)
-        while left and time.monotonic() < deadline:
-            time.sleep(0.2)
-            left = worker_processes(model_dir)
+        left = wait_no_workers(model_dir, 5)
         chk.check(not left, "no `shardlm worker` process left%s" % ("" if not left else ": %s" % left))
-        verdict("shutdown", chk.failures, t0)
-    print("total %.1f s" % (time.monotonic() - t_all))
-    print("seed_examples: %d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+        tally.verdict("shutdown", chk.failures, t0)
+    return tally.summary("seed_examples")
 
 
 if __name__ == "__main__":

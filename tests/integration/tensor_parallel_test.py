@@ -39,20 +39,21 @@ iff every case passes (2 for a usage error).
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
 import subprocess
 import sys
-import time
-import traceback
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
+sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import hf_reference as ref  # noqa: E402
+import harness  # noqa: E402
+from harness import (Failure, ids_arg, last_json_object, parse_case_args,  # noqa: E402
+                     run_cases, run_engine, strip_glog, tail as _tail, wait_no_workers)
 
 TIMEOUT_S = 60           # any single engine call
 REFUSE_TIMEOUT_S = 30    # a refused world size must fail at least this fast
@@ -77,23 +78,9 @@ TP3_SIZES = ["--vocab-size", "510", "--hidden-size", "48", "--num-layers", "2",
              "--num-heads", "6", "--num-kv-heads", "3", "--intermediate-size", "96"]
 
 
-class Failure(Exception):
-    """An expected kind of failure: printed as a message, not a traceback."""
-
-
-def _tail(text, n=800):
-    text = text.strip()
-    return text if len(text) <= n else "..." + text[-n:]
-
-
 def _errors(stderr):
     """stderr without the INFO/WARNING log lines workers write."""
-    keep = []
-    for line in stderr.splitlines():
-        if re.match(r"^[IW]\d{8} ", line) or line.startswith("WARNING: Logging before"):
-            continue
-        keep.append(line)
-    return "\n".join(keep)
+    return "\n".join(strip_glog(stderr, "IW"))
 
 
 class Engine:
@@ -108,25 +95,12 @@ class Engine:
         cmd = [self.binary] + [str(a) for a in args]
         if self.verbose:
             print("    $ " + " ".join(cmd))
-        for attempt in (0, 1):
-            t0 = time.monotonic()
-            try:
-                proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, timeout=timeout)
-            except subprocess.TimeoutExpired:
-                raise Failure("timed out after %d s: %s" % (timeout, " ".join(cmd)))
-            except OSError as e:
-                if attempt == 0:
-                    time.sleep(3)
-                    continue
-                raise Failure("could not run %s: %s" % (cmd[0], e))
-            dt = time.monotonic() - t0
-            if proc.returncode < 0 and attempt == 0:
-                time.sleep(3)
-                continue
-            return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
-                    proc.stderr.decode("utf-8", "replace"), dt)
-        raise AssertionError("unreachable")
+        try:
+            proc, dt = run_engine(cmd, timeout)
+        except subprocess.TimeoutExpired:
+            raise Failure("timed out after %d s: %s" % (timeout, " ".join(cmd)))
+        return (proc.returncode, proc.stdout.decode("utf-8", "replace"),
+                proc.stderr.decode("utf-8", "replace"), dt)
 
     def ok(self, args):
         rc, out, err, _ = self.call(args)
@@ -137,13 +111,9 @@ class Engine:
 
     def json(self, args):
         out = self.ok(args)
-        for line in reversed(out.strip().splitlines()):
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    return json.loads(line)
-                except ValueError:
-                    pass
+        obj = last_json_object(out)
+        if obj is not None:
+            return obj
         raise Failure("no JSON object on stdout of `%s`: %r"
                       % (" ".join(str(a) for a in args), _tail(out)))
 
@@ -188,10 +158,6 @@ class Engine:
         return obj
 
 
-def ids_arg(ids):
-    return ",".join(str(int(t)) for t in ids)
-
-
 def tp_args(tp):
     return [] if tp is None else ["--tp", tp]
 
@@ -219,57 +185,15 @@ def max_diff(a, b):
     return float(d[i]), i
 
 
-def worker_processes(workdir):
-    """[(pid, args)] of `shardlm worker` processes whose args mention workdir."""
-    out = subprocess.run(["ps", "-eo", "pid=,args="], stdout=subprocess.PIPE,
-                         universal_newlines=True).stdout
-    found = []
-    for line in out.splitlines():
-        parts = line.strip().split(None, 1)
-        if len(parts) != 2:
-            continue
-        pid, args = parts
-        if " worker " in (" " + args + " ") and "shardlm" in args and workdir in args:
-            found.append((int(pid), args))
-    return found
-
-
-def wait_no_workers(workdir, seconds):
-    deadline = time.monotonic() + seconds
-    while True:
-        left = worker_processes(workdir)
-        if not left or time.monotonic() >= deadline:
-            return left
-        time.sleep(0.2)
-
-
-class Checker:
-    def __init__(self):
-        self.failures = []
-
-    def check(self, cond, msg):
-        print("    %s  %s" % ("ok  " if cond else "FAIL", msg))
-        if not cond:
-            self.failures.append(msg)
-        return cond
-
-    def note(self, msg):
-        print("    note  " + msg)
-
-
 # ---------------------------------------------------------------------------
 # cases
 # ---------------------------------------------------------------------------
 
-class Ctx:
+class Ctx(harness.Ctx):
     def __init__(self, engine, workdir, args):
+        super().__init__(workdir, args)
         self.engine = engine
-        self.workdir = workdir
-        self.args = args
         self.models = {}   # name -> dict(dir, model, prompt, ref_scores, ip_scores, ip_gen)
-
-    def dir(self, name):
-        return os.path.join(self.workdir, name)
 
 
 def load_ref(d):
@@ -533,45 +457,13 @@ def main():
         for n, _ in CASES:
             print(n)
         return 0
-    binary = os.path.abspath(args.shardlm)
-    if not os.path.isfile(binary):
-        print("shardlm binary not found: %s" % binary, file=sys.stderr)
+    setup = parse_case_args(args, [n for n, _ in CASES])
+    if setup is None:
         return 2
-    workdir = os.path.abspath(args.workdir)
-    os.makedirs(workdir, exist_ok=True)
-    only = set(x for x in args.only.split(",") if x)
-    unknown = only - set(n for n, _ in CASES)
-    if unknown:
-        print("unknown case(s): %s" % ", ".join(sorted(unknown)), file=sys.stderr)
-        return 2
+    binary, workdir, only = setup
 
     ctx = Ctx(Engine(binary, args.verbose), workdir, args)
-    passed = failed = 0
-    t_all = time.monotonic()
-    for name, fn in CASES:
-        if only and name not in only and name != "no_orphans":
-            continue
-        print("%s:" % name)
-        chk = Checker()
-        t0 = time.monotonic()
-        try:
-            fn(ctx, chk)
-        except Failure as e:
-            chk.failures.append(str(e))
-            print("    FAIL  " + str(e))
-        except Exception:
-            chk.failures.append("exception")
-            print("    FAIL  unexpected exception:\n" + traceback.format_exc())
-        verdict = "PASS" if not chk.failures else "FAIL"
-        print("%s %s (%.1f s)" % (verdict, name, time.monotonic() - t0))
-        if chk.failures:
-            failed += 1
-        else:
-            passed += 1
-        sys.stdout.flush()
-    print("total %.1f s" % (time.monotonic() - t_all))
-    print("tensor_parallel: %d passed, %d failed" % (passed, failed))
-    return 0 if failed == 0 else 1
+    return run_cases(CASES, only, ctx, "tensor_parallel", always=("no_orphans",))
 
 
 if __name__ == "__main__":

@@ -57,7 +57,10 @@ import traceback
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
 import hf_reference as ref  # noqa: E402
+import harness  # noqa: E402
+from harness import ids_arg as _ids_arg, last_json_object  # noqa: E402
 
 # Small model shape shared by all cases (the brief's "small sizes").
 SMALL_MODEL_ARGS = [
@@ -77,8 +80,8 @@ EXPECTED_ARCH = {
 }
 
 
-class CaseFailure(Exception):
-    """An expected kind of failure: printed as a message, never a traceback."""
+CaseFailure = harness.Failure   # an expected kind of failure: a message, never a traceback
+TAIL_CHARS = 600               # how much engine output a failure message quotes
 
 
 # ---------------------------------------------------------------------------
@@ -118,15 +121,7 @@ class Engine:
             obj = json.loads(text)
         except ValueError:
             # Tolerate log lines before the JSON: take the last line that parses.
-            obj = None
-            for line in reversed(text.splitlines()):
-                line = line.strip()
-                if line.startswith("{"):
-                    try:
-                        obj = json.loads(line)
-                        break
-                    except ValueError:
-                        pass
+            obj = last_json_object(text)
             if obj is None:
                 raise CaseFailure("engine did not print a JSON object for: %s\n      stdout: %s"
                                   % (" ".join(str(a) for a in args), _tail(out)))
@@ -182,19 +177,14 @@ class Engine:
         return obj
 
 
-def _ids_arg(ids):
-    return ",".join(str(int(t)) for t in ids)
-
-
 def _require_keys(obj, keys, what):
     missing = [k for k in keys if k not in obj]
     if missing:
         raise CaseFailure("%s: JSON output lacks %s; got keys %s" % (what, missing, sorted(obj)))
 
 
-def _tail(text, n=600):
-    text = text.strip()
-    return text if len(text) <= n else "..." + text[-n:]
+def _tail(text, n=TAIL_CHARS):
+    return harness.tail(text, n)
 
 
 def _short(seq, n=12):
@@ -209,27 +199,19 @@ def _short(seq, n=12):
 # helpers shared by the cases
 # ---------------------------------------------------------------------------
 
-class Report:
-    """Collects the sub-check lines of one case."""
+class Report(harness.Checker):
+    """Collects the sub-check lines of one case; also unconditional ok/fail
+    lines and warnings (weak checks, listed after the summary)."""
 
     def __init__(self):
-        self.failures = []
+        super().__init__()
         self.warnings = []
 
     def ok(self, msg):
-        print("    ok    " + msg)
+        self.check(True, msg)
 
     def fail(self, msg):
-        print("    FAIL  " + msg)
-        self.failures.append(msg)
-        return False
-
-    def check(self, cond, msg):
-        (self.ok if cond else self.fail)(msg)
-        return cond
-
-    def note(self, msg):
-        print("    note  " + msg)
+        return self.check(False, msg)
 
     def warn(self, msg):
         print("    WARN  " + msg)
@@ -324,15 +306,11 @@ def compare_generation(rep, model, prompt, gen, tol, tie_tol, label="generate"):
 # cases
 # ---------------------------------------------------------------------------
 
-class Context:
+class Context(harness.Ctx):
     def __init__(self, engine, workdir, args):
+        super().__init__(workdir, args)
         self.engine = engine
-        self.workdir = workdir
-        self.args = args
         self.results = {}   # case name -> dict with data later cases reuse
-
-    def model_dir(self, name):
-        return os.path.join(self.workdir, name)
 
 
 def arch_case(name, arch, seed, extra=(), feature=None):
@@ -340,7 +318,7 @@ def arch_case(name, arch, seed, extra=(), feature=None):
 
     def run(ctx, rep):
         tol = ctx.args.tol
-        d = ctx.model_dir(name)
+        d = ctx.dir(name)
         ctx.engine.make_tiny_model(d, ["--arch", arch, "--seed", seed, "--dtype", "f32"]
                                    + SMALL_MODEL_ARGS + list(extra))
         cfg = read_config(d)
@@ -527,7 +505,7 @@ def _make_bf16_llama(ctx):
     """The bf16 llama checkpoint shared by the two bf16-storage cases."""
     if "bf16" in ctx.results:
         return ctx.results["bf16"]
-    d = ctx.model_dir("llama_bf16")
+    d = ctx.dir("llama_bf16")
     seed = 3001
     ctx.engine.make_tiny_model(d, ["--arch", "llama", "--seed", seed, "--dtype", "bf16"]
                                + SMALL_MODEL_ARGS)

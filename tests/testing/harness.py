@@ -1,0 +1,256 @@
+"""Pieces shared by the Python integration test scripts (stdlib only).
+
+The scripts under tests/integration, tests/reference and tests/tokenizer run
+the real `shardlm` binary in subprocesses and print one line per sub-check.
+What they have in common lives here; each script keeps its own cases, its own
+per-case output format and its own summary line.  A script imports this file
+with a path relative to itself:
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                    "..", "testing"))
+    import harness
+
+Contents:
+  Failure            an expected kind of case failure (printed as a message)
+  Checker            prints "ok"/"FAIL"/"note" sub-check lines, keeps failures
+  Ctx                base of a script's per-run state (workdir, args, dir())
+  Tally, run_case,   the PASS/FAIL-per-case loop with "NAME:" headers, timing,
+  run_cases,         "total" and "<label>: N passed, M failed" lines, and the
+  parse_case_args    --shardlm/--workdir/--only handling around it
+  run_retry          subprocess.run that retries once after 3 s when the
+                     binary cannot be executed (it may be being rebuilt)
+  run_engine         run_retry that also retries a death by signal and turns
+                     "cannot execute" into a Failure
+  tail, strip_glog   shortening of output and removal of glog lines
+  last_json_object   the last line of stdout that is a JSON object
+  ids_arg            a --prompt-ids value
+  ps_rows, worker_processes, wait_until_empty, wait_no_workers
+                     `ps` scans for leftover `shardlm worker` processes
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+
+RETRY_SLEEP_S = 3     # pause before the one retry of a binary that may be being rebuilt
+POLL_S = 0.2          # interval of the process scans in wait_until_empty
+
+
+class Failure(Exception):
+    """An expected kind of failure: printed as a message, not a traceback."""
+
+
+# --- sub-checks and cases ----------------------------------------------------------------
+
+class Checker:
+    """Prints one line per sub-check and collects the failed ones."""
+
+    def __init__(self):
+        self.failures = []
+
+    def check(self, cond, msg):
+        print("    %s  %s" % ("ok  " if cond else "FAIL", msg))
+        if not cond:
+            self.failures.append(msg)
+        return cond
+
+    def note(self, msg):
+        print("    note  " + msg)
+
+
+class Ctx:
+    """State the cases of one run share: the scratch folder and the arguments."""
+
+    def __init__(self, workdir, args):
+        self.workdir = workdir
+        self.args = args
+
+    def dir(self, name):
+        return os.path.join(self.workdir, name)
+
+
+class Tally:
+    """Counts PASS/FAIL verdicts and prints the closing lines; the clock starts
+    when it is made."""
+
+    def __init__(self):
+        self.passed = self.failed = 0
+        self.start = time.monotonic()
+
+    def verdict(self, name, failures, t0):
+        print("%s %s (%.1f s)" % ("FAIL" if failures else "PASS", name, time.monotonic() - t0))
+        sys.stdout.flush()
+        if failures:
+            self.failed += 1
+        else:
+            self.passed += 1
+
+    def summary(self, label):
+        """Prints `total` and `LABEL: N passed, M failed`; returns the exit status."""
+        print("total %.1f s" % (time.monotonic() - self.start))
+        print("%s: %d passed, %d failed" % (label, self.passed, self.failed))
+        return 0 if self.failed == 0 else 1
+
+
+def run_case(tally, name, fn, *args, handlers=()):
+    """Prints `NAME:`, runs fn(*args, checker) and records the verdict.
+
+    A Failure is printed as its message, any other exception as a traceback;
+    handlers is a sequence of (exception type, fn(exc, checker)) for exceptions
+    a script reports in its own way (tried in order, before the traceback)."""
+    print("%s:" % name)
+    chk = Checker()
+    t0 = time.monotonic()
+    try:
+        fn(*args, chk)
+    except Failure as e:
+        chk.failures.append(str(e))
+        print("    FAIL  " + str(e))
+    except Exception as e:
+        for exc_type, handle in handlers:
+            if isinstance(e, exc_type):
+                handle(e, chk)
+                break
+        else:
+            chk.failures.append("exception")
+            print("    FAIL  unexpected exception:\n" + traceback.format_exc())
+    tally.verdict(name, chk.failures, t0)
+    return chk
+
+
+def run_cases(cases, only, ctx, label, always=()):
+    """run_case(.., fn, ctx) for each (name, fn) of cases that --only selects
+    (an empty `only` selects all; names in `always` run regardless); prints the
+    closing lines and returns the exit status."""
+    tally = Tally()
+    for name, fn in cases:
+        if only and name not in only and name not in always:
+            continue
+        run_case(tally, name, fn, ctx)
+    return tally.summary(label)
+
+
+def parse_case_args(args, case_names):
+    """--shardlm, --workdir and --only of a script whose cases are named.
+
+    Returns (binary, workdir, only) with absolute paths (workdir created) and
+    the set of --only names, or None after printing a usage error (exit 2)."""
+    binary = os.path.abspath(args.shardlm)
+    if not os.path.isfile(binary):
+        print("shardlm binary not found: %s" % binary, file=sys.stderr)
+        return None
+    workdir = os.path.abspath(args.workdir)
+    os.makedirs(workdir, exist_ok=True)
+    only = set(x for x in args.only.split(",") if x)
+    unknown = only - set(case_names)
+    if unknown:
+        print("unknown case(s): %s" % ", ".join(sorted(unknown)), file=sys.stderr)
+        return None
+    return binary, workdir, only
+
+
+# --- running the binary ------------------------------------------------------------------
+
+def run_retry(cmd, timeout, retry_signal_death, **kw):
+    """subprocess.run(cmd) with stdout and stderr captured; returns (proc,
+    seconds of the last attempt).  Retried once, after RETRY_SLEEP_S, when the
+    binary cannot be executed (OSError: it may be being rebuilt) and, with
+    retry_signal_death, when it dies from a signal.  A second OSError and
+    subprocess.TimeoutExpired propagate."""
+    for attempt in (0, 1):
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  timeout=timeout, **kw)
+        except OSError:
+            if attempt == 1:
+                raise
+            time.sleep(RETRY_SLEEP_S)
+            continue
+        dt = time.monotonic() - t0
+        if retry_signal_death and proc.returncode < 0 and attempt == 0:
+            time.sleep(RETRY_SLEEP_S)
+            continue
+        return proc, dt
+    raise AssertionError("unreachable")
+
+
+def run_engine(cmd, timeout):
+    """run_retry with stdin closed, retrying a death by signal too; a binary
+    that cannot be executed twice is a Failure.  TimeoutExpired propagates."""
+    try:
+        return run_retry(cmd, timeout, True, stdin=subprocess.DEVNULL)
+    except OSError as e:
+        raise Failure("could not run %s: %s" % (cmd[0], e))
+
+
+def tail(text, n=800):
+    """The last n characters of text (stripped), with "..." where cut."""
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def strip_glog(stderr, levels):
+    """The lines of stderr that are not glog lines (a letter of `levels`, e.g.
+    "IW", then the date) nor glog's "WARNING: Logging before ..." line."""
+    glog = re.compile(r"^[%s]\d{8} " % levels)
+    return [l for l in stderr.splitlines()
+            if not glog.match(l) and not l.startswith("WARNING: Logging before")]
+
+
+def last_json_object(text):
+    """The last line of text that starts with "{" and parses as JSON, or None
+    (log lines around the object are tolerated)."""
+    for line in reversed(text.strip().splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def ids_arg(ids):
+    """Token ids as a --prompt-ids value: "1,2,3"."""
+    return ",".join(str(int(t)) for t in ids)
+
+
+# --- leftover processes ------------------------------------------------------------------
+
+def ps_rows():
+    """[(pid, ppid, stat, args)] of every process, from `ps`."""
+    out = subprocess.run(["ps", "-eo", "pid=,ppid=,stat=,args="], stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    rows = []
+    for line in out.splitlines():
+        parts = line.strip().split(None, 3)
+        if len(parts) == 4:
+            rows.append((int(parts[0]), int(parts[1]), parts[2], parts[3]))
+    return rows
+
+
+def worker_processes(needle):
+    """[(pid, args)] of `shardlm worker` processes whose args mention needle."""
+    return [(pid, args) for pid, _ppid, _stat, args in ps_rows()
+            if " worker " in " %s " % args and "shardlm" in args and needle in args]
+
+
+def wait_until_empty(scan, seconds):
+    """Calls scan() every POLL_S until it returns an empty list or `seconds`
+    have passed; returns its last answer."""
+    deadline = time.monotonic() + seconds
+    while True:
+        left = scan()
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(POLL_S)
+
+
+def wait_no_workers(needle, seconds):
+    """worker_processes(needle) once none are left, or what is left after `seconds`."""
+    return wait_until_empty(lambda: worker_processes(needle), seconds)

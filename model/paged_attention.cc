@@ -15,10 +15,51 @@ int64_t SlotOf(const AttentionBatch& b, int64_t seq, int64_t pos) {
   return static_cast<int64_t>(block) * b.block_size + pos % b.block_size;
 }
 
+// Rows of one sequence that a step computes together: [begin, end).
+struct RowRun {
+  int64_t begin, end;
+};
+
+// Prompt chunks at least this long go through matrix products.
+constexpr int64_t kMatmulMinRows = 8;
+
+// One sequence's chunk of query rows as matrix products: gather its keys and
+// values through the block table, then Q K^T, a causal (and windowed) mask,
+// softmax in f32, and P V.
+void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
+                    at::Tensor& out, const AttentionBatch& b, RowRun run) {
+  const int64_t n = run.end - run.begin, heads = q.size(1), d = q.size(2);
+  const int64_t kv_heads = k_layer.size(2), group = heads / kv_heads;
+  const int64_t seq = (*b.seq_of_token)[run.begin];
+  const int64_t p0 = (*b.positions)[run.begin], ctx = (*b.positions)[run.end - 1] + 1;
+  std::vector<int64_t> slots(ctx);
+  for (int64_t j = 0; j < ctx; ++j) slots[j] = SlotOf(b, seq, j);
+  at::Tensor index = at::from_blob(slots.data(), {ctx}, at::kLong);
+  const int64_t rows = k_layer.size(0) * k_layer.size(1);
+  // keys, values: [kv_heads, ctx, d] -> [heads, ctx, d]
+  at::Tensor keys = k_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
+  at::Tensor values = v_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
+  if (group > 1) {
+    keys = keys.repeat_interleave(group, 0);
+    values = values.repeat_interleave(group, 0);
+  }
+  at::Tensor queries = q.narrow(0, run.begin, n).permute({1, 0, 2});  // [heads, n, d]
+  at::Tensor scores =
+      at::matmul(queries, keys.transpose(1, 2)).to(at::kFloat) / std::sqrt(static_cast<double>(d));
+  // Query i (position p0 + i) sees keys j with j <= p0 + i and, with a window, j > p0 + i - window.
+  at::Tensor qpos = at::arange(p0, p0 + n, at::kLong).unsqueeze(1);
+  at::Tensor kpos = at::arange(0, ctx, at::kLong).unsqueeze(0);
+  at::Tensor hidden = kpos > qpos;
+  if (b.sliding_window > 0) hidden = hidden.logical_or(kpos <= qpos - b.sliding_window);
+  scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());
+  at::Tensor probs = scores.softmax(-1).to(values.scalar_type());
+  out.narrow(0, run.begin, n).copy_(at::matmul(probs, values).permute({1, 0, 2}));
+}
+
 template <typename T>
 void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
-                     at::Tensor& out, const AttentionBatch& b) {
-  const int64_t tokens = q.size(0), heads = q.size(1), d = q.size(2);
+                     at::Tensor& out, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
+  const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = k_layer.size(2);
   const int64_t group = heads / kv_heads;
   const T* qp = q.data_ptr<T>();
@@ -29,7 +70,7 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
   at::parallel_for(0, tokens * heads, 1, [&](int64_t begin, int64_t end) {
     std::vector<float> scores, qf(d), acc(d);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = item / heads, h = item % heads, kvh = h / group;
+      const int64_t t = row_list[item / heads], h = item % heads, kvh = h / group;
       const int64_t seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
       const int64_t first = b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
       const T* qrow = qp + (t * heads + h) * d;
@@ -84,11 +125,26 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
                           const AttentionBatch& batch) {
   at::Tensor qc = q.contiguous();
   at::Tensor out = at::empty_like(qc);
+  // Long runs of one sequence's rows (prompt chunks) use matrix products;
+  // the rest (decodes, short chunks) the per-row kernel.
+  const int64_t tokens = qc.size(0);
+  std::vector<int64_t> kernel_rows;
+  for (int64_t begin = 0; begin < tokens;) {
+    int64_t end = begin + 1;
+    while (end < tokens && (*batch.seq_of_token)[end] == (*batch.seq_of_token)[begin]) ++end;
+    if (end - begin >= kMatmulMinRows) {
+      ChunkAttention(qc, k_layer, v_layer, out, batch, RowRun{begin, end});
+    } else {
+      for (int64_t r = begin; r < end; ++r) kernel_rows.push_back(r);
+    }
+    begin = end;
+  }
+  if (kernel_rows.empty()) return out;
   if (qc.scalar_type() == at::kFloat) {
-    AttentionKernel<float>(qc, k_layer, v_layer, out, batch);
+    AttentionKernel<float>(qc, k_layer, v_layer, out, batch, kernel_rows);
   } else {
     TORCH_CHECK(qc.scalar_type() == at::kBFloat16, "attention supports f32 and bf16");
-    AttentionKernel<c10::BFloat16>(qc, k_layer, v_layer, out, batch);
+    AttentionKernel<c10::BFloat16>(qc, k_layer, v_layer, out, batch, kernel_rows);
   }
   return out;
 }

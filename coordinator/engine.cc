@@ -137,6 +137,16 @@ std::vector<std::pair<int64_t, GenerateResult>> Engine::TakeFinished() {
   return out;
 }
 
+bool Engine::Stop(int64_t id) {
+  for (auto it = running_.begin(); it != running_.end(); ++it) {
+    if ((*it)->id != id) continue;
+    Finish(**it, FinishReason::kStop);
+    running_.erase(it);
+    return true;
+  }
+  return false;
+}
+
 bool Engine::Cancel(int64_t id) {
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     if ((*it)->id != id) continue;
@@ -154,6 +164,8 @@ void Engine::Preempt(Sequence& seq) {
   seq.hashes.clear();
   for (const auto& [src, dst] : seq.copies) allocator_.Release(src);
   seq.copies.clear();
+  if (seq.cow_src >= 0) allocator_.Release(seq.cow_src);
+  seq.cow_src = -1;
   seq.num_computed = 0;  // recomputed from its tokens when it runs again
 }
 
@@ -175,6 +187,10 @@ bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Seque
   }
   auto ids = allocator_.Allocate(need);
   CHECK(ids.ok()) << ids.status();
+  if (seq.cow_src >= 0) {
+    seq.copies.emplace_back(seq.cow_src, (*ids)[0]);  // its reference is dropped once copied
+    seq.cow_src = -1;
+  }
   seq.blocks.insert(seq.blocks.end(), ids->begin(), ids->end());
   return true;
 }
@@ -182,6 +198,8 @@ bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Seque
 void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   for (const auto& [src, dst] : seq.copies) allocator_.Release(src);
   seq.copies.clear();
+  if (seq.cow_src >= 0) allocator_.Release(seq.cow_src);
+  seq.cow_src = -1;
   if (status.ok() && seq.request.keep_handle) {
     Handle h;
     h.tokens = seq.tokens;

@@ -106,6 +106,10 @@ class Engine {
   // Stops a queued or running request now and frees its blocks; its result
   // carries CANCELLED. False if the id is not running.
   bool Cancel(int64_t id);
+  // Ends a running request now with FinishReason::kStop, as if a stop token
+  // had come (e.g. a stop string matched); a kept handle is kept. False if
+  // the id is not running.
+  bool Stop(int64_t id);
   // Submit's checks alone (const: safe to call beside a running step).
   absl::Status Validate(const GenerateRequest& r) const;
 
@@ -114,6 +118,8 @@ class Engine {
 
   // Releases a handle's blocks. NotFound if unknown, released or expired.
   absl::Status ReleaseHandle(const std::string& handle);
+  // Releases every handle past its expiry (each Step does this too).
+  void ExpireHandles();
   Stats stats() const;
   int32_t num_free_blocks() const { return allocator_.num_free(); }
   int32_t num_blocks() const { return allocator_.num_blocks(); }
@@ -132,6 +138,7 @@ class Engine {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;                     // prefix hash through each published full block
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write (src, dst) before the next step
+    int32_t cow_src = -1;  // block to copy into the next block allocated (referenced), or -1
     GenerateResult result;
   };
   struct Handle {
@@ -151,7 +158,6 @@ class Engine {
   void LookupPrefix(Sequence& seq);
   // Publishes `seq`'s newly completed full blocks to the prefix cache.
   void PublishBlocks(Sequence& seq);
-  void ExpireHandles();
   static int64_t NowMs();
   void Finish(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
   bool IsStop(const Sequence& seq, int32_t token) const;

@@ -25,16 +25,11 @@ absl::Status Engine::Attach(Sequence& seq, const Handle& handle) {
     seq.blocks.push_back(handle.blocks[i]);
   }
   if (start % block_size_ != 0) {
-    // Copy-on-write of the partly filled block this sequence writes into next.
-    auto fresh = allocator_.Allocate(1);
-    if (!fresh.ok()) {
-      allocator_.Release(seq.blocks);
-      seq.blocks.clear();
-      return fresh.status();
-    }
-    allocator_.AddRef(handle.blocks[shared]);  // keep the source alive until copied
-    seq.copies.emplace_back(handle.blocks[shared], (*fresh)[0]);
-    seq.blocks.push_back((*fresh)[0]);
+    // Copy-on-write of the partly filled block this sequence writes into
+    // next. The copy's block is allocated when the sequence is scheduled
+    // (EnsureBlocks, which may preempt); until then the source is kept alive.
+    allocator_.AddRef(handle.blocks[shared]);
+    seq.cow_src = handle.blocks[shared];
   }
   seq.num_computed = start;
   seq.result.cached_tokens = start;
@@ -82,8 +77,10 @@ absl::Status Engine::ReleaseHandle(const std::string& handle) {
   auto it = handles_.find(handle);
   if (it == handles_.end())
     return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
+  const bool expired = it->second.expiry_ms <= NowMs();
   allocator_.Release(it->second.blocks);
   handles_.erase(it);
+  if (expired) return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
   return absl::OkStatus();
 }
 

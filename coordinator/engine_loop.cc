@@ -38,6 +38,11 @@ void EngineLoop::Cancel(int64_t id) {
   if (engine_->Cancel(id)) Deliver();
 }
 
+void EngineLoop::Stop(int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (engine_->Stop(id)) Deliver();
+}
+
 absl::Status EngineLoop::Validate(const GenerateRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_->Validate(request);
@@ -71,7 +76,9 @@ void EngineLoop::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
     if (engine_->Idle()) {
-      cv_.wait(lock);
+      // Idle: wake up now and then so expired handles free their blocks.
+      cv_.wait_for(lock, std::chrono::seconds(1));
+      engine_->ExpireHandles();
       continue;
     }
     absl::Status st = engine_->Step();

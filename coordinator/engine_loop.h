@@ -32,6 +32,8 @@ class EngineLoop {
   // Submit's checks without submitting.
   absl::Status Validate(const GenerateRequest& request);
   void Cancel(int64_t id);
+  // Ends a running request now as finished ("stop"), keeping its handle when asked.
+  void Stop(int64_t id);
   absl::Status ReleaseHandle(const std::string& handle);
   Engine::Stats stats();
   const ModelConfig& config() const { return engine_->config(); }

@@ -184,11 +184,26 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     ids.push_back(*id);
   }
   if (!shared_handle.empty()) loop_->ReleaseHandle(shared_handle).IgnoreError();  // samples hold their blocks
-  auto cancel_all = [&] {
+  std::vector<std::optional<GenerateResult>> results(n);
+  // Leaving early: cancel what runs, and release every handle a finished
+  // sample kept (its result may still wait in the channel), so nothing stays
+  // pinned until its expiry.
+  auto abandon = [&] {
     for (int64_t id : ids) loop_->Cancel(id);
+    std::deque<Event> rest;
+    {
+      std::lock_guard<std::mutex> lock(channel->mu);
+      rest.swap(channel->events);
+    }
+    for (Event& e : rest) {
+      if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle).IgnoreError();
+    }
+    for (auto& r : results) {
+      if (r && !r->handle.empty()) loop_->ReleaseHandle(r->handle).IgnoreError();
+    }
   };
   if (!submit_error.ok()) {
-    cancel_all();
+    abandon();
     return ToGrpcStatus(submit_error);
   }
 
@@ -196,8 +211,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
   for (int s = 0; s < n; ++s) {
     texts.emplace_back(tokenizer_, std::vector<std::string>(req->stop().begin(), req->stop().end()));
   }
-  std::vector<std::optional<GenerateResult>> results(n);
   std::vector<std::string> finish(n);
+  std::vector<bool> stopping(n, false);  // a stop string appeared; waiting for the result
   std::vector<int32_t> sent_tokens(n, 0);
   int finished = 0;
   bool first = true;
@@ -209,13 +224,17 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
       batch.swap(channel->events);
     }
     if (ctx->IsCancelled()) {
-      cancel_all();
+      for (Event& e : batch) {
+        if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle).IgnoreError();
+      }
+      abandon();
       return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");
     }
     // One message per sample with news, in sample order.
     std::vector<std::optional<pb::GenerateResponse>> msgs(n);
     for (Event& e : batch) {
-      if (!finish[e.sample].empty()) continue;  // stopped by a stop string already
+      if (!finish[e.sample].empty()) continue;
+      if (stopping[e.sample] && !e.done) continue;  // tokens past the stop string
       auto& msg = msgs[e.sample];
       if (!msg) {
         msg.emplace();
@@ -223,11 +242,11 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
       }
       if (e.done) {
         if (!e.done->status.ok()) {
-          cancel_all();
+          abandon();
           return ToGrpcStatus(e.done->status);
         }
         msg->mutable_text()->append(texts[e.sample].Finish());
-        finish[e.sample] = FinishReasonName(e.done->finish_reason);
+        finish[e.sample] = stopping[e.sample] ? "stop" : FinishReasonName(e.done->finish_reason);
         results[e.sample] = std::move(e.done);
         ++finished;
         continue;
@@ -245,9 +264,9 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
       }
       msg->mutable_text()->append(texts[e.sample].Add(e.token));
       if (texts[e.sample].stopped()) {
-        loop_->Cancel(ids[e.sample]);  // frees its blocks now; its CANCELLED result is ignored
-        finish[e.sample] = "stop";
-        ++finished;
+        // End the sample now (keeping its handle when asked); its result follows.
+        loop_->Stop(ids[e.sample]);
+        stopping[e.sample] = true;
       }
     }
     for (auto& msg : msgs) {
@@ -257,7 +276,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
         first = false;
       }
       if (!writer->Write(*msg)) {
-        cancel_all();
+        abandon();
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       }
     }

@@ -140,6 +140,10 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
     r.next_top = req->top_k() > 0;
     r.sampling.num_top_logprobs = req->top_k();
     r.keep_handle = req->keep();
+    // Every chunk is checked before any runs.
+    absl::Status st = loop_->Validate(r);
+    if (!st.ok())
+      return ToGrpcStatus(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())));
     requests.push_back(std::move(r));
   }
   auto results = RunAll(std::move(requests));

@@ -1,5 +1,7 @@
 #include "coordinator/rendezvous_service.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "worker/worker_server.h"
@@ -28,16 +30,25 @@ grpc::Status RendezvousService::Register(grpc::ServerContext* ctx, const wpb::Re
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         absl::StrCat("all ", world_size_, " ranks have already joined"));
   }
-  const int rank = static_cast<int>(addresses_.size());
+  const uint64_t ticket = next_ticket_++;
+  tickets_.push_back(ticket);
   addresses_.push_back(req->worker_address());
-  LOG(INFO) << "worker " << req->worker_address() << " joined as rank " << rank << " of " << world_size_;
+  LOG(INFO) << "worker " << req->worker_address() << " joined (" << addresses_.size() << " of " << world_size_
+            << ")";
   cv_.notify_all();
   // Reply once the group is complete, so every rank starts its bootstrap together.
   while (static_cast<int>(addresses_.size()) < world_size_ && !shutdown_ && !ctx->IsCancelled()) {
     cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
+  // Ranks are the order of arrival among the workers still waiting, fixed
+  // only once the group is complete.
+  const int rank = static_cast<int>(std::find(tickets_.begin(), tickets_.end(), ticket) - tickets_.begin());
   if (static_cast<int>(addresses_.size()) < world_size_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down before all ranks joined");
+    // Gave up (its deadline, or shutdown) before the group completed: free the slot.
+    tickets_.erase(tickets_.begin() + rank);
+    addresses_.erase(addresses_.begin() + rank);
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the group did not complete before this worker gave up");
   }
   *resp = settings_;
   resp->set_rank(rank);

@@ -43,6 +43,8 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::string> addresses_;  // by rank
+  std::vector<uint64_t> tickets_;       // which Register call holds each slot
+  uint64_t next_ticket_ = 0;
   std::map<std::string, std::string> store_;
   bool shutdown_ = false;
 };

@@ -20,8 +20,10 @@ struct RowRun {
   int64_t begin, end;
 };
 
-// Prompt chunks at least this long go through matrix products.
+// Prompt chunks at least this long go through matrix products, in tiles of
+// query rows whose f32 score matrix [heads, rows, keys] stays under a budget.
 constexpr int64_t kMatmulMinRows = 8;
+constexpr int64_t kScoreBudgetBytes = 64ll << 20;
 
 // One sequence's chunk of query rows as matrix products: gather its keys and
 // values through the block table, then Q K^T, a causal (and windowed) mask,
@@ -32,9 +34,12 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
   const int64_t kv_heads = k_layer.size(2), group = heads / kv_heads;
   const int64_t seq = (*b.seq_of_token)[run.begin];
   const int64_t p0 = (*b.positions)[run.begin], ctx = (*b.positions)[run.end - 1] + 1;
-  std::vector<int64_t> slots(ctx);
-  for (int64_t j = 0; j < ctx; ++j) slots[j] = SlotOf(b, seq, j);
-  at::Tensor index = at::from_blob(slots.data(), {ctx}, at::kLong);
+  // With a window, keys before the first row's window are never seen.
+  const int64_t kstart = b.sliding_window > 0 ? std::max<int64_t>(0, p0 - b.sliding_window + 1) : 0;
+  const int64_t nkeys = ctx - kstart;
+  std::vector<int64_t> slots(nkeys);
+  for (int64_t j = 0; j < nkeys; ++j) slots[j] = SlotOf(b, seq, kstart + j);
+  at::Tensor index = at::from_blob(slots.data(), {nkeys}, at::kLong);
   const int64_t rows = k_layer.size(0) * k_layer.size(1);
   // keys, values: [kv_heads, ctx, d] -> [heads, ctx, d]
   at::Tensor keys = k_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
@@ -48,7 +53,7 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
       at::matmul(queries, keys.transpose(1, 2)).to(at::kFloat) / std::sqrt(static_cast<double>(d));
   // Query i (position p0 + i) sees keys j with j <= p0 + i and, with a window, j > p0 + i - window.
   at::Tensor qpos = at::arange(p0, p0 + n, at::kLong).unsqueeze(1);
-  at::Tensor kpos = at::arange(0, ctx, at::kLong).unsqueeze(0);
+  at::Tensor kpos = at::arange(kstart, ctx, at::kLong).unsqueeze(0);
   at::Tensor hidden = kpos > qpos;
   if (b.sliding_window > 0) hidden = hidden.logical_or(kpos <= qpos - b.sliding_window);
   scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());
@@ -133,7 +138,11 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
     int64_t end = begin + 1;
     while (end < tokens && (*batch.seq_of_token)[end] == (*batch.seq_of_token)[begin]) ++end;
     if (end - begin >= kMatmulMinRows) {
-      ChunkAttention(qc, k_layer, v_layer, out, batch, RowRun{begin, end});
+      const int64_t keys = (*batch.positions)[end - 1] + 1;
+      const int64_t tile = std::max<int64_t>(1, kScoreBudgetBytes / (4 * qc.size(1) * keys));
+      for (int64_t t = begin; t < end; t += tile) {
+        ChunkAttention(qc, k_layer, v_layer, out, batch, RowRun{t, std::min(end, t + tile)});
+      }
     } else {
       for (int64_t r = begin; r < end; ++r) kernel_rows.push_back(r);
     }

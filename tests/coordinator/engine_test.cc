@@ -317,3 +317,38 @@ TEST_F(EnginePrefixTest, ManySamplesShareOnePrefixAndHandlesExpire) {
 
 }  // namespace
 }  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+TEST_F(EnginePrefixTest, StopEndsARequestAndKeepsItsHandle) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  GenerateRequest r = Greedy(Prompt(20, 9), 50);
+  r.keep_handle = true;
+  auto id = e->Submit(r);
+  ASSERT_THAT(id, IsOk());
+  for (int i = 0; i < 4; ++i) ASSERT_THAT(e->Step(), IsOk());
+  EXPECT_TRUE(e->Stop(*id));
+  EXPECT_FALSE(e->Stop(*id)) << "no longer running";
+  auto result = e->TakeResult(*id);
+  ASSERT_TRUE(result.has_value());
+  EXPECT_EQ(result->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(result->tokens.size(), 4u);
+  ASSERT_FALSE(result->handle.empty());
+  // The handle continues the text as the cold computation would.
+  GenerateRequest cont = Greedy({}, 3);
+  cont.prefix_handle = result->handle;
+  auto warm = e->Run(cont);
+  ASSERT_THAT(warm, IsOk());
+  std::vector<int32_t> whole = Prompt(20, 9);
+  whole.insert(whole.end(), result->tokens.begin(), result->tokens.end());
+  auto cold = e->Run(Greedy(whole, 3));
+  ASSERT_THAT(cold, IsOk());
+  EXPECT_EQ(warm->tokens, cold->tokens);
+  ASSERT_THAT(e->ReleaseHandle(result->handle), IsOk());
+  EXPECT_EQ(e->stats().referenced_blocks, 0);
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -33,6 +33,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
+  f.Int("step-timeout-ms", "a step (e.g. a long prefill) slower than this fails", 60000, 1000, 3600000);
   f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
   int code = 0;
@@ -56,6 +57,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.dtype = f.GetString("dtype");
   go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
   go.collective_timeout_ms = f.GetInt("collective-timeout-ms");
+  go.step_timeout_ms = f.GetInt("step-timeout-ms");
   go.listen = f.GetString("worker-listen");
   go.spawn_local = spawn_local;
   go.exe = env.exe;

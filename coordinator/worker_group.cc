@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   if (!addresses.ok()) return addresses.status();
   RemoteExecutorOptions eo;
   eo.handshake_timeout = std::chrono::milliseconds(options.start_timeout_ms);
+  eo.step_timeout = std::chrono::milliseconds(options.step_timeout_ms);
   auto exec = RemoteExecutor::Connect(*addresses, *fingerprint, eo);
   if (!exec.ok()) return exec.status();
   g->executor_ = std::move(*exec);

@@ -39,6 +39,7 @@ struct WorkerGroupOptions {
   int64_t kv_cache_bytes = 256ll << 20;  // per rank
   int64_t block_size = 16;
   int64_t collective_timeout_ms = 10000;
+  int64_t step_timeout_ms = 60000;     // one step (e.g. a long prefill) on every rank
   std::string listen = "127.0.0.1:0";  // the workers' endpoint
   bool spawn_local = true;             // start `tp` worker processes here
   std::string exe;                     // the shardlm binary, for spawning

@@ -2,7 +2,9 @@
 
 #include <ATen/ATen.h>
 #include <gloo/allgather.h>
+#include <gloo/allgather_ring.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/math.h>
@@ -11,7 +13,10 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <cstring>
+#include <map>
 #include <mutex>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -33,10 +38,14 @@ class GlooCommunicator final : public Communicator {
       std::vector<int64_t> gshape = {n};
       gshape.insert(gshape.end(), src.sizes().begin(), src.sizes().end());
       at::Tensor gathered = at::empty(gshape, src.options());
-      gloo::AllgatherOptions opts(ctx_);
-      opts.setInput(static_cast<uint8_t*>(src.data_ptr()), src.nbytes());
-      opts.setOutput(static_cast<uint8_t*>(gathered.data_ptr()), gathered.nbytes());
-      gloo::allgather(opts);
+      if (n == 1) {
+        gathered.copy_(src.unsqueeze(0));  // Gloo's ring algorithms need two ranks
+      } else {
+        Prepared& p = Prepare(Op::kAllGather, static_cast<int64_t>(src.nbytes()));
+        std::memcpy(p.in.data(), src.data_ptr(), src.nbytes());
+        p.algorithm->run();
+        std::memcpy(gathered.data_ptr(), p.out.data(), gathered.nbytes());
+      }
       // [n, ..., d, ...] -> [..., n * d, ...]
       const int64_t d = dim < 0 ? dim + src.dim() : dim;
       out = gathered.movedim(0, d).flatten(d, d + 1).contiguous();
@@ -95,14 +104,46 @@ class GlooCommunicator final : public Communicator {
 
  private:
   absl::Status AllReduceF32(at::Tensor& sum) {
+    if (rank_.world_size == 1) return absl::OkStatus();  // the sum of one rank is itself
     return Run("all-reduce", [&] {
-      gloo::AllreduceOptions opts(ctx_);
-      opts.setOutput(sum.data_ptr<float>(), static_cast<size_t>(sum.numel()));
-      opts.setReduceFunction(
-          static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-      gloo::allreduce(opts);
+      const int64_t bytes = sum.numel() * static_cast<int64_t>(sizeof(float));
+      Prepared& p = Prepare(Op::kAllReduce, bytes);
+      std::memcpy(p.in.data(), sum.data_ptr(), bytes);
+      p.algorithm->run();
+      std::memcpy(sum.data_ptr(), p.in.data(), bytes);
     });
   }
+
+  // Gloo's algorithm classes register their buffers once, at construction;
+  // the functional API (gloo::allreduce) does that on every call, which costs
+  // ~0.7 ms per small collective here against ~0.08 ms for a prepared one.
+  // A forward pass repeats a few sizes, so prepared algorithms are cached by
+  // (operation, bytes), each with its own staging buffers. Callers hold mu_.
+  enum class Op { kAllGather, kAllReduce };
+  struct Prepared {
+    std::vector<uint8_t> in, out;
+    std::unique_ptr<gloo::Algorithm> algorithm;
+  };
+  Prepared& Prepare(Op op, int64_t bytes) {
+    auto key = std::make_pair(static_cast<int>(op), bytes);
+    auto it = prepared_.find(key);
+    if (it != prepared_.end()) return it->second;
+    if (prepared_.size() >= kMaxPrepared) prepared_.clear();  // prefill sizes vary; keep it bounded
+    Prepared& p = prepared_[key];
+    p.in.resize(bytes);
+    if (op == Op::kAllGather) {
+      p.out.resize(bytes * rank_.world_size);
+      p.algorithm = std::make_unique<gloo::AllgatherRing<uint8_t>>(
+          ctx_, std::vector<const uint8_t*>{p.in.data()}, p.out.data(), static_cast<int>(bytes));
+    } else {
+      p.algorithm = std::make_unique<gloo::AllreduceRing<float>>(
+          ctx_, std::vector<float*>{reinterpret_cast<float*>(p.in.data())},
+          static_cast<int>(bytes / sizeof(float)));
+    }
+    return p;
+  }
+  static constexpr size_t kMaxPrepared = 64;
+  std::map<std::pair<int, int64_t>, Prepared> prepared_;
 
   // Runs one collective; an exception (timeout, closed peer) breaks the
   // communicator for good, since Gloo's pairs are then in an unknown state.

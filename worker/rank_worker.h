@@ -42,6 +42,7 @@ class RankWorker final : public StepExecutor {
   int64_t num_blocks() const { return pool_.shape().num_blocks; }
   int64_t block_size() const { return pool_.shape().block_size; }
   const LlamaModel& model() const { return *model_; }
+  Communicator& communicator() { return *comm_; }
 
  private:
   std::unique_ptr<Communicator> comm_;

@@ -92,6 +92,9 @@ std::vector<RowResult> RunOn(const std::string& dir, int world, const StepInput&
       auto out = (*w)->Execute(step);
       ASSERT_THAT(out, IsOk());
       results[r] = *out;
+      // Let every rank finish before any tears its connections down (see
+      // the Gloo tests).
+      EXPECT_THAT((*w)->communicator().Barrier(), IsOk());
     });
   }
   for (auto& t : threads) t.join();

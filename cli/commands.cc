@@ -21,14 +21,15 @@
 #include "worker/worker_server.h"
 
 namespace shardlm {
-namespace {
-
-using json = nlohmann::json;
 
 int Fail(const absl::Status& st) {
   std::fprintf(stderr, "shardlm: %s\n", std::string(st.message()).c_str());
   return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
+
+namespace {
+
+using json = nlohmann::json;
 
 // Flags shared by the commands that run the model.
 void AddModelFlags(FlagSet& f) {

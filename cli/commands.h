@@ -5,6 +5,8 @@
 #include <atomic>
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace shardlm {
 
 // Paths main() resolved from the environment and the executable's location.
@@ -13,6 +15,9 @@ struct CliEnv {
   std::string exe;                          // this binary, to start worker processes
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM
 };
+
+// Prints `st` to stderr; returns the exit code (2 for InvalidArgument, else 1).
+int Fail(const absl::Status& st);
 
 int RunGenerate(int argc, char** argv, const CliEnv& env);
 int RunScore(int argc, char** argv, const CliEnv& env);

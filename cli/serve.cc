@@ -38,17 +38,13 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  auto fail = [](const absl::Status& st) {
-    std::fprintf(stderr, "shardlm: %s\n", std::string(st.message()).c_str());
-    return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
-  };
   const std::string dir = f.GetString("model");
   auto cfg = LoadModelConfig(dir);
-  if (!cfg.ok()) return fail(cfg.status());
+  if (!cfg.ok()) return Fail(cfg.status());
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(dir + "/tokenizer.json")) {
     auto tok = Tokenizer::Load(dir + "/tokenizer.json");
-    if (!tok.ok()) return fail(tok.status());
+    if (!tok.ok()) return Fail(tok.status());
     tokenizer = std::move(*tok);
   }
   WorkerGroupOptions go;
@@ -65,7 +61,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     std::fprintf(stderr, "waiting for %d workers at %s\n", go.tp, go.listen.c_str());
   }
   auto group = WorkerGroup::Start(go);
-  if (!group.ok()) return fail(group.status());
+  if (!group.ok()) return Fail(group.status());
   RemoteExecutor* exec = (*group)->executor();
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
@@ -85,7 +81,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   builder.RegisterService(&service);
   builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return fail(absl::UnavailableError("cannot listen on " + address));
+  if (!server || port == 0) return Fail(absl::UnavailableError("cannot listen on " + address));
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d\n", dir.c_str(),
               cfg->architecture.c_str(), go.tp, exec->num_blocks(), static_cast<long long>(go.block_size),
               f.GetString("host").c_str(), port);

@@ -137,24 +137,20 @@ std::vector<std::pair<int64_t, GenerateResult>> Engine::TakeFinished() {
   return out;
 }
 
-bool Engine::Stop(int64_t id) {
+bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
   for (auto it = running_.begin(); it != running_.end(); ++it) {
     if ((*it)->id != id) continue;
-    Finish(**it, FinishReason::kStop);
+    Finish(**it, reason, std::move(status));
     running_.erase(it);
     return true;
   }
   return false;
 }
 
+bool Engine::Stop(int64_t id) { return EndRunning(id, FinishReason::kStop, absl::OkStatus()); }
+
 bool Engine::Cancel(int64_t id) {
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if ((*it)->id != id) continue;
-    Finish(**it, FinishReason::kNone, absl::CancelledError("request cancelled"));
-    running_.erase(it);
-    return true;
-  }
-  return false;
+  return EndRunning(id, FinishReason::kNone, absl::CancelledError("request cancelled"));
 }
 
 void Engine::Preempt(Sequence& seq) {
@@ -336,7 +332,6 @@ absl::Status Engine::Step() {
     seq->copies.clear();
     if (options_.prefix_caching) PublishBlocks(*seq);
   }
-  std::vector<Sequence*> finished;
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence* seq = owners[i].seq;
     const RowResult& r = (*results)[i];

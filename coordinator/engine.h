@@ -160,6 +160,8 @@ class Engine {
   void PublishBlocks(Sequence& seq);
   static int64_t NowMs();
   void Finish(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
+  // Finishes running request `id` now; false if it is not running.
+  bool EndRunning(int64_t id, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
 
   StepExecutor* executor_;

@@ -254,14 +254,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
       msg->add_token_ids(e.token);
       msg->add_logprobs(e.logprob);
       ++sent_tokens[e.sample];
-      if (req->top_logprobs() > 0) {
-        auto* alts = msg->add_top_logprobs();
-        for (const TopLogprob& t : e.top) {
-          auto* a = alts->add_alternatives();
-          a->set_id(t.id);
-          a->set_logprob(t.logprob);
-        }
-      }
+      if (req->top_logprobs() > 0) FillTop(e.top, msg->add_top_logprobs());
       msg->mutable_text()->append(texts[e.sample].Add(e.token));
       if (texts[e.sample].stopped()) {
         // End the sample now (keeping its handle when asked); its result follows.

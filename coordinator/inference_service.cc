@@ -14,6 +14,8 @@ namespace {
 
 namespace pb = ::shardlm::v1;
 
+}  // namespace
+
 void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
   for (const TopLogprob& t : top) {
     auto* a = out->add_alternatives();
@@ -21,8 +23,6 @@ void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
     a->set_logprob(t.logprob);
   }
 }
-
-}  // namespace
 
 void FillChunkResult(const GenerateResult& r, bool generated, pb::ChunkResult* out) {
   out->set_handle(r.handle);

@@ -65,6 +65,9 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   ServedModel info_;
 };
 
+// Appends `top` (most likely first) to `out`.
+void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);
+
 // Fills `out` from a finished request (chunk tokens, scores, alternatives, handle).
 void FillChunkResult(const GenerateResult& r, bool generated, ::shardlm::v1::ChunkResult* out);
 

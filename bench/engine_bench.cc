@@ -20,6 +20,7 @@
 #include "cli/flags.h"
 #include "common/logging.h"
 #include "coordinator/engine.h"
+#include "common/random_token.h"
 #include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
@@ -88,6 +89,7 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
     go.kv_cache_bytes = 256ll << 20;
     go.exe = exe;
     go.worker_log_level = 1;
+    go.internal_token = RandomToken();
     auto group = WorkerGroup::Start(go);
     if (!group.ok()) {
       std::fprintf(stderr, "tp %d: %s\n", tp, std::string(group.status().message()).c_str());

@@ -1,6 +1,7 @@
 #include "cli/commands.h"
 
 #include <ATen/Parallel.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,8 @@
 #include "cli/remote_client.h"
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/grpc_security.h"
+#include "common/random_token.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
@@ -68,9 +71,10 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
     go.exe = env.exe;
     go.worker_log_level = 1;  // a one-shot command: warnings and errors only
     SetMinLogLevel(1);
+    go.internal_token = RandomToken();  // the local workers get it through their environment
     SHARDLM_ASSIGN_OR_RETURN(m.group, WorkerGroup::Start(go));
-    RemoteExecutor* exec = m.group->executor();
-    m.engine = std::make_unique<Engine>(exec, cfg, exec->num_blocks(), exec->block_size(), eo);
+    const GroupState g = m.group->state();
+    m.engine = std::make_unique<Engine>(m.group.get(), cfg, g.num_blocks, g.block_size, eo);
   } else {
     RankWorkerOptions o;
     o.model_dir = dir;
@@ -401,6 +405,12 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
   f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2);
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
+  f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
+  f.String("internal-token-file", "shared secret of the group (else $SHARDLM_INTERNAL_TOKEN)");
+  f.String("internal-tls-cert", "PEM certificate of this worker's service and of its client identity");
+  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
+  f.String("internal-tls-ca", "PEM CA that signed the coordinator's and the other workers' certificates");
+  f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   if (f.GetInt("threads") > 0) at::set_num_threads(static_cast<int>(f.GetInt("threads")));
@@ -411,6 +421,38 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.listen = f.GetString("listen");
   o.advertise_host = f.GetString("advertise-host");
   o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
+  if (f.Has("rank")) {
+    o.rank = static_cast<int>(f.GetInt("rank"));
+  } else {
+    char host[256] = {0};
+    gethostname(host, sizeof(host) - 1);
+    auto ordinal = OrdinalFromHostname(host);
+    if (!ordinal.ok()) return Fail(absl::InvalidArgumentError(std::string(ordinal.status().message())));
+    o.rank = *ordinal;
+  }
+  if (f.Has("internal-token-file")) {
+    auto token = ReadSecretFile(f.GetString("internal-token-file"), "--internal-token-file");
+    if (!token.ok()) return Fail(token.status());
+    o.internal_token = std::string(token->substr(0, token->find_last_not_of(" \r\n\t") + 1));
+  } else {
+    o.internal_token = env.internal_token;
+  }
+  const TlsFiles tls{f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
+                     f.GetString("internal-tls-ca")};
+  if (o.internal_token.empty() && !tls.enabled() && !f.GetBool("insecure-internal")) {
+    return Fail(absl::InvalidArgumentError(
+        "a worker needs --internal-token-file (or $SHARDLM_INTERNAL_TOKEN) or --internal-tls-cert/"
+        "--internal-tls-key/--internal-tls-ca, so that only its coordinator can run steps on it "
+        "(or --insecure-internal on a trusted network)"));
+  }
+  if (tls.enabled()) {
+    auto server_creds = ServerCredentials(tls, "--internal-tls");
+    if (!server_creds.ok()) return Fail(server_creds.status());
+    auto channel_creds = ChannelCredentials(tls, "--internal-tls");
+    if (!channel_creds.ok()) return Fail(channel_creds.status());
+    o.server_credentials = *server_creds;
+    o.channel_credentials = *channel_creds;
+  }
   return RunWorkerProcess(o, env.stop);
 }
 

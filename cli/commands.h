@@ -14,6 +14,7 @@ struct CliEnv {
   std::string npm_dir;                      // .../third_party/npm/node_modules (tokenizer fixtures)
   std::string exe;                          // this binary, to start worker processes
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM
+  std::string internal_token;               // $SHARDLM_INTERNAL_TOKEN (set by serve for its workers)
 };
 
 // Prints `st` to stderr; returns the exit code (2 for InvalidArgument, else 1).

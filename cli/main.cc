@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   std::error_code ec;
   env.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   env.stop = &g_stop;
+  if (const char* token = std::getenv("SHARDLM_INTERNAL_TOKEN")) env.internal_token = token;
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);

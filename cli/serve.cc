@@ -1,25 +1,78 @@
 // `shardlm serve` (coordinator + N local workers) and `shardlm coordinator`
 // (workers join from elsewhere, e.g. a Kubernetes StatefulSet).
+#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
+#include "common/grpc_security.h"
 #include "common/logging.h"
+#include "common/random_token.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/health_service.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/worker_group.h"
 #include "model/model_config.h"
+#include "partitioning/shard_plan.h"
 
 namespace shardlm {
 namespace {
+
+// Binds host:port once, without SO_REUSEPORT, so that a port another process
+// holds is an error (with the system's reason) before any worker loads.
+absl::Status CheckPortFree(const std::string& host, int64_t port) {
+  if (port == 0) return absl::OkStatus();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string h = host == "[::]" ? "::" : host;
+  if (int rc = getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res); rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--host '", host, "': ", gai_strerror(rc)));
+  }
+  absl::Status st;
+  for (addrinfo* a = res; a != nullptr && st.ok(); a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT is not "in use"
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      st = absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return st;
+}
+
+absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
+  auto text = ReadSecretFile(path, "--api-key-file");
+  if (!text.ok()) return text.status();
+  std::vector<std::string> keys;
+  std::istringstream in(*text);
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    size_t start = line.find_first_not_of(" \t");
+    if (start == std::string::npos || line[start] == '#') continue;
+    keys.push_back(line.substr(start));
+  }
+  if (keys.empty()) return absl::InvalidArgumentError("--api-key-file '" + path + "' holds no key");
+  return keys;
+}
 
 int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   FlagSet f(spawn_local ? "serve" : "coordinator");
@@ -33,66 +86,135 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
-  f.Int("step-timeout-ms", "a step (e.g. a long prefill) slower than this fails", 60000, 1000, 3600000);
+  f.Int("step-timeout-ms", "a step's deadline: this plus --step-timeout-per-token-ms per token", 60000, 1000,
+        3600000);
+  f.Int("step-timeout-per-token-ms", "extra step deadline per token in the step (at least 8x the recent rate)",
+        20, 0, 60000);
   f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
+  f.Int("shutdown-grace-s", "on SIGTERM, streams in flight get this long to finish", 30, 0, 3600);
+  f.String("tls-cert", "PEM certificate of the public port (TLS)");
+  f.String("tls-key", "PEM private key of the public port");
+  f.String("tls-client-ca", "PEM CA: clients must present a certificate it signed (mutual TLS)");
+  f.String("api-key-file", "API keys, one per line; calls must send 'authorization: Bearer KEY'");
+  f.Bool("no-reflection", "do not serve gRPC server reflection");
+  f.Int("max-message-mb", "largest request or response message on the public port", 64, 1, 1024);
+  f.String("internal-token-file", "shared secret every coordinator-worker call carries");
+  f.String("internal-tls-cert", "PEM certificate of the worker endpoint (and this side's client identity)");
+  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
+  f.String("internal-tls-ca", "PEM CA that signed the workers' certificates (mutual TLS)");
+  if (!spawn_local) {
+    f.Bool("insecure-internal", "accept workers without a token or TLS (trusted networks only)");
+  }
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   const std::string dir = f.GetString("model");
   auto cfg = LoadModelConfig(dir);
   if (!cfg.ok()) return Fail(cfg.status());
+  const int tp = static_cast<int>(f.GetInt("tp"));
+  // Refuse a world size the model cannot be split into before starting anyone.
+  if (auto plan = ShardPlan::Make(*cfg, RankInfo{0, tp}); !plan.ok()) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": ", plan.status().message())));
+  }
   std::unique_ptr<Tokenizer> tokenizer;
   if (std::filesystem::exists(dir + "/tokenizer.json")) {
     auto tok = Tokenizer::Load(dir + "/tokenizer.json");
     if (!tok.ok()) return Fail(tok.status());
     tokenizer = std::move(*tok);
   }
+  // The public port's security, checked before any worker starts.
+  const TlsFiles public_tls{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
+  auto public_creds = ServerCredentials(public_tls, "--tls");
+  if (!public_creds.ok()) return Fail(public_creds.status());
+  std::vector<std::string> api_keys;
+  if (f.Has("api-key-file")) {
+    auto keys = ReadApiKeys(f.GetString("api-key-file"));
+    if (!keys.ok()) return Fail(keys.status());
+    api_keys = std::move(*keys);
+  }
+  if (absl::Status st = CheckPortFree(f.GetString("host"), f.GetInt("port")); !st.ok()) return Fail(st);
+
   WorkerGroupOptions go;
   go.model_dir = dir;
-  go.tp = static_cast<int>(f.GetInt("tp"));
+  go.tp = tp;
   go.dtype = f.GetString("dtype");
   go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
   go.collective_timeout_ms = f.GetInt("collective-timeout-ms");
   go.step_timeout_ms = f.GetInt("step-timeout-ms");
+  go.step_timeout_per_token_ms = f.GetInt("step-timeout-per-token-ms");
   go.listen = f.GetString("worker-listen");
   go.spawn_local = spawn_local;
   go.exe = env.exe;
+  go.internal_server_tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
+                            f.GetString("internal-tls-ca")};
+  go.internal_client_tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
+                            f.GetString("internal-tls-ca")};
+  if (f.Has("internal-token-file")) {
+    auto token = ReadSecretFile(f.GetString("internal-token-file"), "--internal-token-file");
+    if (!token.ok()) return Fail(token.status());
+    go.internal_token = std::string(token->substr(0, token->find_last_not_of(" \r\n\t") + 1));
+  } else if (spawn_local) {
+    go.internal_token = RandomToken();  // local workers get it through their environment
+  } else if (!go.internal_server_tls.enabled() && !f.GetBool("insecure-internal")) {
+    return Fail(absl::InvalidArgumentError(
+        "the worker endpoint needs --internal-token-file or --internal-tls-cert/--internal-tls-key/"
+        "--internal-tls-ca, so that only the group's workers can register and run steps "
+        "(or --insecure-internal on a trusted network)"));
+  }
   if (!spawn_local) {
     std::fprintf(stderr, "waiting for %d workers at %s\n", go.tp, go.listen.c_str());
   }
   auto group = WorkerGroup::Start(go);
   if (!group.ok()) return Fail(group.status());
-  RemoteExecutor* exec = (*group)->executor();
+  WorkerGroup* g = group->get();
+  const GroupState initial = g->state();
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
-  EngineLoop loop(std::make_unique<Engine>(exec, *cfg, exec->num_blocks(), exec->block_size(), eo));
-  InferenceService service(
-      &loop, tokenizer.get(),
-      ServedModel{go.dtype == "auto" ? (cfg->torch_dtype == "float32" ? "f32" : "bf16") : go.dtype, go.tp,
-                  go.block_size});
-  HealthService health([exec] { return exec->healthy(); });
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  EngineLoop loop(std::make_unique<Engine>(g, *cfg, initial.num_blocks, initial.block_size, eo),
+                  [g] { return g->state(); });
+  ServedModel served{go.dtype == "auto" ? (cfg->torch_dtype == "float32" ? "f32" : "bf16") : go.dtype, go.tp,
+                     go.block_size, eo.handle_ttl_ms};
+  InferenceService service(&loop, tokenizer.get(), served);
+  service.SetApiKeys(api_keys);
+  std::atomic<bool> draining{false};
+  HealthService health([g, &draining] { return g->serving() && !draining.load(); });
+  if (!f.GetBool("no-reflection")) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address = absl::StrCat(f.GetString("host"), ":", f.GetInt("port"));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, *public_creds, &port);
   builder.RegisterService(&service);
   builder.RegisterService(&health);
+  const int max_message = static_cast<int>(f.GetInt("max-message-mb") << 20);
+  builder.SetMaxReceiveMessageSize(max_message);
+  builder.SetMaxSendMessageSize(max_message);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return Fail(absl::UnavailableError("cannot listen on " + address));
-  std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d\n", dir.c_str(),
-              cfg->architecture.c_str(), go.tp, exec->num_blocks(), static_cast<long long>(go.block_size),
-              f.GetString("host").c_str(), port);
+  if (!server || port == 0) {
+    return Fail(absl::UnavailableError("cannot listen on " + address + " (address in use?)"));
+  }
+  std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", dir.c_str(),
+              cfg->architecture.c_str(), go.tp, initial.num_blocks, static_cast<long long>(go.block_size),
+              f.GetString("host").c_str(), port, public_tls.enabled() ? " (TLS)" : "",
+              api_keys.empty() ? "" : " (API keys required)");
   std::fflush(stdout);
-  int reported_dead = 0;
-  while (!env.stop->load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    if ((*group)->dead_workers() > reported_dead) {
-      reported_dead = (*group)->dead_workers();
-      LOG(ERROR) << reported_dead << " worker process(es) died; requests now fail with UNAVAILABLE";
-    }
+  while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+
+  // Drain: NOT_SERVING and UNAVAILABLE for new calls at once; what runs gets
+  // the grace period to finish, then whatever is left is cancelled.
+  std::fprintf(stderr, "shardlm: draining (%d request(s) in flight)\n", loop.pending());
+  draining = true;
+  service.StartDraining();
+  const auto grace = std::chrono::seconds(f.GetInt("shutdown-grace-s"));
+  const auto until = std::chrono::steady_clock::now() + grace;
+  while (loop.pending() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::fprintf(stderr, "shardlm: shutting down\n");
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

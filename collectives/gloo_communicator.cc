@@ -188,6 +188,16 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeGlooCommunicator(
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank.rank, rank.world_size);
     ctx->setTimeout(options.timeout);
     ctx->connectFullMesh(prefixed, device);
+    // connectFullMesh returns on a rank as soon as its own pairs are up, which
+    // can be before a peer has finished accepting its side. A rank that then
+    // closed its connections at once (its shard failed to load, say) made that
+    // peer's rendezvous fail with "Connection closed by peer" instead of the
+    // peer seeing its own error. A barrier over the new mesh closes that gap:
+    // no rank returns before every rank has connected all of its pairs, and a
+    // dissemination barrier's every send is waited for by its receiver, so no
+    // message is still owed when a rank tears down afterwards.
+    gloo::BarrierOptions barrier(ctx);
+    gloo::barrier(barrier);
     return std::unique_ptr<Communicator>(new GlooCommunicator(rank, ctx));
   } catch (const std::exception& e) {
     std::string msg = e.what();

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/random_token.h"
 #include "model/sampling.h"
 
 namespace shardlm {
@@ -35,8 +36,8 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   int64_t prefix_len = 0;
   if (!r.prefix_handle.empty()) {
     auto it = handles_.find(r.prefix_handle);
-    if (it == handles_.end() || it->second.expiry_ms <= NowMs()) {
-      return absl::NotFoundError("prefix handle '" + r.prefix_handle + "' is unknown, released or expired");
+    if (it == handles_.end() || it->second.expiry_ms <= NowMs() || it->second.owner != r.owner) {
+      return HandleNotFound("prefix handle", r.prefix_handle);
     }
     prefix_len = static_cast<int64_t>(it->second.tokens.size());
   }
@@ -49,6 +50,13 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   }
   if (r.max_new_tokens < 0) return bad("max_new_tokens must be >= 0, got ", r.max_new_tokens);
   const int64_t total = prefix_len + static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  const int64_t prompt_len = prefix_len + static_cast<int64_t>(r.prompt.size());
+  const std::string from_prefix = prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "";
+  if (r.max_new_tokens == 0 && total > cfg_.max_position_embeddings) {
+    // Scoring and prefill generate nothing: only the prompt counts.
+    return bad("prompt must hold at most ", cfg_.max_position_embeddings, " tokens (the context length); given ",
+               prompt_len, from_prefix);
+  }
   if (total > cfg_.max_position_embeddings) {
     return bad("prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
                " (the context length). Given: ", prefix_len + static_cast<int64_t>(r.prompt.size()),
@@ -56,6 +64,10 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
                " and ", r.max_new_tokens, " max_new_tokens");
   }
   const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
+  if (r.max_new_tokens == 0 && total > capacity) {
+    return bad("prompt must hold at most ", capacity, " tokens (the KV cache capacity: ", allocator_.num_blocks(),
+               " blocks of ", block_size_, "); given ", prompt_len, from_prefix);
+  }
   if (total > capacity) {
     return bad("prompt tokens + max_new_tokens must be <= ", capacity,
                " (the KV cache capacity). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
@@ -147,6 +159,26 @@ bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
   return false;
 }
 
+void Engine::FailAll(const absl::Status& status) {
+  for (auto& seq : running_) Finish(*seq, FinishReason::kNone, status);
+  running_.clear();
+}
+
+void Engine::Reset(int32_t num_blocks, const std::string& why) {
+  CHECK(running_.empty()) << "Engine::Reset with requests running";
+  constexpr size_t kMaxLostHandles = 100000;
+  for (auto& [id, handle] : handles_) {
+    lost_handles_[id] = why;
+    lost_order_.push_back(id);
+  }
+  while (lost_order_.size() > kMaxLostHandles) {
+    lost_handles_.erase(lost_order_.front());
+    lost_order_.pop_front();
+  }
+  handles_.clear();
+  allocator_ = BlockAllocator(num_blocks);
+}
+
 bool Engine::Stop(int64_t id) { return EndRunning(id, FinishReason::kStop, absl::OkStatus()); }
 
 bool Engine::Cancel(int64_t id) {
@@ -198,13 +230,13 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   seq.cow_src = -1;
   if (status.ok() && seq.request.keep_handle) {
     Handle h;
+    h.owner = seq.request.owner;
     h.tokens = seq.tokens;
     h.num_computed = seq.num_computed;
     h.blocks = std::move(seq.blocks);
     h.expiry_ms = NowMs() + options_.handle_ttl_ms;
-    char id[33];
-    std::snprintf(id, sizeof(id), "%016llx%016llx", static_cast<unsigned long long>(seed_rng_()),
-                  static_cast<unsigned long long>(seed_rng_()));
+    // 128 bits from the OS's CSPRNG: a handle cannot be guessed from others.
+    const std::string id = RandomToken(16);
     seq.result.handle = id;
     seq.result.handle_expiry_ms = h.expiry_ms;
     handles_[id] = std::move(h);
@@ -306,7 +338,15 @@ absl::Status Engine::Step() {
     if (!running_.empty()) {
       // Nothing could be scheduled: no sequence fits even after preemption.
       Sequence& seq = *running_.front();
-      Finish(seq, FinishReason::kNone, absl::ResourceExhaustedError("KV cache too small for the request"));
+      int32_t held_by_handles = 0;
+      for (const auto& [id, h] : handles_) held_by_handles += static_cast<int32_t>(h.blocks.size());
+      const int64_t tokens = static_cast<int64_t>(seq.tokens.size());
+      Finish(seq, FinishReason::kNone,
+             absl::ResourceExhaustedError(absl::StrCat(
+                 "KV cache too small for the request: it needs ", (tokens + block_size_ - 1) / block_size_,
+                 " blocks of ", block_size_, " tokens, ", allocator_.num_available(), " of ",
+                 allocator_.num_blocks(), " are free and ", held_by_handles,
+                 " are held by ChunkResult handles (release unused handles)")));
       running_.pop_front();
     }
     return absl::OkStatus();

@@ -52,6 +52,9 @@ struct GenerateRequest {
   bool score_prompt = false;  // fill GenerateResult::prompt_scores (and prompt_top)
   bool next_top = false;      // fill GenerateResult::next_top after the prompt
   bool keep_handle = false;   // keep the KV as a handle (GenerateResult::handle)
+  // Who asks (an API key's id; empty without keys): a handle is visible to
+  // its owner only, to anyone else it is NOT_FOUND.
+  std::string owner;
   // Called for each generated token as soon as it is sampled, with its
   // top-n alternatives when asked for.
   std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
@@ -116,8 +119,17 @@ class Engine {
   // Convenience: submit one request and step until it finishes.
   absl::StatusOr<GenerateResult> Run(GenerateRequest request);
 
-  // Releases a handle's blocks. NotFound if unknown, released or expired.
-  absl::Status ReleaseHandle(const std::string& handle);
+  // Releases a handle's blocks. NotFound if unknown, released, expired or
+  // another owner's.
+  absl::Status ReleaseHandle(const std::string& handle, const std::string& owner = "");
+  // NotFound (as ReleaseHandle would say) unless `owner` holds `handle`.
+  absl::Status CheckHandle(const std::string& handle, const std::string& owner) const;
+  // Ends every request with `status` (the group that held their KV failed).
+  void FailAll(const absl::Status& status);
+  // Starts over on a new KV pool of `num_blocks` (the group was formed
+  // again): every handle is dropped, and later uses of one are NotFound
+  // saying `why`. Call FailAll first: nothing may be running.
+  void Reset(int32_t num_blocks, const std::string& why);
   // Releases every handle past its expiry (each Step does this too).
   void ExpireHandles();
   Stats stats() const;
@@ -142,6 +154,7 @@ class Engine {
     GenerateResult result;
   };
   struct Handle {
+    std::string owner;
     std::vector<int32_t> tokens;
     int32_t num_computed = 0;
     std::vector<int32_t> blocks;
@@ -172,6 +185,10 @@ class Engine {
   std::deque<std::unique_ptr<Sequence>> running_;  // arrival order
   std::map<int64_t, GenerateResult> done_;
   std::map<std::string, Handle> handles_;
+  // Handles dropped by Reset, with why (bounded: the oldest are forgotten).
+  std::map<std::string, std::string> lost_handles_;
+  std::deque<std::string> lost_order_;
+  absl::Status HandleNotFound(const std::string& what, const std::string& handle) const;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int64_t preemptions_ = 0;

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+
 #include "coordinator/engine.h"
 
 namespace shardlm {
@@ -73,14 +75,34 @@ void Engine::ExpireHandles() {
   }
 }
 
-absl::Status Engine::ReleaseHandle(const std::string& handle) {
+absl::Status Engine::HandleNotFound(const std::string& what, const std::string& handle) const {
+  // Untrusted input: echo a bounded prefix only.
+  const std::string shown = handle.size() <= 40 ? handle
+                                                 : absl::StrCat(handle.substr(0, 32), "... (", handle.size(),
+                                                                " bytes)");
+  auto lost = lost_handles_.find(handle);
+  if (lost != lost_handles_.end()) {
+    return absl::NotFoundError(absl::StrCat(what, " '", shown, "' was lost: ", lost->second,
+                                            "; prefill its tokens again"));
+  }
+  return absl::NotFoundError(absl::StrCat(what, " '", shown, "' is unknown, released or expired"));
+}
+
+absl::Status Engine::CheckHandle(const std::string& handle, const std::string& owner) const {
   auto it = handles_.find(handle);
-  if (it == handles_.end())
-    return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
+  if (it == handles_.end() || it->second.owner != owner || it->second.expiry_ms <= NowMs()) {
+    return HandleNotFound("handle", handle);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::ReleaseHandle(const std::string& handle, const std::string& owner) {
+  auto it = handles_.find(handle);
+  if (it == handles_.end() || it->second.owner != owner) return HandleNotFound("handle", handle);
   const bool expired = it->second.expiry_ms <= NowMs();
   allocator_.Release(it->second.blocks);
   handles_.erase(it);
-  if (expired) return absl::NotFoundError("handle '" + handle + "' is unknown, released or expired");
+  if (expired) return HandleNotFound("handle", handle);
   return absl::OkStatus();
 }
 

@@ -1,11 +1,34 @@
 #include "coordinator/engine_loop.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
 namespace shardlm {
 
-EngineLoop::EngineLoop(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {
+EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, std::function<GroupState()> group)
+    : engine_(std::move(engine)), group_(std::move(group)) {
+  if (group_) epoch_ = group_().epoch;
   thread_ = std::thread([this] { Run(); });
+}
+
+bool EngineLoop::FollowGroup() {
+  if (!group_) return true;
+  const GroupState g = group_();
+  if (g.epoch != epoch_ && g.serving) {
+    // Formed again: whatever ran on the old group is gone with its KV.
+    engine_->FailAll(absl::UnavailableError("the tensor-parallel group was formed again"));
+    Deliver();
+    engine_->Reset(g.num_blocks,
+                   absl::StrCat("its KV cache was on the tensor-parallel group of epoch ", epoch_,
+                                ", which failed and was formed again"));
+    epoch_ = g.epoch;
+  }
+  if (!g.serving) {
+    engine_->FailAll(g.failure);
+    Deliver();
+    return false;
+  }
+  return true;
 }
 
 EngineLoop::~EngineLoop() {
@@ -26,6 +49,7 @@ EngineLoop::~EngineLoop() {
 absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_done) {
   std::lock_guard<std::mutex> lock(mu_);  // validation reads the handle table
   if (stop_) return absl::UnavailableError("server shutting down");
+  if (!FollowGroup()) return group_().failure;
   auto id = engine_->Submit(std::move(request));
   if (!id.ok()) return id.status();
   waiting_[*id] = std::move(on_done);
@@ -48,9 +72,29 @@ absl::Status EngineLoop::Validate(const GenerateRequest& request) {
   return engine_->Validate(request);
 }
 
-absl::Status EngineLoop::ReleaseHandle(const std::string& handle) {
+absl::Status EngineLoop::ReleaseHandle(const std::string& handle, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  return engine_->ReleaseHandle(handle);
+  FollowGroup();
+  return engine_->ReleaseHandle(handle, owner);
+}
+
+absl::Status EngineLoop::ReleaseHandles(const std::vector<std::string>& handles, const std::string& owner) {
+  std::lock_guard<std::mutex> lock(mu_);
+  FollowGroup();
+  for (const std::string& h : handles) {
+    absl::Status st = engine_->CheckHandle(h, owner);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat(st.message(), "; no handle was released"));
+  }
+  for (const std::string& h : handles) {
+    absl::Status st = engine_->ReleaseHandle(h, owner);
+    if (!st.ok() && st.code() != absl::StatusCode::kNotFound) return st;  // a duplicate is released once
+  }
+  return absl::OkStatus();
+}
+
+int EngineLoop::pending() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(waiting_.size());
 }
 
 Engine::Stats EngineLoop::stats() {
@@ -75,6 +119,11 @@ void EngineLoop::Deliver() {
 void EngineLoop::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    if (!FollowGroup()) {
+      // The group is down: nothing can run until it is formed again.
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      continue;
+    }
     if (engine_->Idle()) {
       // Idle: wake up now and then so expired handles free their blocks.
       cv_.wait_for(lock, std::chrono::seconds(1));

@@ -5,7 +5,12 @@
 // both called on the loop thread: keep them short (push into a queue). A
 // client that goes away cancels its request, which frees its blocks at once.
 //
-//   EngineLoop loop(std::move(engine));
+// With a tensor-parallel group the loop follows its state: while the group
+// is down every request fails at once with its failure (UNAVAILABLE naming
+// the rank); when it is formed again the engine starts over on the new KV
+// pool, and handles of the old one answer NOT_FOUND saying why.
+//
+//   EngineLoop loop(std::move(engine), [g] { return g->state(); });
 //   SHARDLM_ASSIGN_OR_RETURN(int64_t id, loop.Submit(std::move(req), [&](GenerateResult r) { ... }));
 //   loop.Cancel(id);
 #pragma once
@@ -18,6 +23,7 @@
 #include <thread>
 
 #include "coordinator/engine.h"
+#include "coordinator/worker_group.h"
 
 namespace shardlm {
 
@@ -25,7 +31,8 @@ class EngineLoop {
  public:
   using DoneFn = std::function<void(GenerateResult)>;
 
-  explicit EngineLoop(std::unique_ptr<Engine> engine);
+  // `group` (may be null: an in-process engine) reports the workers' state.
+  explicit EngineLoop(std::unique_ptr<Engine> engine, std::function<GroupState()> group = nullptr);
   ~EngineLoop();
 
   absl::StatusOr<int64_t> Submit(GenerateRequest request, DoneFn on_done);
@@ -34,7 +41,12 @@ class EngineLoop {
   void Cancel(int64_t id);
   // Ends a running request now as finished ("stop"), keeping its handle when asked.
   void Stop(int64_t id);
-  absl::Status ReleaseHandle(const std::string& handle);
+  absl::Status ReleaseHandle(const std::string& handle, const std::string& owner = "");
+  // Releases every handle or none: NotFound naming the first that `owner`
+  // does not hold, and then nothing is released.
+  absl::Status ReleaseHandles(const std::vector<std::string>& handles, const std::string& owner);
+  // Requests submitted and not yet delivered.
+  int pending();
   Engine::Stats stats();
   const ModelConfig& config() const { return engine_->config(); }
   int32_t num_blocks() const { return engine_->num_blocks(); }
@@ -44,8 +56,12 @@ class EngineLoop {
  private:
   void Run();
   void Deliver();  // hands finished results to their callbacks; mu_ held
+  // Follows the group's state; false while it is down. mu_ held.
+  bool FollowGroup();
 
   std::unique_ptr<Engine> engine_;
+  std::function<GroupState()> group_;
+  uint64_t epoch_ = 0;  // of the group the engine's KV lives on
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<int64_t, DoneFn> waiting_;

@@ -100,6 +100,8 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 
 grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
                                         grpc::ServerWriter<pb::GenerateResponse>* writer) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const int n = req->n() == 0 ? 1 : req->n();
   if (n < 1 || n > kMaxSamples) {
     return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
@@ -121,6 +123,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
   if (!prompt.ok()) return ToGrpcStatus(prompt.status());
 
   GenerateRequest base;
+  base.owner = owner;
   base.prefix_handle = req->prefix_handle();
   base.prompt = *prompt;
   const pb::SamplingParams& sp = req->sampling();
@@ -145,6 +148,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
   std::string shared_handle;
   if (n > 1) {
     GenerateRequest pre;
+    pre.owner = owner;
     pre.prefix_handle = base.prefix_handle;
     pre.prompt = base.prompt;
     pre.max_new_tokens = 0;
@@ -154,7 +158,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     if (!st.ok()) return ToGrpcStatus(st);
     std::vector<GenerateRequest> one;
     one.push_back(std::move(pre));
-    auto pre_result = RunAll(std::move(one));
+    auto pre_result = RunAll(std::move(one), owner);
     if (!pre_result.ok()) return ToGrpcStatus(pre_result.status());
     shared_handle = (*pre_result)[0].handle;
     prompt_tokens = (*pre_result)[0].prefix_tokens + static_cast<int32_t>(base.prompt.size());
@@ -183,7 +187,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     }
     ids.push_back(*id);
   }
-  if (!shared_handle.empty()) loop_->ReleaseHandle(shared_handle).IgnoreError();  // samples hold their blocks
+  if (!shared_handle.empty()) loop_->ReleaseHandle(shared_handle, owner).IgnoreError();  // samples hold their blocks
   std::vector<std::optional<GenerateResult>> results(n);
   // Leaving early: cancel what runs, and release every handle a finished
   // sample kept (its result may still wait in the channel), so nothing stays
@@ -196,10 +200,10 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
       rest.swap(channel->events);
     }
     for (Event& e : rest) {
-      if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle).IgnoreError();
+      if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle, owner).IgnoreError();
     }
     for (auto& r : results) {
-      if (r && !r->handle.empty()) loop_->ReleaseHandle(r->handle).IgnoreError();
+      if (r && !r->handle.empty()) loop_->ReleaseHandle(r->handle, owner).IgnoreError();
     }
   };
   if (!submit_error.ok()) {
@@ -225,7 +229,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     }
     if (ctx->IsCancelled()) {
       for (Event& e : batch) {
-        if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle).IgnoreError();
+        if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle, owner).IgnoreError();
       }
       abandon();
       return grpc::Status(grpc::StatusCode::CANCELLED, "client cancelled");

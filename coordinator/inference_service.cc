@@ -14,7 +14,35 @@ namespace {
 
 namespace pb = ::shardlm::v1;
 
+bool ConstantTimeEquals(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
 }  // namespace
+
+grpc::Status InferenceService::Admit(const grpc::ServerContext& ctx, std::string* owner) const {
+  if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  if (api_keys_.empty()) return grpc::Status::OK;
+  const auto& md = ctx.client_metadata();
+  auto it = md.find("authorization");
+  const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  constexpr char kBearer[] = "Bearer ";
+  if (value.rfind(kBearer, 0) == 0) {
+    const std::string key = value.substr(sizeof(kBearer) - 1);
+    bool match = false;
+    for (const std::string& k : api_keys_) match |= ConstantTimeEquals(k, key);
+    if (match) {
+      *owner = key;
+      return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      it == md.end() ? "missing API key: send the metadata 'authorization: Bearer <key>'"
+                                     : "invalid API key in 'authorization' (expected 'Bearer <key>')");
+}
 
 void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
   for (const TopLogprob& t : top) {
@@ -65,7 +93,8 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
   return std::vector<int32_t>();
 }
 
-absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector<GenerateRequest> requests) {
+absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector<GenerateRequest> requests,
+                                                                     const std::string& owner) {
   struct Waiter {
     std::mutex mu;
     std::condition_variable cv;
@@ -100,15 +129,17 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
   }
   if (!failure.ok()) {
     for (const GenerateResult& r : out) {
-      if (!r.handle.empty()) loop_->ReleaseHandle(r.handle).IgnoreError();
+      if (!r.handle.empty()) loop_->ReleaseHandle(r.handle, owner).IgnoreError();
     }
     return failure;
   }
   return out;
 }
 
-grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRequest* req,
+grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
                                        pb::PrefillResponse* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const int chunks = req->chunks_size();
   if (chunks < 1 || chunks > kMaxPrefillChunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -127,6 +158,7 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
   std::vector<GenerateRequest> requests;
   for (int i = 0; i < chunks; ++i) {
     GenerateRequest r;
+    r.owner = owner;
     if (prefixes > 0) r.prefix_handle = req->prefix_handles(prefixes == 1 ? 0 : i);
     auto ids = PromptIds(req->chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
     if (!ids.ok()) return ToGrpcStatus(ids.status());
@@ -146,23 +178,26 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext*, const pb::PrefillRe
       return ToGrpcStatus(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())));
     requests.push_back(std::move(r));
   }
-  auto results = RunAll(std::move(requests));
+  auto results = RunAll(std::move(requests), owner);
   if (!results.ok()) return ToGrpcStatus(results.status());
   for (const GenerateResult& r : *results) FillChunkResult(r, /*generated=*/false, resp->add_results());
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreRequest* req,
+grpc::Status InferenceService::Score(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
                                      pb::ScoreResponse* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   auto ids = PromptIds(req->prompt(), true, "prompt");
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
+  r.owner = owner;
   r.prompt = std::move(*ids);
   r.max_new_tokens = 0;
   r.score_prompt = true;
   std::vector<GenerateRequest> one;
   one.push_back(std::move(r));
-  auto results = RunAll(std::move(one));
+  auto results = RunAll(std::move(one), owner);
   if (!results.ok()) return ToGrpcStatus(results.status());
   const GenerateResult& res = (*results)[0];
   resp->mutable_token_ids()->Add(res.prompt.begin(), res.prompt.end());
@@ -170,18 +205,24 @@ grpc::Status InferenceService::Score(grpc::ServerContext*, const pb::ScoreReques
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext*, const pb::ReleaseChunksRequest* req,
+grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext* ctx, const pb::ReleaseChunksRequest* req,
                                              pb::ReleaseChunksResponse*) {
-  absl::Status first;
-  for (const std::string& h : req->handles()) {
-    absl::Status st = loop_->ReleaseHandle(h);
-    if (first.ok() && !st.ok()) first = st;
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
+  constexpr int kMaxHandles = 1024;
+  if (req->handles_size() > kMaxHandles) {
+    return ToGrpcStatus(absl::InvalidArgumentError(
+        absl::StrCat("handles must hold at most ", kMaxHandles, " handles, got ", req->handles_size())));
   }
-  return ToGrpcStatus(first);
+  // All or nothing: an unknown handle releases none of the others.
+  return ToGrpcStatus(
+      loop_->ReleaseHandles(std::vector<std::string>(req->handles().begin(), req->handles().end()), owner));
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const pb::TokenizeRequest* req,
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const pb::TokenizeRequest* req,
                                         pb::TokenizeResponse* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   if (tokenizer_ == nullptr)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
   auto ids = tokenizer_->Encode(req->text(), req->add_special_tokens());
@@ -191,8 +232,10 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const pb::Tokenize
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const pb::DetokenizeRequest* req,
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* ctx, const pb::DetokenizeRequest* req,
                                           pb::DetokenizeResponse* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   if (tokenizer_ == nullptr)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
   for (int i = 0; i < req->ids_size(); ++i) {
@@ -206,8 +249,10 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const pb::Detoke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetModelInfoRequest*,
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const pb::GetModelInfoRequest*,
                                             pb::ModelInfo* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const ModelConfig& cfg = loop_->config();
   resp->set_architecture(cfg.architecture);
   resp->set_vocab_size(cfg.vocab_size);
@@ -225,7 +270,9 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const pb::GetM
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetStats(grpc::ServerContext*, const pb::GetStatsRequest*, pb::Stats* resp) {
+grpc::Status InferenceService::GetStats(grpc::ServerContext* ctx, const pb::GetStatsRequest*, pb::Stats* resp) {
+  std::string owner;
+  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const Engine::Stats s = loop_->stats();
   resp->set_num_blocks(s.num_blocks);
   resp->set_free_blocks(s.free_blocks);

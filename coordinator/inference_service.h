@@ -8,9 +8,11 @@
 // cancelled and their KV blocks freed.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "coordinator/engine_loop.h"
 #include "shardlm/v1/inference.grpc.pb.h"
@@ -35,6 +37,12 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   InferenceService(EngineLoop* loop, const Tokenizer* tokenizer, ServedModel info)
       : loop_(loop), tokenizer_(tokenizer), info_(std::move(info)) {}
 
+  // API keys (each call must send `authorization: Bearer KEY`); empty: open.
+  // A ChunkResult handle belongs to the key that made it.
+  void SetApiKeys(std::vector<std::string> keys) { api_keys_ = std::move(keys); }
+  // After this every new call gets UNAVAILABLE; calls in flight go on.
+  void StartDraining() { draining_ = true; }
+
   grpc::Status Generate(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
                         grpc::ServerWriter<::shardlm::v1::GenerateResponse>* writer) override;
   grpc::Status Prefill(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
@@ -58,11 +66,17 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
                                                  const std::string& field) const;
   // Submits and waits for each request; on any failure releases the handles
   // the others kept and returns that failure.
-  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests);
+  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
+                                                     const std::string& owner);
+  // Admits a call: UNAVAILABLE while draining, UNAUTHENTICATED without a
+  // valid key; sets *owner to the caller's key (empty when keys are off).
+  grpc::Status Admit(const grpc::ServerContext& ctx, std::string* owner) const;
 
   EngineLoop* loop_;
   const Tokenizer* tokenizer_;  // may be null: token-id prompts only
   ServedModel info_;
+  std::vector<std::string> api_keys_;
+  std::atomic<bool> draining_{false};
 };
 
 // Appends `top` (most likely first) to `out`.

@@ -1,12 +1,13 @@
-// StepExecutor over the worker processes: encodes each step once, sends it to
-// every rank in parallel (async gRPC), and returns rank 0's rows.
+// StepExecutor over one formation (epoch) of the worker processes: encodes
+// each step once, sends it to every rank in parallel (async gRPC), and returns
+// rank 0's rows.
 //
 // The first failing rank fails the step at once (the other calls are
-// cancelled) with UNAVAILABLE naming the rank; a stopped rank is caught by its
-// peers' collective timeout. After a failure the group is in an unknown state,
-// so every later step fails fast with the same error; the coordinator stays up.
+// cancelled). A step's deadline grows with its tokens, so a long prefill is
+// not a failure. Whether a failure broke the group is for the caller to judge
+// with Probe(): WorkerGroup does, and re-forms the group when it did.
 //
-//   SHARDLM_ASSIGN_OR_RETURN(auto exec, RemoteExecutor::Connect(addresses, fingerprint, opts));
+//   SHARDLM_ASSIGN_OR_RETURN(auto exec, RemoteExecutor::Connect(group, fingerprint, opts));
 //   Engine engine(exec.get(), cfg, exec->num_blocks(), exec->block_size(), {});
 #pragma once
 
@@ -17,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/security/credentials.h>
+
 #include "absl/status/statusor.h"
 #include "model/step.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
@@ -25,7 +28,19 @@ namespace shardlm {
 
 struct RemoteExecutorOptions {
   std::chrono::milliseconds handshake_timeout{120000};  // workers loading their shards
-  std::chrono::milliseconds step_timeout{60000};        // one step, e.g. a long prefill
+  // A step's deadline: step_timeout plus, per token in the step, the larger
+  // of step_timeout_per_token and 8x the recent time per token.
+  std::chrono::milliseconds step_timeout{60000};
+  std::chrono::milliseconds step_timeout_per_token{20};
+  std::string internal_token;                                 // carried by every call (empty: none)
+  std::shared_ptr<grpc::ChannelCredentials> credentials;      // null: plaintext
+};
+
+// One rank's answer to a health probe.
+struct RankProbe {
+  bool reachable = true;  // answered at all
+  bool ready = true;      // answered, and its communicator is sound
+  std::string detail;     // why not, naming the rank and address
 };
 
 // Where one step's time went, for the benchmark.
@@ -37,11 +52,17 @@ struct StepTiming {
 
 class RemoteExecutor final : public StepExecutor {
  public:
+  // Handshakes every rank of the group formed in `epoch` at `addresses` (by rank).
   static absl::StatusOr<std::unique_ptr<RemoteExecutor>> Connect(const std::vector<std::string>& addresses,
-                                                                 const std::string& fingerprint,
+                                                                 uint64_t epoch, const std::string& fingerprint,
                                                                  RemoteExecutorOptions options);
 
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
+  // Asks every rank's Health in parallel, each within `timeout`.
+  std::vector<RankProbe> Probe(std::chrono::milliseconds timeout);
+
+  uint64_t epoch() const { return epoch_; }
+  const std::vector<std::string>& addresses() const { return addresses_; }
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
@@ -49,18 +70,19 @@ class RemoteExecutor final : public StepExecutor {
   // Per-rank handshake answers (weights, KV pool, resident memory).
   const std::vector<::shardlm::worker::v1::HandshakeResponse>& ranks() const { return ranks_; }
   StepTiming last_timing() const { return timing_; }
-  // False once a step has failed (the group is broken). Thread-safe.
-  bool healthy() const { return healthy_.load(); }
 
  private:
+  std::chrono::milliseconds StepDeadline(size_t tokens) const;
+
+  uint64_t epoch_ = 0;
+  std::vector<std::string> addresses_;
   std::vector<std::unique_ptr<::shardlm::worker::v1::Worker::Stub>> stubs_;
   std::vector<::shardlm::worker::v1::HandshakeResponse> ranks_;
   RemoteExecutorOptions options_;
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   uint64_t next_step_ = 1;
-  absl::Status broken_;
-  std::atomic<bool> healthy_{true};
+  double ms_per_token_ = 0;  // recent steps, exponentially weighted
   StepTiming timing_;
 };
 

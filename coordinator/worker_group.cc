@@ -8,13 +8,29 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/logging.h"
 #include "coordinator/rendezvous_service.h"
 #include "model/fingerprint.h"
 
+extern char** environ;
+
 namespace shardlm {
+namespace {
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
+constexpr int64_t kMaxBackoffMs = 10000;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGroupOptions& options) {
   if (options.tp < 1 || options.tp > 64) {
@@ -24,20 +40,32 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   if (!fingerprint.ok()) return fingerprint.status();
   std::unique_ptr<WorkerGroup> g(new WorkerGroup());
   g->options_ = options;
+  g->fingerprint_ = *fingerprint;
   ::shardlm::worker::v1::RegisterResponse settings;
   settings.set_store_prefix(absl::StrCat("group-", getpid(), "-", *fingerprint));
   settings.set_dtype(options.dtype);
   settings.set_kv_cache_bytes(options.kv_cache_bytes);
   settings.set_block_size(options.block_size);
   settings.set_collective_timeout_ms(options.collective_timeout_ms);
-  g->rendezvous_ = std::make_unique<RendezvousService>(options.tp, *fingerprint, settings);
+  g->rendezvous_ =
+      std::make_unique<RendezvousService>(options.tp, *fingerprint, settings, options.internal_token);
+  auto server_creds = ServerCredentials(options.internal_server_tls, "--internal-tls");
+  if (!server_creds.ok()) return server_creds.status();
+  auto client_creds = ChannelCredentials(options.internal_client_tls, "--internal-tls");
+  if (!client_creds.ok()) return client_creds.status();
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen, *server_creds, &port);
   builder.RegisterService(g->rendezvous_.get());
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.SetMaxReceiveMessageSize(4 << 20);
   g->server_ = builder.BuildAndStart();
-  if (!g->server_ || port == 0)
-    return absl::UnavailableError("cannot listen for workers on " + options.listen);
+  if (!g->server_ || port == 0) {
+    return absl::UnavailableError("cannot listen for workers on " + options.listen +
+                                  " (address in use or not local?)");
+  }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   g->endpoint_ = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
   if (g->options_.worker_threads <= 0) {
@@ -45,63 +73,229 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     g->options_.worker_threads = std::max(1, cores / options.tp);
   }
-  if (options.spawn_local) g->Spawn(options.tp);
-  auto addresses = g->rendezvous_->WaitForWorkers(std::chrono::milliseconds(options.start_timeout_ms));
-  if (!addresses.ok()) return addresses.status();
-  RemoteExecutorOptions eo;
-  eo.handshake_timeout = std::chrono::milliseconds(options.start_timeout_ms);
-  eo.step_timeout = std::chrono::milliseconds(options.step_timeout_ms);
-  auto exec = RemoteExecutor::Connect(*addresses, *fingerprint, eo);
-  if (!exec.ok()) return exec.status();
-  g->executor_ = std::move(*exec);
+  g->exec_options_.handshake_timeout = std::chrono::milliseconds(options.start_timeout_ms);
+  g->exec_options_.step_timeout = std::chrono::milliseconds(options.step_timeout_ms);
+  g->exec_options_.step_timeout_per_token = std::chrono::milliseconds(options.step_timeout_per_token_ms);
+  g->exec_options_.internal_token = options.internal_token;
+  g->exec_options_.credentials = *client_creds;
+  if (options.spawn_local) {
+    std::lock_guard<std::mutex> lock(g->children_mu_);
+    g->children_.resize(options.tp);
+    for (int r = 0; r < options.tp; ++r) {
+      g->children_[r].pid = g->SpawnRank(r);
+      g->children_[r].started_ms = NowMs();
+    }
+  }
+  if (options.spawn_local) g->reaper_ = std::thread([p = g.get()] { p->Reap(); });
+  // A newcomer for a formed group's rank: refused while the holder answers.
+  WorkerGroup* self = g.get();
+  g->rendezvous_->SetMemberAliveProbe([self](int rank) {
+    std::shared_ptr<RemoteExecutor> exec;
+    {
+      std::lock_guard<std::mutex> lock(self->mu_);
+      exec = self->exec_;
+    }
+    if (!exec) return false;
+    auto probes = exec->Probe(kProbeTimeout);
+    return rank < static_cast<int>(probes.size()) && probes[rank].reachable;
+  });
+  absl::Status connected = g->Connect(std::chrono::milliseconds(options.start_timeout_ms));
+  if (!connected.ok()) return connected;
+  g->supervisor_ = std::thread([self] { self->Supervise(); });
   return g;
 }
 
-void WorkerGroup::Spawn(int count) {
-  const pid_t parent = getpid();
-  for (int i = 0; i < count; ++i) {
-    std::vector<std::string> args = {
-        options_.exe, "worker",           "--coordinator", endpoint_,
-        "--model",    options_.model_dir, "--log-level",   std::to_string(options_.worker_log_level)};
-    pid_t pid = fork();
-    if (pid == 0) {
-      // Child: die with the parent, whatever kills it.
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(1);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(options_.exe.c_str(), argv.data());
-      _exit(127);
+absl::Status WorkerGroup::Connect(std::chrono::milliseconds timeout) {
+  auto formed = rendezvous_->WaitForGroup(timeout);
+  if (!formed.ok()) return formed.status();
+  auto exec = RemoteExecutor::Connect(formed->addresses, formed->epoch, fingerprint_, exec_options_);
+  if (!exec.ok()) return exec.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool first = state_.epoch == 0;
+  exec_ = std::move(*exec);
+  state_.serving = true;
+  state_.epoch = formed->epoch;
+  state_.num_blocks = exec_->num_blocks();
+  state_.block_size = exec_->block_size();
+  state_.failure = absl::OkStatus();
+  if (!first) {
+    ++state_.restarts;
+    LOG(WARNING) << "tensor-parallel group formed again (epoch " << formed->epoch << ", " << state_.num_blocks
+                 << " KV blocks); serving";
+  }
+  serving_ = true;
+  return absl::OkStatus();
+}
+
+GroupState WorkerGroup::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return state_;
+}
+
+RemoteExecutor* WorkerGroup::executor() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return exec_.get();
+}
+
+absl::Status WorkerGroup::Diagnose(const std::vector<RankProbe>& probes) {
+  // Name the ranks that did not answer first: a dead or stopped rank makes
+  // its healthy peers' collectives fail too, and they are not the cause.
+  std::vector<std::string> silent, unready;
+  for (const RankProbe& p : probes) {
+    if (!p.reachable) silent.push_back(p.detail);
+    else if (!p.ready) unready.push_back(p.detail);
+  }
+  if (silent.empty() && unready.empty()) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "tensor-parallel group failed: ", absl::StrJoin(silent.empty() ? unready : silent, "; "),
+      "; the group is being formed again"));
+}
+
+absl::StatusOr<std::vector<RowResult>> WorkerGroup::Execute(const StepInput& step) {
+  std::shared_ptr<RemoteExecutor> exec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.serving) return state_.failure;
+    exec = exec_;
+  }
+  auto rows = exec->Execute(step);
+  if (rows.ok()) return rows;
+  // Did the failure break the group, or only this step?
+  absl::Status broken = Diagnose(exec->Probe(kProbeTimeout));
+  if (broken.ok()) return rows.status();
+  MarkBroken(exec->epoch(), broken);
+  return broken;
+}
+
+void WorkerGroup::MarkBroken(uint64_t epoch, absl::Status why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.serving || state_.epoch != epoch) return;  // already handled
+    state_.serving = false;
+    state_.failure = why;
+    serving_ = false;
+    exec_.reset();
+  }
+  LOG(ERROR) << why.message();
+  rendezvous_->BeginEpoch();
+  cv_.notify_all();
+}
+
+void WorkerGroup::Supervise() {
+  int silent_probes = 0;  // consecutive probes with a rank that did not answer
+  while (!stopping_.load()) {
+    std::shared_ptr<RemoteExecutor> exec;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (exec_) cv_.wait_for(lock, std::chrono::seconds(1));
+      if (stopping_.load()) return;
+      exec = exec_;
     }
-    if (pid > 0) {
-      std::lock_guard<std::mutex> lock(children_mu_);
-      children_.push_back(pid);
+    if (exec) {
+      // Serving: look for a rank that died or stopped while no step ran.
+      std::vector<RankProbe> probes = exec->Probe(kProbeTimeout);
+      const bool dead = std::any_of(probes.begin(), probes.end(), [](const RankProbe& p) {
+        return !p.reachable && p.detail.find("did not answer") == std::string::npos;
+      });
+      const bool silent = std::any_of(probes.begin(), probes.end(), [](const RankProbe& p) {
+        return !p.reachable || !p.ready;
+      });
+      silent_probes = silent ? silent_probes + 1 : 0;
+      // Unreachable is certain at once; a slow answer must repeat (a loaded machine).
+      if (dead || silent_probes >= 2) {
+        MarkBroken(exec->epoch(), Diagnose(probes));
+        silent_probes = 0;
+      }
+      continue;
+    }
+    // Not serving: wait for every rank to register again, then handshake.
+    absl::Status st = Connect(std::chrono::milliseconds(1000));
+    if (!st.ok() && st.code() != absl::StatusCode::kDeadlineExceeded && !stopping_.load()) {
+      LOG(WARNING) << "re-forming the tensor-parallel group: " << st.message();
+      rendezvous_->BeginEpoch();
     }
   }
-  // Reap children as they exit so none lingers as a zombie; count the deaths.
-  reaper_ = std::thread([this] {
-    size_t alive;
-    {
-      std::lock_guard<std::mutex> lock(children_mu_);
-      alive = children_.size();
+}
+
+pid_t WorkerGroup::SpawnRank(int rank) {
+  const pid_t parent = getpid();
+  std::vector<std::string> args = {options_.exe,
+                                   "worker",
+                                   "--coordinator",
+                                   endpoint_,
+                                   "--model",
+                                   options_.model_dir,
+                                   "--rank",
+                                   std::to_string(rank),
+                                   "--log-level",
+                                   std::to_string(options_.worker_log_level),
+                                   "--threads",
+                                   std::to_string(options_.worker_threads)};
+  if (options_.internal_token.empty()) args.push_back("--insecure-internal");
+  // The token travels in the environment: argv is visible to every user.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "SHARDLM_INTERNAL_TOKEN=", 23) != 0) env_strings.push_back(*e);
+  }
+  if (!options_.internal_token.empty()) env_strings.push_back("SHARDLM_INTERNAL_TOKEN=" + options_.internal_token);
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = fork();
+  if (pid == 0) {
+    // Child: die with the parent, whatever kills it.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);
+    execve(options_.exe.c_str(), argv.data(), envp.data());
+    _exit(127);
+  }
+  if (pid > 0) LOG(INFO) << "started worker rank " << rank << " (pid " << pid << ")";
+  return pid;
+}
+
+void WorkerGroup::Reap() {
+  // Reap children as they exit so none lingers as a zombie, and start an
+  // exited worker again for its rank (with a growing delay when it keeps
+  // dying young), as a Kubernetes StatefulSet would.
+  while (true) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    std::unique_lock<std::mutex> lock(children_mu_);
+    const bool stopping = stopping_.load();
+    if (pid > 0) {
+      for (size_t r = 0; r < children_.size(); ++r) {
+        Child& c = children_[r];
+        if (c.pid != pid) continue;
+        c.pid = -1;
+        if (stopping) break;
+        const bool young = NowMs() - c.started_ms < 10000;
+        c.backoff_ms = young ? std::min(kMaxBackoffMs, c.backoff_ms * 2) : 500;
+        c.restart_at_ms = NowMs() + c.backoff_ms;
+        LOG(ERROR) << "worker rank " << r << " (pid " << pid << ") exited ("
+                   << (WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
+                                           : absl::StrCat("status ", WEXITSTATUS(status)))
+                   << "); starting it again in " << c.backoff_ms << " ms";
+      }
+      continue;  // more may have exited
     }
-    while (alive > 0) {
-      int status = 0;
-      pid_t pid = waitpid(-1, &status, 0);
-      if (pid < 0) break;
-      std::lock_guard<std::mutex> lock(children_mu_);
-      for (pid_t& c : children_) {
-        if (c != pid) continue;
-        c = -1;
-        --alive;
-        if (!stopping_.load()) {
-          ++dead_;
-          LOG(ERROR) << "worker process " << pid << " exited (status " << status << ")";
+    const bool any_alive =
+        std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.pid > 0; });
+    if (stopping && !any_alive) return;
+    if (!stopping) {
+      for (size_t r = 0; r < children_.size(); ++r) {
+        Child& c = children_[r];
+        if (c.pid < 0 && c.restart_at_ms >= 0 && NowMs() >= c.restart_at_ms) {
+          c.restart_at_ms = -1;
+          c.started_ms = NowMs();
+          c.pid = SpawnRank(static_cast<int>(r));
         }
       }
     }
-  });
+    lock.unlock();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
 }
 
 void WorkerGroup::StopChildren() {
@@ -109,10 +303,10 @@ void WorkerGroup::StopChildren() {
   auto signal_all = [&](int sig) {
     std::lock_guard<std::mutex> lock(children_mu_);
     bool any = false;
-    for (pid_t pid : children_) {
-      if (pid > 0) {
+    for (const Child& c : children_) {
+      if (c.pid > 0) {
         any = true;
-        if (sig != 0) kill(pid, sig);
+        if (sig != 0) kill(c.pid, sig);
       }
     }
     return any;
@@ -126,9 +320,15 @@ void WorkerGroup::StopChildren() {
 }
 
 WorkerGroup::~WorkerGroup() {
-  executor_.reset();
-  StopChildren();
+  stopping_ = true;
+  cv_.notify_all();
   if (rendezvous_) rendezvous_->Shutdown();
+  if (supervisor_.joinable()) supervisor_.join();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exec_.reset();
+  }
+  StopChildren();
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 

@@ -1,11 +1,20 @@
 // A coordinator's tensor-parallel workers: the internal endpoint they register
 // with, optionally the local worker processes themselves, and the executor
-// that drives them.
+// that drives them, kept serving across worker failures.
 //
 //   WorkerGroupOptions o{.model_dir = dir, .tp = 2, .spawn_local = true, .exe = "/proc/self/exe"};
 //   SHARDLM_ASSIGN_OR_RETURN(auto group, WorkerGroup::Start(o));
-//   Engine engine(group->executor(), cfg, group->executor()->num_blocks(), ...);
+//   Engine engine(group.get(), cfg, group->state().num_blocks, group->state().block_size, ...);
 //   // ~WorkerGroup: SIGTERM to local workers, SIGKILL after a grace period, reaped.
+//
+// Recovery (docs/recovery.md): a failed step is followed by a health probe of
+// every rank. If every rank is sound, only that step's requests fail. If a
+// rank is dead, stopped or its collectives broke, the group stops serving
+// (state().failure names the rank), the rendezvous starts a new epoch, local
+// workers that exited are started again for their rank, and once every rank
+// has registered again and handshaken, the group serves again with a fresh
+// KV pool (the epoch in state() moves on). A supervisor thread also probes
+// the ranks every second, so a failure while idle is found too.
 //
 // Local workers die with their parent (PR_SET_PDEATHSIG), so a crashed
 // coordinator leaves no orphans; a worker whose coordinator is unreachable
@@ -15,6 +24,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -22,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/grpc_security.h"
 #include "coordinator/remote_executor.h"
 
 namespace grpc {
@@ -39,40 +50,82 @@ struct WorkerGroupOptions {
   int64_t kv_cache_bytes = 256ll << 20;  // per rank
   int64_t block_size = 16;
   int64_t collective_timeout_ms = 10000;
-  int64_t step_timeout_ms = 60000;     // one step (e.g. a long prefill) on every rank
+  int64_t step_timeout_ms = 60000;          // a step's deadline: this plus a share per token
+  int64_t step_timeout_per_token_ms = 20;
   std::string listen = "127.0.0.1:0";  // the workers' endpoint
   bool spawn_local = true;             // start `tp` worker processes here
   std::string exe;                     // the shardlm binary, for spawning
   int64_t start_timeout_ms = 120000;
   int worker_log_level = 0;  // 0 INFO, 1 WARNING, 2 ERROR
   int worker_threads = 0;    // compute threads per local worker; 0: cores / tp
+  // Internal channel security: the token every internal call carries (local
+  // workers get it through their environment, never argv), and TLS for the
+  // worker endpoint (server side) and for the channels to workers (client side).
+  std::string internal_token;
+  TlsFiles internal_server_tls;
+  TlsFiles internal_client_tls;
 };
 
-class WorkerGroup {
+// What the engine needs to know of the group, cheaply and thread-safely.
+struct GroupState {
+  bool serving = false;
+  uint64_t epoch = 0;        // moves on each time the group is formed again
+  int32_t num_blocks = 0;    // of the current formation's KV pool
+  int32_t block_size = 16;
+  absl::Status failure;      // why not serving (names the rank)
+  int64_t restarts = 0;      // formations after the first
+};
+
+class WorkerGroup final : public StepExecutor {
  public:
   static absl::StatusOr<std::unique_ptr<WorkerGroup>> Start(const WorkerGroupOptions& options);
-  ~WorkerGroup();
+  ~WorkerGroup() override;
 
-  RemoteExecutor* executor() { return executor_.get(); }
+  // Runs the step on the current formation; fails fast while none serves.
+  absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
+  GroupState state() const;
+  bool serving() const { return serving_.load(); }
+  // The current formation's executor (benchmarks read its timings); null
+  // while the group is being re-formed.
+  RemoteExecutor* executor();
   const std::string& worker_endpoint() const { return endpoint_; }
-  // Local worker processes that exited (crashed or killed) since start.
-  int dead_workers() const { return dead_.load(); }
 
  private:
   WorkerGroup() = default;
-  void Spawn(int count);
+  absl::Status Connect(std::chrono::milliseconds timeout);
+  // Ends serving in `epoch` with `why` (once) and starts a new epoch.
+  void MarkBroken(uint64_t epoch, absl::Status why);
+  // The failure to report after a failed step or probe, or OK when every rank is sound.
+  static absl::Status Diagnose(const std::vector<RankProbe>& probes);
+  void Supervise();
+  pid_t SpawnRank(int rank);
+  void Reap();
   void StopChildren();
 
   WorkerGroupOptions options_;
+  std::string fingerprint_;
+  RemoteExecutorOptions exec_options_;
   std::unique_ptr<RendezvousService> rendezvous_;
   std::unique_ptr<grpc::Server> server_;
   std::string endpoint_;
-  std::unique_ptr<RemoteExecutor> executor_;
+
+  mutable std::mutex mu_;  // guards the fields below
+  std::condition_variable cv_;
+  std::shared_ptr<RemoteExecutor> exec_;
+  GroupState state_;
+  std::atomic<bool> serving_{false};
+
   std::mutex children_mu_;
-  std::vector<pid_t> children_;  // -1 once reaped
+  struct Child {
+    pid_t pid = -1;               // -1 while not running
+    int64_t started_ms = 0;
+    int64_t restart_at_ms = -1;   // when to start it again, or -1
+    int64_t backoff_ms = 500;
+  };
+  std::vector<Child> children_;  // by rank (local workers only)
   std::thread reaper_;
+  std::thread supervisor_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int> dead_{0};
 };
 
 }  // namespace shardlm

@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   return w;
 }
 
+void RankWorker::ClearKvCache() {
+  pool_.k().zero_();
+  pool_.v().zero_();
+}
+
 absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
   for (const auto& [src, dst] : step.block_copies) {
     // K, V: [layers, blocks, ...]; copy one block across all layers.

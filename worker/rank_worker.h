@@ -38,6 +38,9 @@ class RankWorker final : public StepExecutor {
   // elsewhere nothing (rank 0 samples).
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
 
+  // Zeroes the KV pool (a new group starts with an empty cache).
+  void ClearKvCache();
+
   const ModelConfig& config() const { return model_->config(); }
   int64_t num_blocks() const { return pool_.shape().num_blocks; }
   int64_t block_size() const { return pool_.shape().block_size; }

@@ -4,12 +4,15 @@
 
 #include <stdexcept>
 
+#include "common/grpc_security.h"
+
 namespace shardlm {
 
 namespace wpb = ::shardlm::worker::v1;
 
 void RemoteStore::set(const std::string& key, const std::vector<char>& data) {
   grpc::ClientContext ctx;
+  AttachInternalToken(ctx, token_);
   ctx.set_deadline(std::chrono::system_clock::now() + timeout_);
   wpb::StoreSetRequest req;
   req.set_key(prefix_ + key);
@@ -21,6 +24,7 @@ void RemoteStore::set(const std::string& key, const std::vector<char>& data) {
 
 std::vector<char> RemoteStore::Get(const std::string& key, std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
+  AttachInternalToken(ctx, token_);
   ctx.set_deadline(std::chrono::system_clock::now() + timeout + std::chrono::seconds(5));
   wpb::StoreGetRequest req;
   req.set_key(prefix_ + key);

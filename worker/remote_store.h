@@ -15,9 +15,10 @@ namespace shardlm {
 
 class RemoteStore final : public gloo::rendezvous::Store {
  public:
-  RemoteStore(std::shared_ptr<::shardlm::worker::v1::Rendezvous::StubInterface> stub, std::string prefix,
-              std::chrono::milliseconds timeout)
-      : stub_(std::move(stub)), prefix_(std::move(prefix)), timeout_(timeout) {}
+  // `token`: the internal token every call carries (empty: none).
+  RemoteStore(std::shared_ptr<::shardlm::worker::v1::Rendezvous::StubInterface> stub, std::string token,
+              std::string prefix, std::chrono::milliseconds timeout)
+      : stub_(std::move(stub)), token_(std::move(token)), prefix_(std::move(prefix)), timeout_(timeout) {}
 
   // Gloo's interface reports failure by throwing; MakeGlooCommunicator turns
   // that into a status.
@@ -30,6 +31,7 @@ class RemoteStore final : public gloo::rendezvous::Store {
   std::vector<char> Get(const std::string& key, std::chrono::milliseconds timeout);
 
   std::shared_ptr<::shardlm::worker::v1::Rendezvous::StubInterface> stub_;
+  std::string token_;
   std::string prefix_;
   std::chrono::milliseconds timeout_;
 };

@@ -31,6 +31,10 @@ class TimedCommunicator final : public Communicator {
     return Time([&] { return inner_->Barrier(); });
   }
 
+  // Swaps in a new group's communicator (same rank and world size) after the
+  // old one broke; the model keeps pointing at this wrapper.
+  void Reset(std::unique_ptr<Communicator> inner) { inner_ = std::move(inner); }
+
   // Microseconds spent in collectives since the last call.
   int64_t TakeMicros() {
     const int64_t us = micros_;

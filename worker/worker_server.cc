@@ -6,10 +6,12 @@
 #include <chrono>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo_communicator.h"
+#include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "model/fingerprint.h"
@@ -33,21 +35,34 @@ int64_t ResidentBytes() {
 
 class WorkerService final : public wpb::Worker::Service {
  public:
-  explicit WorkerService(std::string fingerprint) : fingerprint_(std::move(fingerprint)) {}
+  WorkerService(std::string fingerprint, std::string token)
+      : fingerprint_(std::move(fingerprint)), token_(std::move(token)) {}
 
-  void SetReady(std::unique_ptr<RankWorker> worker, TimedCommunicator* comm, int64_t kv_bytes) {
+  // Serving in `epoch` with a loaded worker.
+  void SetReady(RankWorker* worker, TimedCommunicator* comm, int64_t kv_bytes, uint64_t epoch) {
     std::lock_guard<std::mutex> lock(mu_);
-    worker_ = std::move(worker);
+    worker_ = worker;
     comm_ = comm;
     kv_bytes_ = kv_bytes;
+    epoch_ = epoch;
+    SetState(absl::OkStatus(), "ready");
   }
-  void SetFailed(absl::Status st) {
+  // Not serving: loading, rejoining a new group, or failed for good.
+  void SetNotReady(absl::Status why) {
     std::lock_guard<std::mutex> lock(mu_);
-    failed_ = std::move(st);
+    epoch_ = 0;
+    SetState(why, std::string(why.message()));
+  }
+  // Called when the epoch moves on while a step may hold mu_: Health answers
+  // at once, without waiting for the step.
+  void MarkLeaving(uint64_t epoch) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    if (state_.ok()) state_ = absl::UnavailableError(absl::StrCat("leaving epoch ", epoch, " to rejoin"));
   }
 
-  grpc::Status Handshake(grpc::ServerContext*, const wpb::HandshakeRequest* req,
+  grpc::Status Handshake(grpc::ServerContext* ctx, const wpb::HandshakeRequest* req,
                          wpb::HandshakeResponse* resp) override {
+    if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
     std::lock_guard<std::mutex> lock(mu_);
     if (req->protocol_version() != kWorkerProtocolVersion) {
       return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
@@ -59,11 +74,12 @@ class WorkerService final : public wpb::Worker::Service {
                                                                      " differs from the coordinator's " +
                                                                      req->model_fingerprint());
     }
-    if (!failed_.ok()) return ToGrpcStatus(failed_);
-    if (!worker_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is loading its shard");
+    absl::Status state = State();
+    if (!state.ok()) return ToGrpcStatus(state);
     const RankInfo rank = worker_->model().plan().rank();
     resp->set_rank(rank.rank);
     resp->set_world_size(rank.world_size);
+    resp->set_epoch(epoch_);
     resp->set_num_blocks(worker_->num_blocks());
     resp->set_block_size(worker_->block_size());
     resp->set_weight_bytes(worker_->model().weight_bytes());
@@ -72,10 +88,11 @@ class WorkerService final : public wpb::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Step(grpc::ServerContext*, const wpb::StepRequest* req, wpb::StepResponse* resp) override {
+  grpc::Status Step(grpc::ServerContext* ctx, const wpb::StepRequest* req, wpb::StepResponse* resp) override {
+    if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
     std::lock_guard<std::mutex> lock(mu_);
-    if (!failed_.ok()) return ToGrpcStatus(failed_);
-    if (!worker_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker is loading its shard");
+    absl::Status state = State();
+    if (!state.ok()) return ToGrpcStatus(state);
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
@@ -85,10 +102,12 @@ class WorkerService final : public wpb::Worker::Service {
     comm_->TakeMicros();
     auto rows = worker_->Execute((*decoded)->step);
     if (!rows.ok()) {
-      // A failed collective leaves the group in an unknown state: stay failed.
-      failed_ = absl::UnavailableError(
+      // A failed collective leaves the group in an unknown state: not ready
+      // until the coordinator forms a new group.
+      absl::Status failed = absl::UnavailableError(
           absl::StrCat("rank ", worker_->model().plan().rank().rank, ": ", rows.status().message()));
-      return ToGrpcStatus(failed_);
+      SetState(failed, std::string(failed.message()));
+      return ToGrpcStatus(failed);
     }
     EncodeRows(*rows, resp);
     resp->mutable_timing()->set_collective_us(comm_->TakeMicros());
@@ -97,32 +116,73 @@ class WorkerService final : public wpb::Worker::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Health(grpc::ServerContext*, const wpb::HealthRequest*, wpb::HealthResponse* resp) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    resp->set_ready(worker_ != nullptr && failed_.ok());
-    resp->set_status(!failed_.ok() ? std::string(failed_.message()) : worker_ ? "ready" : "loading");
+  // Never waits for a step: the coordinator probes ranks while steps run.
+  grpc::Status Health(grpc::ServerContext* ctx, const wpb::HealthRequest*, wpb::HealthResponse* resp) override {
+    if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
+    std::lock_guard<std::mutex> lock(state_mu_);
+    resp->set_ready(state_.ok());
+    resp->set_status(state_text_);
     return grpc::Status::OK;
   }
 
  private:
+  absl::Status State() {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return state_;
+  }
+  void SetState(absl::Status st, std::string text) {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    state_ = std::move(st);
+    state_text_ = std::move(text);
+  }
+
   std::mutex mu_;  // one step at a time
-  std::string fingerprint_;
-  std::unique_ptr<RankWorker> worker_;
+  const std::string fingerprint_;
+  const std::string token_;
+  RankWorker* worker_ = nullptr;
   TimedCommunicator* comm_ = nullptr;
   int64_t kv_bytes_ = 0;
-  absl::Status failed_;
+  uint64_t epoch_ = 0;
+  std::mutex state_mu_;  // guards state_ and state_text_; never held across a step
+  absl::Status state_ = absl::UnavailableError("worker is loading its shard");
+  std::string state_text_ = "loading";
 };
 
-// True while the coordinator answers a ping (a StoreGet of the empty key).
-bool CoordinatorAlive(wpb::Rendezvous::Stub& stub) {
+// The coordinator's current epoch, or nullopt when it did not answer.
+std::optional<uint64_t> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string& token, int rank,
+                                  uint64_t epoch) {
   grpc::ClientContext ctx;
+  AttachInternalToken(ctx, token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  wpb::StoreGetRequest req;
-  wpb::StoreGetResponse resp;
-  return stub.StoreGet(&ctx, req, &resp).ok();
+  wpb::HeartbeatRequest req;
+  req.set_rank(rank);
+  req.set_epoch(epoch);
+  wpb::HeartbeatResponse resp;
+  if (!stub.Heartbeat(&ctx, req, &resp).ok()) return std::nullopt;
+  return resp.epoch();
+}
+
+// Sleeps `ms` unless asked to stop first; false when asked.
+bool SleepUnlessStopped(const std::atomic<bool>* stop, int64_t ms) {
+  for (int64_t t = 0; t < ms; t += 50) {
+    if (stop->load()) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return !stop->load();
 }
 
 }  // namespace
+
+absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname) {
+  const size_t dash = hostname.rfind('-');
+  const std::string digits = dash == std::string::npos ? "" : hostname.substr(dash + 1);
+  if (digits.empty() || digits.size() > 6 ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return absl::InvalidArgumentError("hostname '" + hostname +
+                                      "' does not end in a pod ordinal (-N); pass --rank");
+  }
+  return std::stoi(digits);
+}
 
 int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool>* stop) {
   auto fingerprint = ModelFingerprint(options.model_dir);
@@ -130,93 +190,148 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     LOG(ERROR) << "worker: " << fingerprint.status();
     return 1;
   }
-  WorkerService service(*fingerprint);
+  WorkerService service(*fingerprint, options.internal_token);
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(options.listen,
+                           options.server_credentials ? options.server_credentials
+                                                      : grpc::InsecureServerCredentials(),
+                           &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     LOG(ERROR) << "worker: cannot listen on " << options.listen;
     return 1;
   }
-  auto channel = grpc::CreateChannel(options.coordinator, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateCustomChannel(
+      options.coordinator,
+      options.channel_credentials ? options.channel_credentials : grpc::InsecureChannelCredentials(),
+      InternalChannelArguments());
   auto stub = std::shared_ptr<wpb::Rendezvous::Stub>(wpb::Rendezvous::NewStub(channel));
+  const std::string& token = options.internal_token;
 
-  // Register: waits for the coordinator to come up and for every rank to join.
   wpb::RegisterRequest reg;
   reg.set_protocol_version(kWorkerProtocolVersion);
   reg.set_worker_address(absl::StrCat(options.advertise_host, ":", port));
   reg.set_model_fingerprint(*fingerprint);
-  wpb::RegisterResponse assigned;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_wait_for_ready(true);
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(options.register_timeout_ms));
-    grpc::Status st = stub->Register(&ctx, reg, &assigned);
-    if (!st.ok()) {
-      LOG(ERROR) << "worker: registration with " << options.coordinator << " failed: " << st.error_message();
-      server->Shutdown();
-      return 1;
-    }
-  }
-  const RankInfo rank{assigned.rank(), assigned.world_size()};
-  LOG(INFO) << "worker rank " << rank.rank << "/" << rank.world_size << " serving on port " << port;
+  reg.set_rank(options.rank);
 
-  std::unique_ptr<Communicator> inner;
-  if (rank.world_size == 1) {
-    inner = MakeSingleRankCommunicator();
-  } else {
-    GlooOptions gloo;
-    gloo.hostname =
-        assigned.collective_hostname().empty() ? options.advertise_host : assigned.collective_hostname();
-    gloo.timeout = std::chrono::milliseconds(assigned.collective_timeout_ms());
-    gloo.prefix = assigned.store_prefix();
-    auto store =
-        std::make_shared<RemoteStore>(stub, "", std::chrono::milliseconds(options.register_timeout_ms));
-    auto comm = MakeGlooCommunicator(rank, store, gloo);
-    if (!comm.ok()) {
-      LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
-      service.SetFailed(comm.status());
-      server->Shutdown();
-      return 1;
-    }
-    inner = std::move(*comm);
-  }
-  auto timed = std::make_unique<TimedCommunicator>(std::move(inner));
-  TimedCommunicator* timed_ptr = timed.get();
-  RankWorkerOptions wo;
-  wo.model_dir = options.model_dir;
-  wo.dtype = assigned.dtype();
-  wo.kv_cache_bytes = assigned.kv_cache_bytes();
-  wo.block_size = assigned.block_size();
-  auto worker = RankWorker::Load(wo, std::move(timed));
-  if (!worker.ok()) {
-    LOG(ERROR) << "worker rank " << rank.rank << ": " << worker.status();
-    service.SetFailed(worker.status());
-    // Stay up briefly so the coordinator's handshake can read the error.
-    for (int i = 0; i < 50 && !stop->load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    server->Shutdown();
-    return 1;
-  }
-  service.SetReady(std::move(*worker), timed_ptr, wo.kv_cache_bytes);
-
-  // Watch for a stop request or the coordinator going away.
+  std::unique_ptr<RankWorker> worker;  // loaded once; kept across epochs
+  TimedCommunicator* timed = nullptr;  // owned by worker
+  int exit_code = 0;
   auto last_seen = Clock::now();
+  // One pass per group formation (epoch).
   while (!stop->load()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    if (CoordinatorAlive(*stub)) {
-      last_seen = Clock::now();
-    } else if (Clock::now() - last_seen > std::chrono::milliseconds(options.coordinator_lost_ms)) {
-      LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator
-                   << " unreachable; exiting";
-      break;
+    // Register: waits for the coordinator to come up and for every rank to join.
+    wpb::RegisterResponse assigned;
+    grpc::Status st;
+    {
+      grpc::ClientContext ctx;
+      AttachInternalToken(ctx, token);
+      ctx.set_wait_for_ready(true);
+      ctx.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(options.register_timeout_ms));
+      st = stub->Register(&ctx, reg, &assigned);
+    }
+    if (!st.ok()) {
+      const bool retry = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      LOG(ERROR) << "worker rank " << options.rank << ": registration with " << options.coordinator
+                 << " failed: " << st.error_message();
+      if (!retry || worker == nullptr) {  // a first registration that fails ends the process
+        exit_code = 1;
+        break;
+      }
+      if (!SleepUnlessStopped(stop, 500)) break;
+      continue;
+    }
+    const RankInfo rank{assigned.rank(), assigned.world_size()};
+    const uint64_t epoch = assigned.epoch();
+    LOG(INFO) << "worker rank " << rank.rank << "/" << rank.world_size << " joined epoch " << epoch
+              << ", serving on port " << port;
+    std::unique_ptr<Communicator> inner;
+    if (rank.world_size == 1) {
+      inner = MakeSingleRankCommunicator();
+    } else {
+      GlooOptions gloo;
+      gloo.hostname =
+          assigned.collective_hostname().empty() ? options.advertise_host : assigned.collective_hostname();
+      gloo.timeout = std::chrono::milliseconds(assigned.collective_timeout_ms());
+      gloo.prefix = assigned.store_prefix();
+      auto store = std::make_shared<RemoteStore>(stub, token, "",
+                                                 std::chrono::milliseconds(options.register_timeout_ms));
+      auto comm = MakeGlooCommunicator(rank, store, gloo);
+      if (!comm.ok()) {
+        // The group broke again while forming: register anew.
+        LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
+        service.SetNotReady(comm.status());
+        if (!SleepUnlessStopped(stop, 200)) break;
+        continue;
+      }
+      inner = std::move(*comm);
+    }
+    if (worker == nullptr) {
+      auto timed_comm = std::make_unique<TimedCommunicator>(std::move(inner));
+      timed = timed_comm.get();
+      RankWorkerOptions wo;
+      wo.model_dir = options.model_dir;
+      wo.dtype = assigned.dtype();
+      wo.kv_cache_bytes = assigned.kv_cache_bytes();
+      wo.block_size = assigned.block_size();
+      auto loaded = RankWorker::Load(wo, std::move(timed_comm));
+      if (!loaded.ok()) {
+        LOG(ERROR) << "worker rank " << rank.rank << ": " << loaded.status();
+        service.SetNotReady(loaded.status());
+        // Stay up briefly so the coordinator's handshake can read the error.
+        SleepUnlessStopped(stop, 5000);
+        exit_code = 1;
+        break;
+      }
+      worker = std::move(*loaded);
+    } else {
+      const RankInfo had = worker->model().plan().rank();
+      if (had.rank != rank.rank || had.world_size != rank.world_size) {
+        LOG(ERROR) << "worker: the coordinator now wants rank " << rank.rank << " of " << rank.world_size
+                   << ", this process holds the shard of rank " << had.rank << " of " << had.world_size
+                   << "; exiting so it can be restarted";
+        exit_code = 1;
+        break;
+      }
+      timed->Reset(std::move(inner));
+      worker->ClearKvCache();
+    }
+    service.SetReady(worker.get(), timed, assigned.kv_cache_bytes(), epoch);
+
+    // Serve until the epoch moves on, a stop request, or the coordinator goes away.
+    last_seen = Clock::now();
+    bool rejoin = false;
+    while (!rejoin && SleepUnlessStopped(stop, 500)) {
+      auto current = Heartbeat(*stub, token, rank.rank, epoch);
+      if (current.has_value()) {
+        last_seen = Clock::now();
+        rejoin = *current != epoch;
+      } else if (Clock::now() - last_seen > std::chrono::milliseconds(options.coordinator_lost_ms)) {
+        LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator
+                     << " unreachable; exiting";
+        server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+        return 0;
+      }
+    }
+    if (rejoin) {
+      LOG(WARNING) << "worker rank " << rank.rank << ": the group of epoch " << epoch
+                   << " was dissolved; registering again";
+      service.MarkLeaving(epoch);
+      service.SetNotReady(absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
     }
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return 0;
+  return exit_code;
 }
 
 }  // namespace shardlm

@@ -144,5 +144,34 @@ TEST(GlooFailureTest, ADeadPeerIsUnavailable) {
       std::chrono::seconds(10), /*barrier_at_end=*/false);
 }
 
+// The cause of a flaky group formation: a rank that tore its communicator
+// down right after creating it (as a worker whose shard fails to load does)
+// could make a slower peer's creation fail with "Connection closed by peer".
+// Every rank's creation must succeed however fast the others leave; many
+// rounds, with some ranks leaving at once, make the old race show.
+TEST(GlooFailureTest, CreationSucceedsWhenPeersLeaveAtOnce) {
+  constexpr int kRounds = 30;
+  for (int round = 0; round < kRounds; ++round) {
+    const int world = 2 + round % 3;
+    auto store = std::make_shared<gloo::rendezvous::HashStore>();
+    std::vector<absl::Status> created(world);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < world; ++r) {
+      threads.emplace_back([&, r] {
+        GlooOptions o;
+        o.prefix = "round" + std::to_string(round);
+        // Odd ranks leave at once; even ranks are slow to connect.
+        if (r % 2 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(r * 2));
+        auto comm = MakeGlooCommunicator({r, world}, store, o);
+        created[r] = comm.status();
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < world; ++r) {
+      ASSERT_THAT(created[r], IsOk()) << "round " << round << ", rank " << r << " of " << world;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace shardlm

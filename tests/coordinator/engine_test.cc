@@ -252,6 +252,7 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
   whole.insert(whole.end(), suffix.begin(), suffix.end());
   GenerateRequest cold_req = Greedy(whole, 6);
   cold_req.score_prompt = true;
+  cold_req.sampling.num_top_logprobs = 3;
   auto cold = e.Run(cold_req);
   ASSERT_THAT(cold, IsOk());
   EXPECT_EQ(warm->tokens, cold->tokens);
@@ -260,9 +261,12 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
     EXPECT_NEAR(*warm->prompt_scores[i], *cold->prompt_scores[prefix.size() + i], 1e-4) << i;
   }
   // The handle's next-token top-1 is the cold run's score distribution at that point.
-  EXPECT_EQ(pr->next_top[0].id, cold->prompt_top[prefix.size()].empty()
-                                    ? pr->next_top[0].id
-                                    : cold->prompt_top[prefix.size()][0].id);
+  const std::vector<TopLogprob>& cold_top = cold->prompt_top[prefix.size()];
+  ASSERT_EQ(cold_top.size(), 3u);
+  for (size_t j = 0; j < 3; ++j) {
+    EXPECT_EQ(pr->next_top[j].id, cold_top[j].id) << j;
+    EXPECT_NEAR(pr->next_top[j].logprob, cold_top[j].logprob, 1e-4) << j;
+  }
   // Releasing the handle frees everything; a released handle is NotFound.
   ASSERT_THAT(e.ReleaseHandle(pr->handle), IsOk());
   EXPECT_THAT(e.ReleaseHandle(pr->handle), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));

@@ -120,7 +120,7 @@ class Ctx(harness.Ctx):
 
     def run_ok(self, argv, timeout=120):
         cmd = [self.binary] + argv
-        p, _ = run_engine(cmd, timeout)   # the binary may be being rebuilt: retried once
+        p, _ = run_engine(cmd, timeout)
         if p.returncode != 0:
             raise Failure("exit status %d from `%s`: %s" % (
                 p.returncode, " ".join(cmd), _tail(p.stderr.decode("utf-8", "replace"))))

@@ -124,20 +124,15 @@ class Server:
                 self.ready.set()
 
     def wait_ready(self):
-        for attempt in (0, 1):  # the binary may be being rebuilt: retry once
-            deadline = time.monotonic() + START_TIMEOUT_S
-            while not self.ready.is_set() and self.proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if self.ready.is_set():
-                self.address = "127.0.0.1:%d" % self.port
-                return
-            if attempt == 0 and self.proc.poll() is not None:
-                time.sleep(3)
-                self.start()
-                continue
-            self.stop()
-            raise Failure("server --tp %d %s not ready (rc %s); log %s"
-                          % (self.tp, " ".join(self.extra), self.proc.returncode, self.log_path))
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.ready.is_set() and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if self.ready.is_set():
+            self.address = "127.0.0.1:%d" % self.port
+            return
+        self.stop()
+        raise Failure("server --tp %d %s not ready (rc %s); log %s"
+                      % (self.tp, " ".join(self.extra), self.proc.returncode, self.log_path))
 
     def stop(self):
         if self.proc is None or self.proc.poll() is not None:

@@ -17,10 +17,10 @@ Contents:
   Tally, run_case,   the PASS/FAIL-per-case loop with "NAME:" headers, timing,
   run_cases,         "total" and "<label>: N passed, M failed" lines, and the
   parse_case_args    --shardlm/--workdir/--only handling around it
-  run_retry          subprocess.run that retries once after 3 s when the
-                     binary cannot be executed (it may be being rebuilt)
-  run_engine         run_retry that also retries a death by signal and turns
-                     "cannot execute" into a Failure
+  run_binary         subprocess.run, once (no retries: a crash is a failure);
+                     "cannot execute" is a Failure
+  run_engine         run_binary with stdin closed
+  crashed            says whether a finished process died from a signal
   tail, strip_glog   shortening of output and removal of glog lines
   last_json_object   the last line of stdout that is a JSON object
   ids_arg            a --prompt-ids value
@@ -31,12 +31,12 @@ Contents:
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
 import traceback
 
-RETRY_SLEEP_S = 3     # pause before the one retry of a binary that may be being rebuilt
 POLL_S = 0.2          # interval of the process scans in wait_until_empty
 
 
@@ -155,37 +155,35 @@ def parse_case_args(args, case_names):
 
 # --- running the binary ------------------------------------------------------------------
 
-def run_retry(cmd, timeout, retry_signal_death, **kw):
+def run_binary(cmd, timeout, **kw):
     """subprocess.run(cmd) with stdout and stderr captured; returns (proc,
-    seconds of the last attempt).  Retried once, after RETRY_SLEEP_S, when the
-    binary cannot be executed (OSError: it may be being rebuilt) and, with
-    retry_signal_death, when it dies from a signal.  A second OSError and
-    subprocess.TimeoutExpired propagate."""
-    for attempt in (0, 1):
-        t0 = time.monotonic()
-        try:
-            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  timeout=timeout, **kw)
-        except OSError:
-            if attempt == 1:
-                raise
-            time.sleep(RETRY_SLEEP_S)
-            continue
-        dt = time.monotonic() - t0
-        if retry_signal_death and proc.returncode < 0 and attempt == 0:
-            time.sleep(RETRY_SLEEP_S)
-            continue
-        return proc, dt
-    raise AssertionError("unreachable")
+    seconds).  Runs once: a binary that dies from a signal is an answer for
+    the caller to judge (a crash is a failure), never retried.
+    subprocess.TimeoutExpired propagates; a binary that cannot be executed
+    is a Failure."""
+    t0 = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              timeout=timeout, **kw)
+    except OSError as e:
+        raise Failure("could not run %s: %s" % (cmd[0], e))
+    return proc, time.monotonic() - t0
 
 
 def run_engine(cmd, timeout):
-    """run_retry with stdin closed, retrying a death by signal too; a binary
-    that cannot be executed twice is a Failure.  TimeoutExpired propagates."""
-    try:
-        return run_retry(cmd, timeout, True, stdin=subprocess.DEVNULL)
-    except OSError as e:
-        raise Failure("could not run %s: %s" % (cmd[0], e))
+    """run_binary with stdin closed."""
+    return run_binary(cmd, timeout, stdin=subprocess.DEVNULL)
+
+
+def crashed(proc):
+    """A message when proc died from a signal (a crash), else None."""
+    if proc.returncode < 0:
+        try:
+            name = signal.Signals(-proc.returncode).name
+        except ValueError:
+            name = "signal %d" % -proc.returncode
+        return "%s died from %s" % (proc.args[0] if isinstance(proc.args, list) else proc.args, name)
+    return None
 
 
 def tail(text, n=800):

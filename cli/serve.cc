@@ -3,10 +3,13 @@
 #include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/server_builder_option.h>
+#include <grpcpp/impl/server_builder_plugin.h>
 #include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -50,13 +53,26 @@ absl::Status CheckPortFree(const std::string& host, int64_t port) {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT is not "in use"
     if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
-      st = absl::UnavailableError(absl::StrCat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
+      st = absl::UnavailableError(
+          absl::StrCat("cannot listen on ", host, ":", port, ": ", std::strerror(errno)));
     }
     close(fd);
   }
   freeaddrinfo(res);
   return st;
 }
+
+// Linking gRPC's reflection library registers its plugin with every
+// ServerBuilder; this option takes it out again (--no-reflection).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(std::remove_if(plugins->begin(), plugins->end(),
+                                  [](const auto& p) { return p->name() == "proto_server_reflection"; }),
+                   plugins->end());
+  }
+};
 
 absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   auto text = ReadSecretFile(path, "--api-key-file");
@@ -65,7 +81,8 @@ absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   std::istringstream in(*text);
   std::string line;
   while (std::getline(in, line)) {
-    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t'))
+      line.pop_back();
     size_t start = line.find_first_not_of(" \t");
     if (start == std::string::npos || line[start] == '#') continue;
     keys.push_back(line.substr(start));
@@ -88,8 +105,8 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
   f.Int("step-timeout-ms", "a step's deadline: this plus --step-timeout-per-token-ms per token", 60000, 1000,
         3600000);
-  f.Int("step-timeout-per-token-ms", "extra step deadline per token in the step (at least 8x the recent rate)",
-        20, 0, 60000);
+  f.Int("step-timeout-per-token-ms",
+        "extra step deadline per token in the step (at least 8x the recent rate)", 20, 0, 60000);
   f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
   f.Int("shutdown-grace-s", "on SIGTERM, streams in flight get this long to finish", 30, 0, 3600);
@@ -180,8 +197,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   service.SetApiKeys(api_keys);
   std::atomic<bool> draining{false};
   HealthService health([g, &draining] { return g->serving() && !draining.load(); });
-  if (!f.GetBool("no-reflection")) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (f.GetBool("no-reflection")) builder.SetOption(std::make_unique<WithoutReflection>());
   int port = 0;
   const std::string address = absl::StrCat(f.GetString("host"), ":", f.GetInt("port"));
   builder.AddListeningPort(address, *public_creds, &port);

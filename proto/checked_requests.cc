@@ -31,13 +31,14 @@ bool FindBadString(const uint8_t* data, int size, const Descriptor* desc, const 
     if (tag == 0) return false;
     const int number = WireFormatLite::GetTagFieldNumber(tag);
     const FieldDescriptor* field = desc->FindFieldByNumber(number);
-    if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED || field == nullptr ||
+    if (WireFormatLite::GetTagWireType(tag) != WireFormatLite::WIRETYPE_LENGTH_DELIMITED ||
+        field == nullptr ||
         (field->type() != FieldDescriptor::TYPE_STRING && field->type() != FieldDescriptor::TYPE_MESSAGE)) {
       if (!WireFormatLite::SkipField(&in, tag)) return false;
       continue;
     }
     uint32_t length = 0;
-    if (!in.ReadVarint32(&length) || static_cast<int>(length) > in.BytesUntilLimit()) return false;
+    if (!in.ReadVarint32(&length)) return false;
     const int index = seen[number]++;
     std::string name = path.empty() ? field->name() : path + "." + field->name();
     if (field->is_repeated()) name += "[" + std::to_string(index) + "]";
@@ -47,7 +48,7 @@ bool FindBadString(const uint8_t* data, int size, const Descriptor* desc, const 
     const auto* bytes = static_cast<const uint8_t*>(ptr);
     if (field->type() == FieldDescriptor::TYPE_STRING) {
       if (!google::protobuf::internal::IsStructurallyValidUTF8(reinterpret_cast<const char*>(bytes),
-                                                                static_cast<int>(length))) {
+                                                               static_cast<int>(length))) {
         *bad = name;
         return true;
       }
@@ -71,8 +72,9 @@ grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Mess
   std::string bad;
   if (FindBadString(reinterpret_cast<const uint8_t*>(bytes.data()), static_cast<int>(bytes.size()),
                     msg->GetDescriptor(), "", 0, &bad)) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        bad + " is not valid UTF-8 (string fields must be UTF-8; send token ids for raw bytes)");
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        bad + " is not valid UTF-8 (string fields must be UTF-8; send token ids for raw bytes)");
   }
   if (!msg->ParseFromString(bytes)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,

@@ -4,11 +4,12 @@
 // failure (INTERNAL with an empty message, and a log line per request).
 //
 // gRPC deserializes every request through grpc::SerializationTraits<T>;
-// explicit specializations for the shardlm.v1 request types route them
-// through DeserializeChecked. The generated inference.grpc.pb.h includes this
-// header (protoc's additional_header_includes), so every handler sees them.
+// the explicit specializations below route them through DeserializeChecked.
+// The generated .grpc.pb.h files include this header (protoc's
+// additional_header_includes), so every handler sees them.
 #pragma once
 
+#include <google/protobuf/message.h>
 #include <grpcpp/impl/codegen/proto_utils.h>
 #include <grpcpp/support/byte_buffer.h>
 
@@ -23,24 +24,34 @@ grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Mess
 
 }  // namespace shardlm
 
-#define SHARDLM_CHECKED_REQUEST(Type)                                                          \
-  template <>                                                                                  \
-  class grpc::SerializationTraits<Type, void> {                                                \
-   public:                                                                                     \
-    static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb, \
-                                  bool* own_buffer) {                                          \
-      return grpc::GenericSerialize<grpc::ProtoBufferWriter, Type>(msg, bb, own_buffer);        \
-    }                                                                                          \
-    static grpc::Status Deserialize(grpc::ByteBuffer* buffer, Type* msg) {                      \
-      return ::shardlm::DeserializeChecked(buffer, msg);                                       \
-    }                                                                                          \
-  };
+// Unary handlers deserialize through SerializationTraits<MessageLite> (the
+// generated code passes MessageLite as the base type), streaming ones through
+// the request's own type. Every generated .grpc.pb.h of this project includes
+// this header, so both are seen wherever gRPC instantiates them.
+template <>
+class grpc::SerializationTraits<grpc::protobuf::MessageLite, void> {
+ public:
+  static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,
+                                bool* own_buffer) {
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, grpc::protobuf::MessageLite>(msg, bb, own_buffer);
+  }
+  static grpc::Status Deserialize(grpc::ByteBuffer* buffer, grpc::protobuf::MessageLite* msg) {
+    if (auto* full = dynamic_cast<google::protobuf::Message*>(msg)) {
+      return ::shardlm::DeserializeChecked(buffer, full);
+    }
+    return grpc::GenericDeserialize<grpc::ProtoBufferReader, grpc::protobuf::MessageLite>(buffer, msg);
+  }
+};
 
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::GenerateRequest)
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::PrefillRequest)
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::ScoreRequest)
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::ReleaseChunksRequest)
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::TokenizeRequest)
-SHARDLM_CHECKED_REQUEST(::shardlm::v1::DetokenizeRequest)
-
-#undef SHARDLM_CHECKED_REQUEST
+template <>
+class grpc::SerializationTraits<::shardlm::v1::GenerateRequest, void> {
+ public:
+  static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,
+                                bool* own_buffer) {
+    return grpc::GenericSerialize<grpc::ProtoBufferWriter, ::shardlm::v1::GenerateRequest>(msg, bb,
+                                                                                           own_buffer);
+  }
+  static grpc::Status Deserialize(grpc::ByteBuffer* buffer, ::shardlm::v1::GenerateRequest* msg) {
+    return ::shardlm::DeserializeChecked(buffer, msg);
+  }
+};

@@ -15,6 +15,7 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev
   libopenblas0-openmp
   python3 python3-numpy python3-grpcio python3-grpc-tools
+  openssl procps
   clang libclang-rt-14-dev
 
 )

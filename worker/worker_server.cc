@@ -53,6 +53,13 @@ class WorkerService final : public wpb::Worker::Service {
     epoch_ = 0;
     SetState(why, std::string(why.message()));
   }
+  // Runs `fn` with no step in flight (a step of the old group finishes or
+  // fails on its collective timeout first).
+  template <typename Fn>
+  void Exclusive(Fn&& fn) {
+    std::lock_guard<std::mutex> lock(mu_);
+    fn();
+  }
   // Called when the epoch moves on while a step may hold mu_: Health answers
   // at once, without waiting for the step.
   void MarkLeaving(uint64_t epoch) {
@@ -117,7 +124,8 @@ class WorkerService final : public wpb::Worker::Service {
   }
 
   // Never waits for a step: the coordinator probes ranks while steps run.
-  grpc::Status Health(grpc::ServerContext* ctx, const wpb::HealthRequest*, wpb::HealthResponse* resp) override {
+  grpc::Status Health(grpc::ServerContext* ctx, const wpb::HealthRequest*,
+                      wpb::HealthResponse* resp) override {
     if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
     std::lock_guard<std::mutex> lock(state_mu_);
     resp->set_ready(state_.ok());
@@ -176,8 +184,7 @@ bool SleepUnlessStopped(const std::atomic<bool>* stop, int64_t ms) {
 absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname) {
   const size_t dash = hostname.rfind('-');
   const std::string digits = dash == std::string::npos ? "" : hostname.substr(dash + 1);
-  if (digits.empty() || digits.size() > 6 ||
-      digits.find_first_not_of("0123456789") != std::string::npos) {
+  if (digits.empty() || digits.size() > 6 || digits.find_first_not_of("0123456789") != std::string::npos) {
     return absl::InvalidArgumentError("hostname '" + hostname +
                                       "' does not end in a pod ordinal (-N); pass --rank");
   }
@@ -193,10 +200,9 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
   WorkerService service(*fingerprint, options.internal_token);
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen,
-                           options.server_credentials ? options.server_credentials
-                                                      : grpc::InsecureServerCredentials(),
-                           &port);
+  builder.AddListeningPort(
+      options.listen,
+      options.server_credentials ? options.server_credentials : grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -303,8 +309,10 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
         exit_code = 1;
         break;
       }
-      timed->Reset(std::move(inner));
-      worker->ClearKvCache();
+      service.Exclusive([&] {
+        timed->Reset(std::move(inner));
+        worker->ClearKvCache();
+      });
     }
     service.SetReady(worker.get(), timed, assigned.kv_cache_bytes(), epoch);
 
@@ -327,7 +335,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       LOG(WARNING) << "worker rank " << rank.rank << ": the group of epoch " << epoch
                    << " was dissolved; registering again";
       service.MarkLeaving(epoch);
-      service.SetNotReady(absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
+      service.SetNotReady(
+          absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
     }
   }
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -354,5 +354,63 @@ TEST_F(EnginePrefixTest, StopEndsARequestAndKeepsItsHandle) {
   EXPECT_EQ(e->stats().referenced_blocks, 0);
 }
 
+// Handles belong to the owner (API key) that made them: to anyone else they
+// are NOT_FOUND, exactly like an unknown handle, and cannot be released.
+TEST_F(EnginePrefixTest, HandlesAreVisibleToTheirOwnerOnly) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  GenerateRequest pre = Greedy(Prompt(20, 3), 0);
+  pre.owner = "key-a";
+  pre.keep_handle = true;
+  auto pr = e->Run(pre);
+  ASSERT_THAT(pr, IsOk());
+  ASSERT_EQ(pr->handle.size(), 32u);
+  GenerateRequest other = Greedy(Prompt(3, 4), 2);
+  other.prefix_handle = pr->handle;
+  other.owner = "key-b";
+  EXPECT_THAT(e->Submit(other), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));
+  EXPECT_THAT(e->ReleaseHandle(pr->handle, "key-b"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));
+  other.owner = "key-a";
+  EXPECT_THAT(e->Run(other), IsOk());
+  EXPECT_THAT(e->ReleaseHandle(pr->handle, "key-a"), IsOk());
+  EXPECT_EQ(e->stats().referenced_blocks, 0);
+}
+
+// After the group is formed again the engine starts over: running requests
+// end with the given status, old handles are NOT_FOUND saying why, every
+// block is free, and new requests run on the new pool.
+TEST_F(EnginePrefixTest, ResetDropsHandlesAndSaysWhy) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  GenerateRequest pre = Greedy(Prompt(20, 3), 0);
+  pre.keep_handle = true;
+  auto pr = e->Run(pre);
+  ASSERT_THAT(pr, IsOk());
+  auto running = e->Submit(Greedy(Prompt(10, 5), 8));
+  ASSERT_THAT(running, IsOk());
+  e->FailAll(absl::UnavailableError("rank 1 is unreachable"));
+  auto failed = e->TakeResult(*running);
+  ASSERT_TRUE(failed.has_value());
+  EXPECT_THAT(failed->status, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1")));
+  e->Reset(static_cast<int32_t>(w->num_blocks()), "the group of epoch 1 failed");
+  GenerateRequest cont = Greedy(Prompt(3, 4), 2);
+  cont.prefix_handle = pr->handle;
+  EXPECT_THAT(e->Submit(cont),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("was lost: the group of epoch 1")));
+  EXPECT_EQ(e->stats().referenced_blocks, 0);
+  EXPECT_EQ(e->stats().free_blocks, e->stats().num_blocks);
+  EXPECT_THAT(e->Run(Greedy(Prompt(10, 5), 4)), IsOk());
+}
+
+// Untrusted handles are echoed bounded.
+TEST_F(EnginePrefixTest, LongUnknownHandlesAreEchoedBounded) {
+  auto w = Worker(16);
+  auto e = MakeEngine(w.get(), 2048);
+  absl::Status st = e->ReleaseHandle(std::string(10000, 'h'));
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kNotFound, HasSubstr("(10000 bytes)")));
+  EXPECT_LT(st.message().size(), 200u);
+}
+
 }  // namespace
 }  // namespace shardlm

@@ -1,0 +1,517 @@
+#!/usr/bin/python3
+"""Operations I over real processes: recovery, drain, security, and the edges a new user probes.
+
+Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-3 tokenizer):
+  recovery_kill9      kill -9 of a worker mid-stream: the stream ends UNAVAILABLE naming the
+                      rank within 5 s; health goes NOT_SERVING then SERVING (watched); the
+                      worker was started again; an old handle is NOT_FOUND saying it was lost;
+                      greedy output equals the output before the failure; no block leaked
+  recovery_sigstop    SIGSTOP of rank 0 mid-stream: the error names rank 0 (not its healthy
+                      peer); after SIGCONT the group serves again with the same greedy output
+  drain               SIGTERM during a stream: health NOT_SERVING and new calls UNAVAILABLE at
+                      once, the stream finishes whole, serve exits 0
+  internal_security   `coordinator` with a token file and workers started by hand with --rank:
+                      a second claim of rank 1 is refused naming the holder; a worker, Step or
+                      store write without the token is PERMISSION_DENIED; a coordinator with
+                      no token or TLS is refused at start
+  tls_and_api_keys    mutual TLS on the public port (certificates made with openssl) and API
+                      keys: no/wrong key UNAUTHENTICATED, another key's handle NOT_FOUND,
+                      plaintext and certificate-less clients refused, keys never logged
+  probes              port in use refused before workers start; invalid UTF-8 INVALID_ARGUMENT
+                      naming the field; ReleaseChunks all-or-nothing; long handles echoed
+                      bounded; Score's length error names no max_new_tokens; reflection off
+
+Usage:
+  /usr/bin/python3 tests/integration/operations_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
+"""
+
+import argparse
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "testing"))
+from harness import Ctx, Failure, parse_case_args, ps_rows, run_cases, wait_until_empty  # noqa: E402
+import shardlm_client as sc  # noqa: E402
+import grpc  # noqa: E402
+
+GRPC_PROTO = "/usr/share/grpc-proto/grpc"
+sc.generate_stubs(os.path.join(GRPC_PROTO, "health", "v1"), "health.proto")
+_worker_stubs = sc.generate_stubs(os.path.join(ROOT, "proto"), "shardlm/worker/v1/worker.proto")
+import health_pb2, health_pb2_grpc  # noqa: E402,E401
+import importlib  # noqa: E402
+import shardlm  # noqa: E402  (the inference stubs' package; the worker stubs live in a second folder)
+shardlm.__path__.append(os.path.join(_worker_stubs, "shardlm"))
+wpb = importlib.import_module("shardlm.worker.v1.worker_pb2")
+wpb_grpc = importlib.import_module("shardlm.worker.v1.worker_pb2_grpc")
+pb = sc.pb
+pb_grpc = sc.pb_grpc
+
+MODEL_FLAGS = ["--arch", "llama", "--hidden-size", "128", "--num-heads", "4", "--num-kv-heads", "2",
+               "--intermediate-size", "256", "--num-layers", "4", "--seed", "77", "--dtype", "f32",
+               "--max-position-embeddings", "8192"]
+PROMPT = "The harbour committee met on a grey Tuesday morning"
+START_TIMEOUT_S = 60
+RECOVER_TIMEOUT_S = 60
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Proc:
+    """A shardlm process with its output in a log file; ready once `ready_text` is printed."""
+
+    def __init__(self, ctx, name, args, env=None, ready_text=None):
+        self.log_path = ctx.dir(name + ".log")
+        self.log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen([ctx.binary] + [str(a) for a in args], stdin=subprocess.DEVNULL,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **(env or {})))
+        self.ready_text = ready_text
+
+    def text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_ready(self, timeout=START_TIMEOUT_S):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.ready_text in self.text():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise Failure("%s not ready (rc %s): %s" % (self.proc.args[1], self.proc.poll(), self.text()[-1500:]))
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+class Ops(Ctx):
+    def __init__(self, workdir, args, binary):
+        super().__init__(workdir, args)
+        self.binary = binary
+        self.model = self.dir("model")
+        if not os.path.isdir(self.model):
+            p = subprocess.run([binary, "make-tiny-model", self.model, "--tokenizer", "llama3"] + MODEL_FLAGS,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+            if p.returncode != 0:
+                raise RuntimeError("make-tiny-model failed: %s" % p.stdout.decode(errors="replace"))
+
+    def serve(self, name, tp, *extra, env=None):
+        port = free_port()
+        p = Proc(self, name, ["serve", "--model", self.model, "--tp", tp, "--port", port] + list(extra),
+                 env=env, ready_text="shardlm serving")
+        p.port = port
+        p.wait_ready()
+        return p
+
+
+def workers_of(parent_pid):
+    """{rank: pid} of the `shardlm worker` children of parent_pid."""
+    out = {}
+    for pid, ppid, _stat, args in ps_rows():
+        if ppid == parent_pid and " worker " in " %s " % args:
+            m = re.search(r"--rank (\d+)", args)
+            if m:
+                out[int(m.group(1))] = pid
+    return out
+
+
+def stub(port, creds=None, metadata_key=None):
+    ch = grpc.secure_channel("localhost:%d" % port, creds) if creds else grpc.insecure_channel(
+        "127.0.0.1:%d" % port)
+    return ch, pb_grpc.InferenceStub(ch), health_pb2_grpc.HealthStub(ch)
+
+
+def greedy(st, n=12, prompt=PROMPT, metadata=None, prefix_handle=""):
+    req = pb.GenerateRequest(prompt=sc.to_prompt(prompt) if prompt else None, prefix_handle=prefix_handle,
+                             max_new_tokens=n, sampling=pb.SamplingParams(temperature=0), ignore_eos=True)
+    toks = []
+    for r in st.Generate(req, timeout=60, metadata=metadata):
+        toks.extend(r.token_ids)
+    return toks
+
+
+class Stream:
+    """A long greedy stream consumed on a thread: first token time, tokens, final error."""
+
+    def __init__(self, st, n, metadata=None):
+        self.tokens, self.error, self.error_at, self.first_at, self.finish = [], None, None, None, None
+        req = pb.GenerateRequest(prompt=sc.to_prompt(PROMPT), max_new_tokens=n,
+                                 sampling=pb.SamplingParams(temperature=0), ignore_eos=True)
+        self.call = st.Generate(req, timeout=120, metadata=metadata)
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            for r in self.call:
+                if r.token_ids and self.first_at is None:
+                    self.first_at = time.monotonic()
+                self.tokens.extend(r.token_ids)
+                for res in r.results:
+                    self.finish = res.finish_reason
+        except grpc.RpcError as e:
+            self.error, self.error_at = e, time.monotonic()
+
+    def wait_first(self, timeout=30):
+        deadline = time.monotonic() + timeout
+        while self.first_at is None and self.error is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self.first_at is None:
+            raise Failure("no streamed token within %d s (error: %s)" % (timeout, self.error))
+
+
+class HealthWatch:
+    """Every status grpc.health.v1 Watch reports, in order."""
+
+    def __init__(self, health):
+        self.seen = []
+        self.call = health.Watch(health_pb2.HealthCheckRequest(), timeout=300)
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self):
+        try:
+            for r in self.call:
+                self.seen.append(health_pb2.HealthCheckResponse.ServingStatus.Name(r.status))
+        except grpc.RpcError:
+            pass
+
+    def wait_for(self, sequence, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if is_subsequence(sequence, self.seen):
+                return True
+            time.sleep(0.05)
+        return False
+
+
+def is_subsequence(needle, hay):
+    it = iter(hay)
+    return all(any(x == y for y in it) for x in needle)
+
+
+def code_of(fn):
+    try:
+        fn()
+    except grpc.RpcError as e:
+        return e.code(), e.details() or ""
+    return grpc.StatusCode.OK, ""
+
+
+# --- cases ---------------------------------------------------------------------------------
+
+def recovery_kill9(ctx, chk):
+    srv = ctx.serve("kill9", 2, "--collective-timeout-ms", "3000")
+    ch, st, health = stub(srv.port)
+    try:
+        before = greedy(st)
+        handle = st.Prefill(pb.PrefillRequest(chunks=[sc.to_prompt(PROMPT)], keep=True), timeout=30).results[0].handle
+        watch = HealthWatch(health)
+        chk.check(watch.wait_for(["SERVING"], 5), "health SERVING before the failure (%s)" % watch.seen)
+        workers = workers_of(srv.proc.pid)
+        chk.check(sorted(workers) == [0, 1], "two workers with --rank 0 and 1: %s" % workers)
+        stream = Stream(st, 6000)
+        stream.wait_first()
+        time.sleep(0.3)
+        t_kill = time.monotonic()
+        os.kill(workers[1], signal.SIGKILL)
+        stream.thread.join(15)
+        err = stream.error
+        chk.check(err is not None and err.code() == grpc.StatusCode.UNAVAILABLE,
+                  "the stream in flight ends UNAVAILABLE (%s)" % (err.code() if err else stream.finish))
+        if err is not None:
+            dt = stream.error_at - t_kill
+            chk.check(dt < 5.0, "within 5 s of the kill (%.2f s)" % dt)
+            chk.check("rank 1" in err.details(), "the error names rank 1: %s" % err.details()[:300])
+        chk.check(watch.wait_for(["SERVING", "NOT_SERVING", "SERVING"], RECOVER_TIMEOUT_S),
+                  "health went NOT_SERVING and back to SERVING: %s" % watch.seen)
+        again = workers_of(srv.proc.pid)
+        chk.check(sorted(again) == [0, 1] and again[1] != workers[1] and again[0] == workers[0],
+                  "rank 1 was started again, rank 0 kept its process: %s -> %s" % (workers, again))
+        code, details = code_of(lambda: greedy(st, prefix_handle=handle, prompt=" more"))
+        chk.check(code == grpc.StatusCode.NOT_FOUND and "lost" in details,
+                  "a handle of the old group is NOT_FOUND saying why: %s %s" % (code, details[:200]))
+        after = greedy(st)
+        chk.check(after == before, "greedy output after recovery equals before (%s vs %s)" % (after, before))
+        stats = st.GetStats(pb.GetStatsRequest(), timeout=10)
+        chk.check(stats.referenced_blocks == 0 and stats.running == 0,
+                  "no block referenced, nothing running: %s" % str(stats).replace("\n", " "))
+        chk.check("group formed again" in srv.text(), "the log says the group was formed again")
+    finally:
+        ch.close()
+        chk.check(srv.stop() == 0, "serve exits 0 on SIGTERM")
+
+
+def recovery_sigstop(ctx, chk):
+    srv = ctx.serve("sigstop", 2, "--collective-timeout-ms", "2000")
+    ch, st, health = stub(srv.port)
+    workers = {}
+    try:
+        before = greedy(st)
+        workers = workers_of(srv.proc.pid)
+        stream = Stream(st, 6000)
+        stream.wait_first()
+        os.kill(workers[0], signal.SIGSTOP)
+        stream.thread.join(30)
+        err = stream.error
+        chk.check(err is not None and err.code() == grpc.StatusCode.UNAVAILABLE,
+                  "the stream ends UNAVAILABLE (%s)" % (err.code() if err else stream.finish))
+        if err is not None:
+            chk.check("rank 0" in err.details() and "did not answer" in err.details(),
+                      "the stopped rank 0 is named: %s" % err.details()[:300])
+        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status
+        chk.check(status == health_pb2.HealthCheckResponse.NOT_SERVING, "health NOT_SERVING while stopped")
+        os.kill(workers[0], signal.SIGCONT)
+        watch = HealthWatch(health)
+        chk.check(watch.wait_for(["SERVING"], RECOVER_TIMEOUT_S),
+                  "SERVING again after SIGCONT: %s" % watch.seen)
+        chk.check(greedy(st) == before, "greedy output after recovery equals before")
+    finally:
+        for pid in workers.values():
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except OSError:
+                pass
+        ch.close()
+        chk.check(srv.stop() == 0, "serve exits 0 on SIGTERM")
+
+
+def drain(ctx, chk):
+    srv = ctx.serve("drain", 1, "--shutdown-grace-s", "60")
+    ch, st, health = stub(srv.port)
+    try:
+        stream = Stream(st, 3000)
+        stream.wait_first()
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        code, details = code_of(lambda: greedy(st, n=2))
+        chk.check(code == grpc.StatusCode.UNAVAILABLE, "a new call is UNAVAILABLE while draining: %s %s"
+                  % (code, details))
+        code, _ = code_of(lambda: health.Check(health_pb2.HealthCheckRequest(), timeout=5))
+        status = health.Check(health_pb2.HealthCheckRequest(), timeout=5).status if code == grpc.StatusCode.OK \
+            else None
+        chk.check(status == health_pb2.HealthCheckResponse.NOT_SERVING, "health NOT_SERVING while draining")
+        chk.check(stream.thread.is_alive(), "the stream was still running when checked")
+        stream.thread.join(90)
+        chk.check(stream.error is None and len(stream.tokens) == 3000 and stream.finish == "length",
+                  "the stream in flight finished whole (%d tokens, %s, %s)"
+                  % (len(stream.tokens), stream.finish, stream.error))
+        rc = srv.proc.wait(30)
+        chk.check(rc == 0, "serve exits 0 after draining (rc %s)" % rc)
+    finally:
+        ch.close()
+        srv.stop()
+
+
+def internal_security(ctx, chk):
+    token = ctx.dir("internal.token")
+    with open(token, "w") as f:
+        f.write("s3cr3t-group-token-%d\n" % os.getpid())
+    wport, port = free_port(), free_port()
+    r = subprocess.run([ctx.binary, "coordinator", "--model", ctx.model, "--tp", "2", "--port", str(port),
+                        "--worker-listen", "127.0.0.1:%d" % wport], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, timeout=30)
+    chk.check(r.returncode == 2 and b"--internal-token-file" in r.stderr,
+              "a coordinator without token or TLS is refused (rc %d): %s" % (r.returncode, r.stderr[-300:]))
+    coord = Proc(ctx, "coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
+                                      "--worker-listen", "127.0.0.1:%d" % wport, "--internal-token-file", token],
+                 ready_text="shardlm serving")
+    endpoint = "127.0.0.1:%d" % wport
+    w_ports = [free_port(), free_port()]
+    workers = [Proc(ctx, "worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
+                                          "--rank", i, "--listen", "127.0.0.1:%d" % w_ports[i],
+                                          "--internal-token-file", token]) for i in (0, 1)]
+    procs = [coord] + workers
+    try:
+        coord.wait_ready()
+        ch, st, _ = stub(port)
+        chk.check(len(greedy(st, n=4)) == 4, "the hand-started group serves")
+        dup = subprocess.run([ctx.binary, "worker", "--coordinator", endpoint, "--model", ctx.model, "--rank",
+                              "1", "--internal-token-file", token], stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, timeout=60)
+        chk.check(dup.returncode != 0 and b"already held by the live worker" in dup.stdout,
+                  "a second claim of rank 1 is refused naming the holder (rc %d): %s"
+                  % (dup.returncode, dup.stdout[-400:]))
+        intruder = subprocess.run([ctx.binary, "worker", "--coordinator", endpoint, "--model", ctx.model,
+                                   "--rank", "1", "--insecure-internal"], stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, timeout=60)
+        chk.check(intruder.returncode != 0 and b"not a member" in intruder.stdout,
+                  "a worker without the token is refused: %s" % intruder.stdout[-300:])
+        wch = grpc.insecure_channel("127.0.0.1:%d" % w_ports[0])
+        code, details = code_of(lambda: wpb_grpc.WorkerStub(wch).Step(wpb.StepRequest(token_ids=[1]), timeout=5))
+        chk.check(code == grpc.StatusCode.PERMISSION_DENIED, "a Step without the token: %s %s" % (code, details))
+        rch = grpc.insecure_channel(endpoint)
+        code, details = code_of(lambda: wpb_grpc.RendezvousStub(rch).StoreSet(
+            wpb.StoreSetRequest(key="x", value=b"y"), timeout=5))
+        chk.check(code == grpc.StatusCode.PERMISSION_DENIED, "a store write without the token: %s" % code)
+        code, _ = code_of(lambda: wpb_grpc.RendezvousStub(rch).StoreSet(
+            wpb.StoreSetRequest(key="x", value=b"y"), timeout=5, metadata=[("x-shardlm-internal-token", "nope")]))
+        chk.check(code == grpc.StatusCode.PERMISSION_DENIED, "a store write with a wrong token: %s" % code)
+        chk.check(len(greedy(st, n=4)) == 4, "the group still serves after the intruders")
+        wch.close()
+        rch.close()
+        ch.close()
+    finally:
+        for p in procs:
+            p.stop()
+        chk.check(all(open(ctx.dir(n + ".log"), "rb").read().find(b"s3cr3t") < 0
+                      for n in ("coordinator", "worker0", "worker1")), "the token never appears in a log")
+
+
+def make_certs(ctx):
+    d = ctx.dir("certs")
+    os.makedirs(d, exist_ok=True)
+
+    def ssl(*args):
+        p = subprocess.run(["openssl"] + list(args), cwd=d, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        if p.returncode != 0:
+            raise Failure("openssl %s: %s" % (" ".join(args), p.stdout.decode(errors="replace")))
+
+    with open(os.path.join(d, "san.ext"), "w") as f:
+        f.write("subjectAltName=DNS:localhost,IP:127.0.0.1\n")
+    ssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem", "-days", "2",
+        "-subj", "/CN=shardlm-test-ca")
+    for name in ("server", "client"):
+        ssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", name + ".key", "-out", name + ".csr", "-subj",
+            "/CN=" + ("localhost" if name == "server" else "client"))
+        ssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+            "-out", name + ".pem", "-days", "2", "-extfile", "san.ext")
+    return {k: open(os.path.join(d, k), "rb").read() for k in ("ca.pem", "client.key", "client.pem")}, d
+
+
+def tls_and_api_keys(ctx, chk):
+    files, d = make_certs(ctx)
+    keys = ctx.dir("api_keys")
+    key_a, key_b = "key-alpha-%d" % os.getpid(), "key-beta-%d" % os.getpid()
+    with open(keys, "w") as f:
+        f.write("# test keys\n%s\n%s\n" % (key_a, key_b))
+    srv = ctx.serve("tls", 1, "--tls-cert", os.path.join(d, "server.pem"), "--tls-key",
+                    os.path.join(d, "server.key"), "--tls-client-ca", os.path.join(d, "ca.pem"),
+                    "--api-key-file", keys)
+    creds = grpc.ssl_channel_credentials(root_certificates=files["ca.pem"], private_key=files["client.key"],
+                                         certificate_chain=files["client.pem"])
+    ch, st, health = stub(srv.port, creds)
+    a = [("authorization", "Bearer " + key_a)]
+    b = [("authorization", "Bearer " + key_b)]
+    try:
+        chk.check(len(greedy(st, n=3, metadata=a)) == 3, "mutual TLS + key A generates")
+        chk.check(health.Check(health_pb2.HealthCheckRequest(), timeout=5).status ==
+                  health_pb2.HealthCheckResponse.SERVING, "health needs no key")
+        code, details = code_of(lambda: greedy(st, n=3))
+        chk.check(code == grpc.StatusCode.UNAUTHENTICATED, "no key: %s %s" % (code, details))
+        code, details = code_of(lambda: greedy(st, n=3, metadata=[("authorization", "Bearer wrong")]))
+        chk.check(code == grpc.StatusCode.UNAUTHENTICATED, "wrong key: %s %s" % (code, details))
+        handle = st.Prefill(pb.PrefillRequest(chunks=[sc.to_prompt(PROMPT)], keep=True), timeout=30,
+                            metadata=a).results[0].handle
+        chk.check(re.fullmatch(r"[0-9a-f]{32}", handle) is not None, "a handle is 128 random bits in hex")
+        code, details = code_of(lambda: greedy(st, n=2, prompt=" x", prefix_handle=handle, metadata=b))
+        chk.check(code == grpc.StatusCode.NOT_FOUND, "key B cannot use key A's handle: %s" % code)
+        code, _ = code_of(lambda: st.ReleaseChunks(pb.ReleaseChunksRequest(handles=[handle]), timeout=10,
+                                                   metadata=b))
+        chk.check(code == grpc.StatusCode.NOT_FOUND, "key B cannot release key A's handle: %s" % code)
+        chk.check(len(greedy(st, n=2, prompt=" x", prefix_handle=handle, metadata=a)) == 2,
+                  "key A still uses its handle")
+        st.ReleaseChunks(pb.ReleaseChunksRequest(handles=[handle]), timeout=10, metadata=a)
+        _, plain, _ = stub(srv.port)
+        code, _ = code_of(lambda: plain.GetStats(pb.GetStatsRequest(), timeout=5, metadata=a))
+        chk.check(code == grpc.StatusCode.UNAVAILABLE, "a plaintext client is refused: %s" % code)
+        no_cert = grpc.ssl_channel_credentials(root_certificates=files["ca.pem"])
+        _, anon, _ = stub(srv.port, no_cert)
+        code, _ = code_of(lambda: anon.GetStats(pb.GetStatsRequest(), timeout=5, metadata=a))
+        chk.check(code == grpc.StatusCode.UNAVAILABLE, "a client without a certificate is refused: %s" % code)
+    finally:
+        ch.close()
+        srv.stop()
+        log = srv.text()
+        chk.check(key_a not in log and key_b not in log, "no API key appears in the server log")
+
+
+def probes(ctx, chk):
+    srv = ctx.serve("probes", 1, "--no-reflection", "--kv-cache-mb", "8")
+    ch, st, _ = stub(srv.port)
+    try:
+        t0 = time.monotonic()
+        r = subprocess.run([ctx.binary, "serve", "--model", ctx.model, "--tp", "2", "--port", str(srv.port)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+        dt = time.monotonic() - t0
+        chk.check(r.returncode != 0 and b"Address already in use" in r.stderr,
+                  "serve on a port in use fails with the system's reason (rc %d): %s"
+                  % (r.returncode, r.stderr[-300:]))
+        chk.check(b"started worker" not in r.stderr and dt < 10, "... before any worker starts (%.1f s)" % dt)
+        raw = ch.unary_unary("/shardlm.v1.Inference/Score", request_serializer=lambda x: x,
+                             response_deserializer=lambda x: x)
+        code, details = code_of(lambda: raw(b"\x0a\x03\x0a\x01\xff", timeout=10))
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "prompt.text" in details and "UTF-8" in details,
+                  "invalid UTF-8 names the field: %s %s" % (code, details))
+        good = st.Prefill(pb.PrefillRequest(chunks=[sc.to_prompt(PROMPT)], keep=True), timeout=30).results[0].handle
+        code, details = code_of(lambda: st.ReleaseChunks(pb.ReleaseChunksRequest(handles=[good, "f" * 32]),
+                                                         timeout=10))
+        chk.check(code == grpc.StatusCode.NOT_FOUND and "no handle was released" in details,
+                  "ReleaseChunks with an unknown handle: %s %s" % (code, details))
+        chk.check(len(greedy(st, n=2, prompt=" x", prefix_handle=good)) == 2, "... and the good one still works")
+        st.ReleaseChunks(pb.ReleaseChunksRequest(handles=[good]), timeout=10)
+        code, details = code_of(lambda: greedy(st, n=2, prompt=" x", prefix_handle="h" * 10000))
+        chk.check(code == grpc.StatusCode.NOT_FOUND and len(details) < 300,
+                  "a 10 kB handle: NOT_FOUND with a bounded message (%s, %d chars)" % (code, len(details)))
+        info = st.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+        too_long = [5] * (info.kv_cache_blocks * info.kv_block_size + 1)
+        code, details = code_of(lambda: st.Score(pb.ScoreRequest(prompt=sc.to_prompt(too_long)), timeout=30))
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "max_new_tokens" not in details
+                  and "prompt must hold at most" in details, "Score's length error: %s" % details)
+        refl = ch.stream_stream("/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                                request_serializer=lambda x: x, response_deserializer=lambda x: x)
+        code, _ = code_of(lambda: list(refl(iter([b"\x3a\x00"]), timeout=5)))
+        chk.check(code == grpc.StatusCode.UNIMPLEMENTED, "--no-reflection: reflection is UNIMPLEMENTED (%s)" % code)
+    finally:
+        ch.close()
+        srv.stop()
+
+
+CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigstop), ("drain", drain),
+         ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("probes", probes)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardlm", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    parsed = parse_case_args(args, [n for n, _ in CASES])
+    if parsed is None:
+        return 2
+    binary, workdir, only = parsed
+    ctx = Ops(workdir, args, binary)
+    rc = run_cases(CASES, only, ctx, "operations")
+    left = wait_until_empty(lambda: [r for r in ps_rows() if ctx.model in r[3] and " worker " in r[3]], 10)
+    if left:
+        print("FAIL workers left behind: %s" % left)
+        return 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,10 +10,10 @@
 #include "absl/strings/str_cat.h"
 #include "cli/flags.h"
 #include "cli/remote_client.h"
-#include "common/logging.h"
-#include "common/status.h"
 #include "common/grpc_security.h"
+#include "common/logging.h"
 #include "common/random_token.h"
+#include "common/status.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
@@ -405,6 +405,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
   f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2);
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
+  f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
   f.String("internal-token-file", "shared secret of the group (else $SHARDLM_INTERNAL_TOKEN)");
   f.String("internal-tls-cert", "PEM certificate of this worker's service and of its client identity");
@@ -421,6 +422,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.listen = f.GetString("listen");
   o.advertise_host = f.GetString("advertise-host");
   o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
+  o.register_timeout_ms = f.GetInt("register-timeout-ms");
   if (f.Has("rank")) {
     o.rank = static_cast<int>(f.GetInt("rank"));
   } else {

@@ -14,6 +14,7 @@ Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-
                       a second claim of rank 1 is refused naming the holder; a worker, Step or
                       store write without the token is PERMISSION_DENIED; a coordinator with
                       no token or TLS is refused at start
+  internal_tls        coordinator and workers over mutual TLS; a plaintext worker cannot join
   tls_and_api_keys    mutual TLS on the public port (certificates made with openssl) and API
                       keys: no/wrong key UNAUTHENTICATED, another key's handle NOT_FOUND,
                       plaintext and certificate-less clients refused, keys never logged
@@ -449,6 +450,32 @@ def tls_and_api_keys(ctx, chk):
         chk.check(key_a not in log and key_b not in log, "no API key appears in the server log")
 
 
+def internal_tls(ctx, chk):
+    _files, d = make_certs(ctx)
+    tls = ["--internal-tls-cert", os.path.join(d, "server.pem"), "--internal-tls-key",
+           os.path.join(d, "server.key"), "--internal-tls-ca", os.path.join(d, "ca.pem")]
+    wport, port = free_port(), free_port()
+    endpoint = "127.0.0.1:%d" % wport
+    coord = Proc(ctx, "tls_coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
+                                          "--worker-listen", endpoint] + tls, ready_text="shardlm serving")
+    workers = [Proc(ctx, "tls_worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
+                                              "--rank", i] + tls) for i in (0, 1)]
+    try:
+        coord.wait_ready()
+        ch, st, _ = stub(port)
+        chk.check(len(greedy(st, n=4)) == 4, "a group over mutual TLS serves")
+        plain = subprocess.run([ctx.binary, "worker", "--coordinator", endpoint, "--model", ctx.model,
+                                "--rank", "1", "--insecure-internal", "--register-timeout-ms", "3000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+        chk.check(plain.returncode == 1 and b"registration with" in plain.stdout,
+                  "a plaintext worker cannot register (rc %d): %s" % (plain.returncode, plain.stdout[-300:]))
+        chk.check(len(greedy(st, n=4)) == 4, "the group still serves")
+        ch.close()
+    finally:
+        for p in [coord] + workers:
+            p.stop()
+
+
 def probes(ctx, chk):
     srv = ctx.serve("probes", 1, "--no-reflection", "--kv-cache-mb", "8")
     ch, st, _ = stub(srv.port)
@@ -491,7 +518,7 @@ def probes(ctx, chk):
 
 
 CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigstop), ("drain", drain),
-         ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("probes", probes)]
+         ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 
 def main():

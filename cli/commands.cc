@@ -433,9 +433,9 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
     o.rank = *ordinal;
   }
   if (f.Has("internal-token-file")) {
-    auto token = ReadSecretFile(f.GetString("internal-token-file"), "--internal-token-file");
+    auto token = ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file");
     if (!token.ok()) return Fail(token.status());
-    o.internal_token = std::string(token->substr(0, token->find_last_not_of(" \r\n\t") + 1));
+    o.internal_token = *token;
   } else {
     o.internal_token = env.internal_token;
   }
@@ -448,9 +448,9 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
         "(or --insecure-internal on a trusted network)"));
   }
   if (tls.enabled()) {
-    auto server_creds = ServerCredentials(tls, "--internal-tls");
+    auto server_creds = ServerCredentials(tls, "--internal-tls", "--internal-tls-ca");
     if (!server_creds.ok()) return Fail(server_creds.status());
-    auto channel_creds = ChannelCredentials(tls, "--internal-tls");
+    auto channel_creds = ChannelCredentials(tls, "--internal-tls", "--internal-tls-ca");
     if (!channel_creds.ok()) return Fail(channel_creds.status());
     o.server_credentials = *server_creds;
     o.channel_credentials = *channel_creds;

@@ -141,7 +141,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   }
   // The public port's security, checked before any worker starts.
   const TlsFiles public_tls{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
-  auto public_creds = ServerCredentials(public_tls, "--tls");
+  auto public_creds = ServerCredentials(public_tls, "--tls", "--tls-client-ca");
   if (!public_creds.ok()) return Fail(public_creds.status());
   std::vector<std::string> api_keys;
   if (f.Has("api-key-file")) {
@@ -167,9 +167,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.internal_client_tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
                             f.GetString("internal-tls-ca")};
   if (f.Has("internal-token-file")) {
-    auto token = ReadSecretFile(f.GetString("internal-token-file"), "--internal-token-file");
+    auto token = ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file");
     if (!token.ok()) return Fail(token.status());
-    go.internal_token = std::string(token->substr(0, token->find_last_not_of(" \r\n\t") + 1));
+    go.internal_token = *token;
   } else if (spawn_local) {
     go.internal_token = RandomToken();  // local workers get it through their environment
   } else if (!go.internal_server_tls.enabled() && !f.GetBool("insecure-internal")) {

@@ -19,9 +19,11 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::s
   return data;
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls,
-                                                                           const std::string& flag_prefix) {
-  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+namespace {
+
+// The PEM certificate and key of `tls` (both given, or an error naming the flags).
+absl::StatusOr<std::pair<std::string, std::string>> ReadCertAndKey(const TlsFiles& tls,
+                                                                   const std::string& flag_prefix) {
   if (tls.cert.empty() || tls.key.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(flag_prefix, "-cert and ", flag_prefix, "-key go together (TLS needs both)"));
@@ -30,10 +32,21 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
   if (!cert.ok()) return cert.status();
   auto key = ReadSecretFile(tls.key, flag_prefix + "-key");
   if (!key.ok()) return key.status();
+  return std::make_pair(*cert, *key);
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls,
+                                                                           const std::string& flag_prefix,
+                                                                           const std::string& ca_flag) {
+  if (!tls.enabled()) return grpc::InsecureServerCredentials();
+  auto pair = ReadCertAndKey(tls, flag_prefix);
+  if (!pair.ok()) return pair.status();
   grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  opts.pem_key_cert_pairs.push_back({*key, *cert});
+  opts.pem_key_cert_pairs.push_back({pair->second, pair->first});
   if (!tls.client_ca.empty()) {
-    auto ca = ReadSecretFile(tls.client_ca, flag_prefix + "-client-ca");
+    auto ca = ReadSecretFile(tls.client_ca, ca_flag);
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *ca;
     opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
@@ -42,27 +55,31 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls,
-                                                                             const std::string& flag_prefix) {
+                                                                             const std::string& flag_prefix,
+                                                                             const std::string& ca_flag) {
   if (!tls.enabled()) return grpc::InsecureChannelCredentials();
   grpc::SslCredentialsOptions opts;
   if (!tls.client_ca.empty()) {
-    auto ca = ReadSecretFile(tls.client_ca, flag_prefix + "-ca");
+    auto ca = ReadSecretFile(tls.client_ca, ca_flag);
     if (!ca.ok()) return ca.status();
     opts.pem_root_certs = *ca;
   }
   if (!tls.cert.empty() || !tls.key.empty()) {
-    if (tls.cert.empty() || tls.key.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(flag_prefix, "-cert and ", flag_prefix, "-key go together (TLS needs both)"));
-    }
-    auto cert = ReadSecretFile(tls.cert, flag_prefix + "-cert");
-    if (!cert.ok()) return cert.status();
-    auto key = ReadSecretFile(tls.key, flag_prefix + "-key");
-    if (!key.ok()) return key.status();
-    opts.pem_cert_chain = *cert;
-    opts.pem_private_key = *key;
+    auto pair = ReadCertAndKey(tls, flag_prefix);
+    if (!pair.ok()) return pair.status();
+    opts.pem_cert_chain = pair->first;
+    opts.pem_private_key = pair->second;
   }
   return grpc::SslCredentials(opts);
+}
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& what) {
+  auto token = ReadSecretFile(path, what);
+  if (!token.ok()) return token.status();
+  const size_t end = token->find_last_not_of(" \r\n\t");
+  if (end == std::string::npos)
+    return absl::InvalidArgumentError(what + ": '" + path + "' holds only blanks");
+  return token->substr(0, end + 1);
 }
 
 grpc::ChannelArguments InternalChannelArguments() {

@@ -2,7 +2,7 @@
 // public API, the coordinator's worker endpoint and each worker's service.
 //
 //   TlsFiles tls{.cert = "server.pem", .key = "server.key", .client_ca = "ca.pem"};
-//   SHARDLM_ASSIGN_OR_RETURN(auto creds, ServerCredentials(tls, "--tls"));  // mTLS: client_ca set
+//   SHARDLM_ASSIGN_OR_RETURN(auto creds, ServerCredentials(tls, "--tls", "--tls-client-ca"));
 //   builder.AddListeningPort(addr, creds, &port);
 //
 // Plaintext is the default only on loopback-style local use; `coordinator`
@@ -35,11 +35,17 @@ struct TlsFiles {
 // Reads a whole file; NotFound / InvalidArgument naming `what` (a flag).
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& what);
 
-// Insecure credentials when `tls` is empty; errors name `flag_prefix`.
+// A shared token from a file, without trailing blanks or newline.
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& what);
+
+// Insecure credentials when `tls` is empty; errors name `flag_prefix`-cert,
+// `flag_prefix`-key and `ca_flag`.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ServerCredentials(const TlsFiles& tls,
-                                                                           const std::string& flag_prefix);
+                                                                           const std::string& flag_prefix,
+                                                                           const std::string& ca_flag);
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(const TlsFiles& tls,
-                                                                             const std::string& flag_prefix);
+                                                                             const std::string& flag_prefix,
+                                                                             const std::string& ca_flag);
 
 // Channel arguments every internal and client channel uses: message size
 // limits and keepalive pings, so a peer that vanished without a FIN (a

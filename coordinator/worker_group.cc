@@ -49,9 +49,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   settings.set_collective_timeout_ms(options.collective_timeout_ms);
   g->rendezvous_ =
       std::make_unique<RendezvousService>(options.tp, *fingerprint, settings, options.internal_token);
-  auto server_creds = ServerCredentials(options.internal_server_tls, "--internal-tls");
+  auto server_creds = ServerCredentials(options.internal_server_tls, "--internal-tls", "--internal-tls-ca");
   if (!server_creds.ok()) return server_creds.status();
-  auto client_creds = ChannelCredentials(options.internal_client_tls, "--internal-tls");
+  auto client_creds = ChannelCredentials(options.internal_client_tls, "--internal-tls", "--internal-tls-ca");
   if (!client_creds.ok()) return client_creds.status();
   int port = 0;
   grpc::ServerBuilder builder;
@@ -142,13 +142,15 @@ absl::Status WorkerGroup::Diagnose(const std::vector<RankProbe>& probes) {
   // its healthy peers' collectives fail too, and they are not the cause.
   std::vector<std::string> silent, unready;
   for (const RankProbe& p : probes) {
-    if (!p.reachable) silent.push_back(p.detail);
-    else if (!p.ready) unready.push_back(p.detail);
+    if (!p.reachable)
+      silent.push_back(p.detail);
+    else if (!p.ready)
+      unready.push_back(p.detail);
   }
   if (silent.empty() && unready.empty()) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrCat(
-      "tensor-parallel group failed: ", absl::StrJoin(silent.empty() ? unready : silent, "; "),
-      "; the group is being formed again"));
+  return absl::UnavailableError(
+      absl::StrCat("tensor-parallel group failed: ", absl::StrJoin(silent.empty() ? unready : silent, "; "),
+                   "; the group is being formed again"));
 }
 
 absl::StatusOr<std::vector<RowResult>> WorkerGroup::Execute(const StepInput& step) {
@@ -197,9 +199,8 @@ void WorkerGroup::Supervise() {
       const bool dead = std::any_of(probes.begin(), probes.end(), [](const RankProbe& p) {
         return !p.reachable && p.detail.find("did not answer") == std::string::npos;
       });
-      const bool silent = std::any_of(probes.begin(), probes.end(), [](const RankProbe& p) {
-        return !p.reachable || !p.ready;
-      });
+      const bool silent = std::any_of(probes.begin(), probes.end(),
+                                      [](const RankProbe& p) { return !p.reachable || !p.ready; });
       silent_probes = silent ? silent_probes + 1 : 0;
       // Unreachable is certain at once; a slow answer must repeat (a loaded machine).
       if (dead || silent_probes >= 2) {
@@ -219,25 +220,20 @@ void WorkerGroup::Supervise() {
 
 pid_t WorkerGroup::SpawnRank(int rank) {
   const pid_t parent = getpid();
-  std::vector<std::string> args = {options_.exe,
-                                   "worker",
-                                   "--coordinator",
-                                   endpoint_,
-                                   "--model",
-                                   options_.model_dir,
-                                   "--rank",
-                                   std::to_string(rank),
-                                   "--log-level",
-                                   std::to_string(options_.worker_log_level),
-                                   "--threads",
-                                   std::to_string(options_.worker_threads)};
+  std::vector<std::string> args = {options_.exe,    "worker",
+                                   "--coordinator", endpoint_,
+                                   "--model",       options_.model_dir,
+                                   "--rank",        std::to_string(rank),
+                                   "--log-level",   std::to_string(options_.worker_log_level),
+                                   "--threads",     std::to_string(options_.worker_threads)};
   if (options_.internal_token.empty()) args.push_back("--insecure-internal");
   // The token travels in the environment: argv is visible to every user.
   std::vector<std::string> env_strings;
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, "SHARDLM_INTERNAL_TOKEN=", 23) != 0) env_strings.push_back(*e);
   }
-  if (!options_.internal_token.empty()) env_strings.push_back("SHARDLM_INTERNAL_TOKEN=" + options_.internal_token);
+  if (!options_.internal_token.empty())
+    env_strings.push_back("SHARDLM_INTERNAL_TOKEN=" + options_.internal_token);
   std::vector<char*> argv, envp;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -40,7 +40,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
-from harness import Ctx, Failure, parse_case_args, ps_rows, run_cases, wait_until_empty  # noqa: E402
+from harness import Ctx, Failure, free_port, parse_case_args, ps_rows, run_cases, wait_until_empty  # noqa: E402
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -63,13 +63,6 @@ PROMPT = "The harbour committee met on a grey Tuesday morning"
 START_TIMEOUT_S = 60
 RECOVER_TIMEOUT_S = 60
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Proc:
@@ -301,10 +294,10 @@ def recovery_sigstop(ctx, chk):
 
 
 def drain(ctx, chk):
-    srv = ctx.serve("drain", 1, "--shutdown-grace-s", "60")
+    srv = ctx.serve("drain", 1, "--shutdown-grace-s", "300")
     ch, st, health = stub(srv.port)
     try:
-        stream = Stream(st, 3000)
+        stream = Stream(st, 1000)
         stream.wait_first()
         srv.proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
@@ -316,8 +309,8 @@ def drain(ctx, chk):
             else None
         chk.check(status == health_pb2.HealthCheckResponse.NOT_SERVING, "health NOT_SERVING while draining")
         chk.check(stream.thread.is_alive(), "the stream was still running when checked")
-        stream.thread.join(90)
-        chk.check(stream.error is None and len(stream.tokens) == 3000 and stream.finish == "length",
+        stream.thread.join(300)
+        chk.check(stream.error is None and len(stream.tokens) == 1000 and stream.finish == "length",
                   "the stream in flight finished whole (%d tokens, %s, %s)"
                   % (len(stream.tokens), stream.finish, stream.error))
         rc = srv.proc.wait(30)

@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import hf_reference as ref  # noqa: E402
-from harness import Checker, Failure, Tally, run_case, wait_no_workers  # noqa: E402
+from harness import Checker, Failure, free_port, Tally, run_case, wait_no_workers  # noqa: E402
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -92,13 +92,6 @@ def max_diff(a, b):
 
 
 # --- servers -------------------------------------------------------------------------------
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class Server:

@@ -24,6 +24,7 @@ Contents:
   tail, strip_glog   shortening of output and removal of glog lines
   last_json_object   the last line of stdout that is a JSON object
   ids_arg            a --prompt-ids value
+  free_port          a free loopback port
   ps_rows, worker_processes, wait_until_empty, wait_no_workers
                      `ps` scans for leftover `shardlm worker` processes
 """
@@ -32,6 +33,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -216,6 +218,15 @@ def last_json_object(text):
 def ids_arg(ids):
     """Token ids as a --prompt-ids value: "1,2,3"."""
     return ",".join(str(int(t)) for t in ids)
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 # --- leftover processes ------------------------------------------------------------------

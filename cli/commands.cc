@@ -30,6 +30,33 @@ int Fail(const absl::Status& st) {
   return st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
 }
 
+void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag) {
+  f.String("internal-token-file", "shared secret every coordinator-worker call carries");
+  f.String("internal-tls-cert", "PEM certificate of this side (its server and its client identity)");
+  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
+  f.String("internal-tls-ca", "PEM CA that signed the other side's certificates (mutual TLS)");
+  if (insecure_flag) f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)");
+}
+
+absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token) {
+  InternalSecurity s;
+  s.tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"), f.GetString("internal-tls-ca")};
+  if (f.Has("internal-token-file")) {
+    SHARDLM_ASSIGN_OR_RETURN(s.token,
+                             ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file"));
+  } else {
+    s.token = std::move(fallback_token);
+  }
+  if (s.token.empty() && !s.tls.enabled() &&
+      !(f.Has("insecure-internal") && f.GetBool("insecure-internal"))) {
+    return absl::InvalidArgumentError(
+        "the coordinator-worker channel needs --internal-token-file or --internal-tls-cert/"
+        "--internal-tls-key/--internal-tls-ca, so that only the group's members can register and run "
+        "steps (or --insecure-internal on a trusted network)");
+  }
+  return s;
+}
+
 namespace {
 
 using json = nlohmann::json;
@@ -407,11 +434,8 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
   f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
-  f.String("internal-token-file", "shared secret of the group (else $SHARDLM_INTERNAL_TOKEN)");
-  f.String("internal-tls-cert", "PEM certificate of this worker's service and of its client identity");
-  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
-  f.String("internal-tls-ca", "PEM CA that signed the coordinator's and the other workers' certificates");
-  f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)");
+  AddInternalSecurityFlags(f,
+                           /*insecure_flag=*/true);  // the token may also come from $SHARDLM_INTERNAL_TOKEN
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   if (f.GetInt("threads") > 0) at::set_num_threads(static_cast<int>(f.GetInt("threads")));
@@ -432,21 +456,10 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
     if (!ordinal.ok()) return Fail(absl::InvalidArgumentError(std::string(ordinal.status().message())));
     o.rank = *ordinal;
   }
-  if (f.Has("internal-token-file")) {
-    auto token = ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file");
-    if (!token.ok()) return Fail(token.status());
-    o.internal_token = *token;
-  } else {
-    o.internal_token = env.internal_token;
-  }
-  const TlsFiles tls{f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
-                     f.GetString("internal-tls-ca")};
-  if (o.internal_token.empty() && !tls.enabled() && !f.GetBool("insecure-internal")) {
-    return Fail(absl::InvalidArgumentError(
-        "a worker needs --internal-token-file (or $SHARDLM_INTERNAL_TOKEN) or --internal-tls-cert/"
-        "--internal-tls-key/--internal-tls-ca, so that only its coordinator can run steps on it "
-        "(or --insecure-internal on a trusted network)"));
-  }
+  auto security = ReadInternalSecurity(f, env.internal_token);
+  if (!security.ok()) return Fail(security.status());
+  o.internal_token = security->token;
+  const TlsFiles& tls = security->tls;
   if (tls.enabled()) {
     auto server_creds = ServerCredentials(tls, "--internal-tls", "--internal-tls-ca");
     if (!server_creds.ok()) return Fail(server_creds.status());

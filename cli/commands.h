@@ -6,6 +6,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cli/flags.h"
+#include "common/grpc_security.h"
 
 namespace shardlm {
 
@@ -19,6 +22,20 @@ struct CliEnv {
 
 // Prints `st` to stderr; returns the exit code (2 for InvalidArgument, else 1).
 int Fail(const absl::Status& st);
+
+// The coordinator-worker channel's security flags, shared by `serve`,
+// `coordinator` and `worker`: --internal-token-file, --internal-tls-cert,
+// --internal-tls-key, --internal-tls-ca and, with `insecure_flag`,
+// --insecure-internal.
+void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag);
+struct InternalSecurity {
+  std::string token;  // empty: none
+  TlsFiles tls;
+};
+// Reads them. Without a token file, `fallback_token` is used (serve's random
+// one, a worker's $SHARDLM_INTERNAL_TOKEN). With neither token nor TLS, an
+// InvalidArgument unless --insecure-internal was given.
+absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token);
 
 int RunGenerate(int argc, char** argv, const CliEnv& env);
 int RunScore(int argc, char** argv, const CliEnv& env);

@@ -116,13 +116,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.String("api-key-file", "API keys, one per line; calls must send 'authorization: Bearer KEY'");
   f.Bool("no-reflection", "do not serve gRPC server reflection");
   f.Int("max-message-mb", "largest request or response message on the public port", 64, 1, 1024);
-  f.String("internal-token-file", "shared secret every coordinator-worker call carries");
-  f.String("internal-tls-cert", "PEM certificate of the worker endpoint (and this side's client identity)");
-  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
-  f.String("internal-tls-ca", "PEM CA that signed the workers' certificates (mutual TLS)");
-  if (!spawn_local) {
-    f.Bool("insecure-internal", "accept workers without a token or TLS (trusted networks only)");
-  }
+  AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   const std::string dir = f.GetString("model");
@@ -162,22 +156,11 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.listen = f.GetString("worker-listen");
   go.spawn_local = spawn_local;
   go.exe = env.exe;
-  go.internal_server_tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
-                            f.GetString("internal-tls-ca")};
-  go.internal_client_tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"),
-                            f.GetString("internal-tls-ca")};
-  if (f.Has("internal-token-file")) {
-    auto token = ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file");
-    if (!token.ok()) return Fail(token.status());
-    go.internal_token = *token;
-  } else if (spawn_local) {
-    go.internal_token = RandomToken();  // local workers get it through their environment
-  } else if (!go.internal_server_tls.enabled() && !f.GetBool("insecure-internal")) {
-    return Fail(absl::InvalidArgumentError(
-        "the worker endpoint needs --internal-token-file or --internal-tls-cert/--internal-tls-key/"
-        "--internal-tls-ca, so that only the group's workers can register and run steps "
-        "(or --insecure-internal on a trusted network)"));
-  }
+  // Local workers get a random token through their environment.
+  auto security = ReadInternalSecurity(f, spawn_local ? RandomToken() : "");
+  if (!security.ok()) return Fail(security.status());
+  go.internal_token = security->token;
+  go.internal_tls = security->tls;
   if (!spawn_local) {
     std::fprintf(stderr, "waiting for %d workers at %s\n", go.tp, go.listen.c_str());
   }

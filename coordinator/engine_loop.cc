@@ -11,24 +11,23 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, std::function<GroupState(
   thread_ = std::thread([this] { Run(); });
 }
 
-bool EngineLoop::FollowGroup() {
-  if (!group_) return true;
+absl::Status EngineLoop::FollowGroup() {
+  if (!group_) return absl::OkStatus();
   const GroupState g = group_();
   if (g.epoch != epoch_ && g.serving) {
     // Formed again: whatever ran on the old group is gone with its KV.
     engine_->FailAll(absl::UnavailableError("the tensor-parallel group was formed again"));
     Deliver();
-    engine_->Reset(g.num_blocks,
-                   absl::StrCat("its KV cache was on the tensor-parallel group of epoch ", epoch_,
-                                ", which failed and was formed again"));
+    engine_->Reset(g.num_blocks, absl::StrCat("its KV cache was on the tensor-parallel group of epoch ",
+                                              epoch_, ", which failed and was formed again"));
     epoch_ = g.epoch;
   }
   if (!g.serving) {
     engine_->FailAll(g.failure);
     Deliver();
-    return false;
+    return g.failure;
   }
-  return true;
+  return absl::OkStatus();
 }
 
 EngineLoop::~EngineLoop() {
@@ -49,7 +48,7 @@ EngineLoop::~EngineLoop() {
 absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_done) {
   std::lock_guard<std::mutex> lock(mu_);  // validation reads the handle table
   if (stop_) return absl::UnavailableError("server shutting down");
-  if (!FollowGroup()) return group_().failure;
+  if (absl::Status down = FollowGroup(); !down.ok()) return down;
   auto id = engine_->Submit(std::move(request));
   if (!id.ok()) return id.status();
   waiting_[*id] = std::move(on_done);
@@ -74,13 +73,13 @@ absl::Status EngineLoop::Validate(const GenerateRequest& request) {
 
 absl::Status EngineLoop::ReleaseHandle(const std::string& handle, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  FollowGroup();
+  FollowGroup().IgnoreError();  // handles of a failed group are already gone
   return engine_->ReleaseHandle(handle, owner);
 }
 
 absl::Status EngineLoop::ReleaseHandles(const std::vector<std::string>& handles, const std::string& owner) {
   std::lock_guard<std::mutex> lock(mu_);
-  FollowGroup();
+  FollowGroup().IgnoreError();  // handles of a failed group are already gone
   for (const std::string& h : handles) {
     absl::Status st = engine_->CheckHandle(h, owner);
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat(st.message(), "; no handle was released"));
@@ -119,7 +118,7 @@ void EngineLoop::Deliver() {
 void EngineLoop::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (!FollowGroup()) {
+    if (!FollowGroup().ok()) {
       // The group is down: nothing can run until it is formed again.
       cv_.wait_for(lock, std::chrono::milliseconds(100));
       continue;

@@ -56,8 +56,8 @@ class EngineLoop {
  private:
   void Run();
   void Deliver();  // hands finished results to their callbacks; mu_ held
-  // Follows the group's state; false while it is down. mu_ held.
-  bool FollowGroup();
+  // Follows the group's state; its failure while it is down. mu_ held.
+  absl::Status FollowGroup();
 
   std::unique_ptr<Engine> engine_;
   std::function<GroupState()> group_;

@@ -15,10 +15,9 @@ namespace shardlm {
 
 using Clock = std::chrono::steady_clock;
 
-absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(const std::vector<std::string>& addresses,
-                                                                         uint64_t epoch,
-                                                                         const std::string& fingerprint,
-                                                                         RemoteExecutorOptions options) {
+absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
+    const std::vector<std::string>& addresses, uint64_t epoch, const std::string& fingerprint,
+    RemoteExecutorOptions options) {
   auto exec = std::unique_ptr<RemoteExecutor>(new RemoteExecutor());
   exec->options_ = options;
   exec->epoch_ = epoch;
@@ -72,8 +71,8 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(const st
 }
 
 std::chrono::milliseconds RemoteExecutor::StepDeadline(size_t tokens) const {
-  const double per_token = std::max<double>(static_cast<double>(options_.step_timeout_per_token.count()),
-                                            8.0 * ms_per_token_);
+  const double per_token =
+      std::max<double>(static_cast<double>(options_.step_timeout_per_token.count()), 8.0 * ms_per_token_);
   return options_.step_timeout + std::chrono::milliseconds(static_cast<int64_t>(per_token * tokens));
 }
 
@@ -101,11 +100,11 @@ absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& 
     if (!cq.Next(&tag, &ok)) break;
     const size_t r = reinterpret_cast<size_t>(tag);
     if (failure.ok() && !statuses[r].ok()) {
-      failure = absl::Status(
-          statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT ? absl::StatusCode::kInvalidArgument
-                                                                          : absl::StatusCode::kUnavailable,
-          absl::StrCat("tensor-parallel rank ", r, " at ", addresses_[r], " failed the step: ",
-                       statuses[r].error_message()));
+      failure = absl::Status(statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT
+                                 ? absl::StatusCode::kInvalidArgument
+                                 : absl::StatusCode::kUnavailable,
+                             absl::StrCat("tensor-parallel rank ", r, " at ", addresses_[r],
+                                          " failed the step: ", statuses[r].error_message()));
       for (auto& ctx : contexts) ctx->TryCancel();  // do not wait for the rest
     }
   }
@@ -152,9 +151,11 @@ std::vector<RankProbe> RemoteExecutor::Probe(std::chrono::milliseconds timeout) 
     const std::string who = absl::StrCat("rank ", r, " at ", addresses_[r]);
     if (!statuses[r].ok()) {
       out[r].reachable = out[r].ready = false;
-      out[r].detail = statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED
-                          ? absl::StrCat(who, " did not answer within ", timeout.count(), " ms (stopped or hung)")
-                          : absl::StrCat(who, " is unreachable (", statuses[r].error_message(), ")");
+      out[r].timed_out = statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      out[r].detail =
+          out[r].timed_out
+              ? absl::StrCat(who, " did not answer within ", timeout.count(), " ms (stopped or hung)")
+              : absl::StrCat(who, " is unreachable (", statuses[r].error_message(), ")");
     } else if (!responses[r].ready()) {
       out[r].ready = false;
       out[r].detail = absl::StrCat(who, " is not ready: ", responses[r].status());

@@ -11,14 +11,14 @@
 //   Engine engine(exec.get(), cfg, exec->num_blocks(), exec->block_size(), {});
 #pragma once
 
+#include <grpcpp/security/credentials.h>
+
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
-
-#include <grpcpp/security/credentials.h>
 
 #include "absl/status/statusor.h"
 #include "model/step.h"
@@ -32,15 +32,16 @@ struct RemoteExecutorOptions {
   // of step_timeout_per_token and 8x the recent time per token.
   std::chrono::milliseconds step_timeout{60000};
   std::chrono::milliseconds step_timeout_per_token{20};
-  std::string internal_token;                                 // carried by every call (empty: none)
-  std::shared_ptr<grpc::ChannelCredentials> credentials;      // null: plaintext
+  std::string internal_token;                             // carried by every call (empty: none)
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
 };
 
 // One rank's answer to a health probe.
 struct RankProbe {
-  bool reachable = true;  // answered at all
-  bool ready = true;      // answered, and its communicator is sound
-  std::string detail;     // why not, naming the rank and address
+  bool reachable = true;   // answered at all
+  bool timed_out = false;  // did not answer in time (stopped or hung), as opposed to refused
+  bool ready = true;       // answered, and its communicator is sound
+  std::string detail;      // why not, naming the rank and address
 };
 
 // Where one step's time went, for the benchmark.
@@ -54,7 +55,8 @@ class RemoteExecutor final : public StepExecutor {
  public:
   // Handshakes every rank of the group formed in `epoch` at `addresses` (by rank).
   static absl::StatusOr<std::unique_ptr<RemoteExecutor>> Connect(const std::vector<std::string>& addresses,
-                                                                 uint64_t epoch, const std::string& fingerprint,
+                                                                 uint64_t epoch,
+                                                                 const std::string& fingerprint,
                                                                  RemoteExecutorOptions options);
 
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;

@@ -13,7 +13,7 @@ namespace shardlm {
 namespace wpb = ::shardlm::worker::v1;
 
 namespace {
-constexpr size_t kMaxStoreKeys = 4096;          // a group needs a few per rank and epoch
+constexpr size_t kMaxStoreKeys = 4096;           // a group needs a few per rank and epoch
 constexpr size_t kMaxStoreValueBytes = 1 << 20;  // addresses and ids are small
 }  // namespace
 
@@ -51,47 +51,37 @@ grpc::Status RendezvousService::Register(grpc::ServerContext* ctx, const wpb::Re
   }
   const std::string address = req->worker_address().substr(0, 256);
   std::unique_lock<std::mutex> lock(mu_);
-  if (formed_ && slots_[rank].has_value() && slots_[rank]->address != address) {
-    // A newcomer for a rank of the running group: a restarted worker whose
-    // predecessor died (then the group is re-formed), or a duplicate.
+  if (formed_ && slots_[rank]->address != address) {
+    // A newcomer for a rank of the running group: a duplicate while the
+    // holder answers, else a restarted worker whose predecessor died.
     const std::string holder = slots_[rank]->address;
     auto probe = member_alive_;
     lock.unlock();
     const bool alive = probe && probe(rank);
     lock.lock();
-    if (alive && formed_ && slots_[rank].has_value() && slots_[rank]->address == holder) {
+    if (alive && formed_ && slots_[rank]->address == holder) {
       return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                          absl::StrCat("rank ", rank, " is already held by the live worker at ", holder,
-                                       "; ", address, " cannot claim it too"));
+                          absl::StrCat("rank ", rank, " is already held by the live worker at ", holder, "; ",
+                                       address, " cannot claim it too"));
     }
-    if (formed_ && slots_[rank].has_value() && slots_[rank]->address == holder) {
-      LOG(WARNING) << "rank " << rank << " member " << holder << " is gone; " << address
-                   << " replaces it: re-forming the group";
-      lock.unlock();
-      BeginEpoch();
-      lock.lock();
-    }
+    LOG(WARNING) << "rank " << rank << " member " << holder << " is gone; " << address << " replaces it";
   }
-  if (formed_) {
-    // A member of the running group registering again: it left the group
-    // (its heartbeat saw an epoch change that this coordinator has since
-    // reverted, or it restarted): dissolve and re-form.
-    lock.unlock();
-    BeginEpoch();
-    lock.lock();
-  }
+  // Still formed: a replacement (above), or a member registering again (a
+  // restarted worker on the same address). Either way the group re-forms.
+  if (formed_) BeginEpochLocked();
   if (slots_[rank].has_value() && slots_[rank]->address != address) {
-    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS,
-                        absl::StrCat("two workers claim rank ", rank, ": ", slots_[rank]->address,
-                                     " (registered first) and ", address,
-                                     "; give each worker its own --rank"));
+    return grpc::Status(
+        grpc::StatusCode::ALREADY_EXISTS,
+        absl::StrCat("two workers claim rank ", rank, ": ", slots_[rank]->address, " (registered first) and ",
+                     address, "; give each worker its own --rank"));
   }
   const uint64_t epoch = epoch_;
   const uint64_t ticket = next_ticket_++;
   slots_[rank] = Claim{address, ticket};
-  const int joined = static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](auto& s) { return s.has_value(); }));
-  LOG(INFO) << "worker " << address << " registered for rank " << rank << " of epoch " << epoch << " (" << joined
-            << " of " << world_size_ << ")";
+  const int joined =
+      static_cast<int>(std::count_if(slots_.begin(), slots_.end(), [](auto& s) { return s.has_value(); }));
+  LOG(INFO) << "worker " << address << " registered for rank " << rank << " of epoch " << epoch << " ("
+            << joined << " of " << world_size_ << ")";
   if (joined == world_size_) formed_ = true;
   cv_.notify_all();
   // Reply once the group is complete, so every rank starts its bootstrap together.
@@ -100,13 +90,15 @@ grpc::Status RendezvousService::Register(grpc::ServerContext* ctx, const wpb::Re
     cv_.wait_for(lock, std::chrono::milliseconds(200));
   }
   if (!mine()) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                        absl::StrCat("the group of epoch ", epoch, " was dissolved while forming; register again"));
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the group of epoch ", epoch, " was dissolved while forming; register again"));
   }
   if (!formed_) {
     // Gave up (its deadline, or shutdown) before the group completed: free the slot.
     slots_[rank].reset();
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the group did not complete before this worker gave up");
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                        "the group did not complete before this worker gave up");
   }
   *resp = settings_;
   resp->set_rank(rank);
@@ -179,6 +171,10 @@ absl::StatusOr<FormedGroup> RendezvousService::WaitForGroup(std::chrono::millise
 
 uint64_t RendezvousService::BeginEpoch() {
   std::lock_guard<std::mutex> lock(mu_);
+  return BeginEpochLocked();
+}
+
+uint64_t RendezvousService::BeginEpochLocked() {
   ++epoch_;
   formed_ = false;
   for (auto& s : slots_) s.reset();

@@ -66,6 +66,8 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
   void Shutdown();
 
  private:
+  uint64_t BeginEpochLocked();  // mu_ held
+
   struct Claim {
     std::string address;
     uint64_t ticket = 0;
@@ -79,7 +81,7 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t epoch_ = 1;
-  bool formed_ = false;                     // every rank of epoch_ has registered
+  bool formed_ = false;                      // every rank of epoch_ has registered
   std::vector<std::optional<Claim>> slots_;  // by rank, for epoch_
   uint64_t next_ticket_ = 0;
   std::map<std::string, std::string> store_;

@@ -49,9 +49,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   settings.set_collective_timeout_ms(options.collective_timeout_ms);
   g->rendezvous_ =
       std::make_unique<RendezvousService>(options.tp, *fingerprint, settings, options.internal_token);
-  auto server_creds = ServerCredentials(options.internal_server_tls, "--internal-tls", "--internal-tls-ca");
+  auto server_creds = ServerCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca");
   if (!server_creds.ok()) return server_creds.status();
-  auto client_creds = ChannelCredentials(options.internal_client_tls, "--internal-tls", "--internal-tls-ca");
+  auto client_creds = ChannelCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca");
   if (!client_creds.ok()) return client_creds.status();
   int port = 0;
   grpc::ServerBuilder builder;
@@ -196,9 +196,8 @@ void WorkerGroup::Supervise() {
     if (exec) {
       // Serving: look for a rank that died or stopped while no step ran.
       std::vector<RankProbe> probes = exec->Probe(kProbeTimeout);
-      const bool dead = std::any_of(probes.begin(), probes.end(), [](const RankProbe& p) {
-        return !p.reachable && p.detail.find("did not answer") == std::string::npos;
-      });
+      const bool dead = std::any_of(probes.begin(), probes.end(),
+                                    [](const RankProbe& p) { return !p.reachable && !p.timed_out; });
       const bool silent = std::any_of(probes.begin(), probes.end(),
                                       [](const RankProbe& p) { return !p.reachable || !p.ready; });
       silent_probes = silent ? silent_probes + 1 : 0;

@@ -50,7 +50,7 @@ struct WorkerGroupOptions {
   int64_t kv_cache_bytes = 256ll << 20;  // per rank
   int64_t block_size = 16;
   int64_t collective_timeout_ms = 10000;
-  int64_t step_timeout_ms = 60000;          // a step's deadline: this plus a share per token
+  int64_t step_timeout_ms = 60000;  // a step's deadline: this plus a share per token
   int64_t step_timeout_per_token_ms = 20;
   std::string listen = "127.0.0.1:0";  // the workers' endpoint
   bool spawn_local = true;             // start `tp` worker processes here
@@ -59,21 +59,20 @@ struct WorkerGroupOptions {
   int worker_log_level = 0;  // 0 INFO, 1 WARNING, 2 ERROR
   int worker_threads = 0;    // compute threads per local worker; 0: cores / tp
   // Internal channel security: the token every internal call carries (local
-  // workers get it through their environment, never argv), and TLS for the
-  // worker endpoint (server side) and for the channels to workers (client side).
+  // workers get it through their environment, never argv), and the mutual-TLS
+  // files serving the worker endpoint and identifying this side to workers.
   std::string internal_token;
-  TlsFiles internal_server_tls;
-  TlsFiles internal_client_tls;
+  TlsFiles internal_tls;
 };
 
 // What the engine needs to know of the group, cheaply and thread-safely.
 struct GroupState {
   bool serving = false;
-  uint64_t epoch = 0;        // moves on each time the group is formed again
-  int32_t num_blocks = 0;    // of the current formation's KV pool
+  uint64_t epoch = 0;      // moves on each time the group is formed again
+  int32_t num_blocks = 0;  // of the current formation's KV pool
   int32_t block_size = 16;
-  absl::Status failure;      // why not serving (names the rank)
-  int64_t restarts = 0;      // formations after the first
+  absl::Status failure;  // why not serving (names the rank)
+  int64_t restarts = 0;  // formations after the first
 };
 
 class WorkerGroup final : public StepExecutor {
@@ -117,9 +116,9 @@ class WorkerGroup final : public StepExecutor {
 
   std::mutex children_mu_;
   struct Child {
-    pid_t pid = -1;               // -1 while not running
+    pid_t pid = -1;  // -1 while not running
     int64_t started_ms = 0;
-    int64_t restart_at_ms = -1;   // when to start it again, or -1
+    int64_t restart_at_ms = -1;  // when to start it again, or -1
     int64_t backoff_ms = 500;
   };
   std::vector<Child> children_;  // by rank (local workers only)

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "common/logging.h"
 
 namespace {
 
@@ -50,6 +51,7 @@ std::string FindNpmDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  shardlm::InitLogging(argv[0]);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -21,11 +21,14 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/grpc_security.h"
+#include "common/health_service.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "common/random_token.h"
 #include "coordinator/engine_loop.h"
-#include "coordinator/health_service.h"
 #include "coordinator/inference_service.h"
+#include "coordinator/metrics_http.h"
+#include "coordinator/service_metrics.h"
 #include "coordinator/worker_group.h"
 #include "model/model_config.h"
 #include "partitioning/shard_plan.h"
@@ -116,6 +119,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.String("api-key-file", "API keys, one per line; calls must send 'authorization: Bearer KEY'");
   f.Bool("no-reflection", "do not serve gRPC server reflection");
   f.Int("max-message-mb", "largest request or response message on the public port", 64, 1, 1024);
+  f.Int("metrics-port", "serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; unset: off)",
+        0, 0, 65535);
+  f.String("metrics-host", "address of the metrics port (default: --host)");
   AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
@@ -144,6 +150,20 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     api_keys = std::move(*keys);
   }
   if (absl::Status st = CheckPortFree(f.GetString("host"), f.GetInt("port")); !st.ok()) return Fail(st);
+  // Metrics first: a port in use is found before any worker starts.
+  MetricsRegistry registry;
+  ServiceMetrics metrics(&registry);
+  std::unique_ptr<MetricsHttpServer> metrics_http;
+  if (f.Has("metrics-port")) {
+    const std::string metrics_host =
+        f.Has("metrics-host") ? f.GetString("metrics-host") : f.GetString("host");
+    auto http = MetricsHttpServer::Start(metrics_host, static_cast<int>(f.GetInt("metrics-port")),
+                                         [&registry] { return registry.Render(); });
+    if (!http.ok()) return Fail(http.status());
+    metrics_http = std::move(*http);
+    std::printf("metrics on http://%s:%d/metrics\n", metrics_host.c_str(), metrics_http->port());
+    std::fflush(stdout);
+  }
 
   WorkerGroupOptions go;
   go.model_dir = dir;
@@ -161,6 +181,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   if (!security.ok()) return Fail(security.status());
   go.internal_token = security->token;
   go.internal_tls = security->tls;
+  go.metrics = &metrics;
   if (!spawn_local) {
     std::fprintf(stderr, "waiting for %d workers at %s\n", go.tp, go.listen.c_str());
   }
@@ -172,12 +193,14 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
+  eo.metrics = &metrics;
   EngineLoop loop(std::make_unique<Engine>(g, *cfg, initial.num_blocks, initial.block_size, eo),
                   [g] { return g->state(); });
   ServedModel served{go.dtype == "auto" ? (cfg->torch_dtype == "float32" ? "f32" : "bf16") : go.dtype, go.tp,
                      go.block_size, eo.handle_ttl_ms};
   InferenceService service(&loop, tokenizer.get(), served);
   service.SetApiKeys(api_keys);
+  service.SetMetrics(&metrics);
   std::atomic<bool> draining{false};
   HealthService health([g, &draining] { return g->serving() && !draining.load(); });
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();

@@ -10,6 +10,15 @@
 
 namespace shardlm {
 
+void InitLogging(const char* argv0) {
+#ifdef C10_USE_GLOG
+  FLAGS_logtostderr = true;
+  if (!google::IsGoogleLoggingInitialized()) google::InitGoogleLogging(argv0);
+#else
+  (void)argv0;  // c10's own logging needs no set-up
+#endif
+}
+
 void SetMinLogLevel(int level) {
 #ifdef C10_USE_GLOG
   FLAGS_minloglevel = level;

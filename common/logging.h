@@ -15,6 +15,11 @@
 
 namespace shardlm {
 
+// Call first in main: log lines go to stderr only (no files), each with its
+// time, thread and source line, and without glog's "Logging before
+// InitGoogleLogging" warning.
+void InitLogging(const char* argv0);
+
 // 0 = INFO and up, 1 = WARNING and up, 2 = ERROR and up.
 void SetMinLogLevel(int level);
 

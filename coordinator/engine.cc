@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/random_token.h"
+#include "coordinator/service_metrics.h"
 #include "model/sampling.h"
 
 namespace shardlm {
@@ -54,8 +55,8 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   const std::string from_prefix = prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "";
   if (r.max_new_tokens == 0 && total > cfg_.max_position_embeddings) {
     // Scoring and prefill generate nothing: only the prompt counts.
-    return bad("prompt must hold at most ", cfg_.max_position_embeddings, " tokens (the context length); given ",
-               prompt_len, from_prefix);
+    return bad("prompt must hold at most ", cfg_.max_position_embeddings,
+               " tokens (the context length); given ", prompt_len, from_prefix);
   }
   if (total > cfg_.max_position_embeddings) {
     return bad("prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
@@ -65,8 +66,9 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   }
   const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
   if (r.max_new_tokens == 0 && total > capacity) {
-    return bad("prompt must hold at most ", capacity, " tokens (the KV cache capacity: ", allocator_.num_blocks(),
-               " blocks of ", block_size_, "); given ", prompt_len, from_prefix);
+    return bad("prompt must hold at most ", capacity,
+               " tokens (the KV cache capacity: ", allocator_.num_blocks(), " blocks of ", block_size_,
+               "); given ", prompt_len, from_prefix);
   }
   if (total > capacity) {
     return bad("prompt tokens + max_new_tokens must be <= ", capacity,
@@ -129,8 +131,10 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
     seq->result.prompt_top.resize(request.prompt.size());
   }
   seq->request = std::move(request);
+  seq->arrival = std::chrono::steady_clock::now();
   const int64_t id = seq->id;
   running_.push_back(std::move(seq));
+  UpdateGauges();
   return id;
 }
 
@@ -154,6 +158,7 @@ bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
     if ((*it)->id != id) continue;
     Finish(**it, reason, std::move(status));
     running_.erase(it);
+    UpdateGauges();
     return true;
   }
   return false;
@@ -162,6 +167,7 @@ bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
 void Engine::FailAll(const absl::Status& status) {
   for (auto& seq : running_) Finish(*seq, FinishReason::kNone, status);
   running_.clear();
+  UpdateGauges();
 }
 
 void Engine::Reset(int32_t num_blocks, const std::string& why) {
@@ -177,6 +183,7 @@ void Engine::Reset(int32_t num_blocks, const std::string& why) {
   }
   handles_.clear();
   allocator_ = BlockAllocator(num_blocks);
+  UpdateGauges();
 }
 
 bool Engine::Stop(int64_t id) { return EndRunning(id, FinishReason::kStop, absl::OkStatus()); }
@@ -187,6 +194,8 @@ bool Engine::Cancel(int64_t id) {
 
 void Engine::Preempt(Sequence& seq) {
   ++preemptions_;
+  if (options_.metrics) options_.metrics->preemptions->Add();
+  seq.started = false;
   allocator_.Release(seq.blocks);
   seq.blocks.clear();
   seq.hashes.clear();
@@ -244,6 +253,11 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
     allocator_.Release(seq.blocks);
   }
   seq.blocks.clear();
+  if (options_.metrics && status.ok() && seq.result.tokens.size() >= 2) {
+    const std::chrono::duration<double> span = std::chrono::steady_clock::now() - seq.first_token;
+    options_.metrics->time_per_output_token->Observe(span.count() /
+                                                     static_cast<double>(seq.result.tokens.size() - 1));
+  }
   seq.result.finish_reason = reason;
   seq.result.status = std::move(status);
   done_[seq.id] = std::move(seq.result);
@@ -331,6 +345,9 @@ absl::Status Engine::Step() {
       owners.push_back({seq, -1});
     }
     step.block_tables.push_back(seq->blocks);
+    step.request_ids.push_back(seq->request.request_id);
+    step.starts.push_back(!seq->started);
+    seq->started = true;
     step.block_copies.insert(step.block_copies.end(), seq->copies.begin(), seq->copies.end());
   }
   // Sequences done before this step (only prompt scoring, nothing to generate).
@@ -352,7 +369,14 @@ absl::Status Engine::Step() {
     return absl::OkStatus();
   }
   ++steps_;
+  const auto step_start = std::chrono::steady_clock::now();
   auto results = executor_->Execute(step);
+  if (options_.metrics) {
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - step_start;
+    options_.metrics->steps->Add();
+    options_.metrics->step_tokens->Add(static_cast<double>(step.token_ids.size()));
+    options_.metrics->step_duration->Observe(took.count());
+  }
   if (!results.ok()) {
     // Fail the work in flight, keep the engine usable.
     for (Sequence* seq : in_step) Finish(*seq, FinishReason::kNone, results.status());
@@ -362,6 +386,7 @@ absl::Status Engine::Step() {
                                            in_step.end();
                                   }),
                    running_.end());
+    UpdateGauges();
     return results.status();
   }
   for (size_t k = 0; k < in_step.size(); ++k) {
@@ -371,6 +396,11 @@ absl::Status Engine::Step() {
     for (const auto& [src, dst] : seq->copies) allocator_.Release(src);  // copied now
     seq->copies.clear();
     if (options_.prefix_caching) PublishBlocks(*seq);
+    if (options_.metrics && !seq->prompt_counted &&
+        seq->num_computed >= seq->prompt_offset + static_cast<int32_t>(seq->request.prompt.size())) {
+      seq->prompt_counted = true;
+      options_.metrics->prompt_tokens->Add(static_cast<double>(seq->request.prompt.size()));
+    }
   }
   for (size_t i = 0; i < owners.size(); ++i) {
     Sequence* seq = owners[i].seq;
@@ -385,6 +415,14 @@ absl::Status Engine::Step() {
       seq->result.prompt_scores[owners[i].scored_index] = r.target_logprob;
       seq->result.prompt_top[owners[i].scored_index] = std::move(top);
       continue;
+    }
+    if (seq->result.tokens.empty()) seq->first_token = std::chrono::steady_clock::now();
+    if (options_.metrics) {
+      options_.metrics->generation_tokens->Add();
+      if (seq->result.tokens.empty()) {
+        const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
+        options_.metrics->time_to_first_token->Observe(ttft.count());
+      }
     }
     seq->tokens.push_back(r.token);
     seq->result.tokens.push_back(r.token);
@@ -409,7 +447,21 @@ absl::Status Engine::Step() {
       ++it;
     }
   }
+  UpdateGauges();
   return absl::OkStatus();
+}
+
+void Engine::UpdateGauges() const {
+  ServiceMetrics* m = options_.metrics;
+  if (m == nullptr) return;
+  int32_t started = 0;
+  for (const auto& seq : running_) started += seq->started;
+  m->requests_running->Set(started);
+  m->requests_waiting->Set(static_cast<double>(running_.size()) - started);
+  m->kv_blocks_used->Set(allocator_.num_referenced());
+  m->kv_blocks_free->Set(allocator_.num_available() - allocator_.num_cached());
+  m->kv_blocks_cached->Set(allocator_.num_cached());
+  m->handles->Set(static_cast<double>(handles_.size()));
 }
 
 absl::StatusOr<GenerateResult> Engine::Run(GenerateRequest request) {

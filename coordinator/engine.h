@@ -13,6 +13,7 @@
 //   GenerateResult r = *engine.TakeResult(id);
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -30,6 +31,8 @@
 #include "model/step.h"
 
 namespace shardlm {
+
+class ServiceMetrics;
 
 enum class FinishReason { kNone, kLength, kStop };
 const char* FinishReasonName(FinishReason r);
@@ -55,6 +58,8 @@ struct GenerateRequest {
   // Who asks (an API key's id; empty without keys): a handle is visible to
   // its owner only, to anyone else it is NOT_FOUND.
   std::string owner;
+  // For logs: the public request id, carried into the workers' logs.
+  std::string request_id;
   // Called for each generated token as soon as it is sampled, with its
   // top-n alternatives when asked for.
   std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
@@ -79,9 +84,10 @@ struct GenerateResult {
 class Engine {
  public:
   struct Options {
-    int64_t max_batch_tokens = 2048;  // tokens per step (prompt chunks + decodes)
-    int64_t handle_ttl_ms = 600000;   // a handle not released expires after this
-    bool prefix_caching = true;       // reuse full blocks of identical token prefixes
+    int64_t max_batch_tokens = 2048;    // tokens per step (prompt chunks + decodes)
+    int64_t handle_ttl_ms = 600000;     // a handle not released expires after this
+    bool prefix_caching = true;         // reuse full blocks of identical token prefixes
+    ServiceMetrics* metrics = nullptr;  // counted into when set
   };
 
   struct Stats {
@@ -150,7 +156,10 @@ class Engine {
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;                     // prefix hash through each published full block
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write (src, dst) before the next step
-    int32_t cow_src = -1;  // block to copy into the next block allocated (referenced), or -1
+    int32_t cow_src = -1;         // block to copy into the next block allocated (referenced), or -1
+    bool started = false;         // has been in a step since arrival or its last preemption
+    bool prompt_counted = false;  // its prompt tokens are in the metrics
+    std::chrono::steady_clock::time_point arrival, first_token;
     GenerateResult result;
   };
   struct Handle {
@@ -176,6 +185,8 @@ class Engine {
   // Finishes running request `id` now; false if it is not running.
   bool EndRunning(int64_t id, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
+  // Sets the metrics' gauges from the current state (when metrics are on).
+  void UpdateGauges() const;
 
   StepExecutor* executor_;
   ModelConfig cfg_;

@@ -5,8 +5,8 @@
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
-
 #include "coordinator/engine.h"
+#include "coordinator/service_metrics.h"
 
 namespace shardlm {
 
@@ -50,6 +50,10 @@ void Engine::LookupPrefix(Sequence& seq) {
     seq.hashes.push_back(h);
   }
   seq.num_computed = static_cast<int32_t>(seq.blocks.size()) * block_size_;
+  if (options_.metrics && !seq.prompt_counted) {
+    options_.metrics->prefix_cache_queries->Add(static_cast<double>(seq.tokens.size()));
+    options_.metrics->prefix_cache_hits->Add(seq.num_computed);
+  }
   seq.result.cached_tokens = std::max(seq.result.cached_tokens, seq.num_computed - seq.prompt_offset);
 }
 
@@ -77,13 +81,12 @@ void Engine::ExpireHandles() {
 
 absl::Status Engine::HandleNotFound(const std::string& what, const std::string& handle) const {
   // Untrusted input: echo a bounded prefix only.
-  const std::string shown = handle.size() <= 40 ? handle
-                                                 : absl::StrCat(handle.substr(0, 32), "... (", handle.size(),
-                                                                " bytes)");
+  const std::string shown =
+      handle.size() <= 40 ? handle : absl::StrCat(handle.substr(0, 32), "... (", handle.size(), " bytes)");
   auto lost = lost_handles_.find(handle);
   if (lost != lost_handles_.end()) {
-    return absl::NotFoundError(absl::StrCat(what, " '", shown, "' was lost: ", lost->second,
-                                            "; prefill its tokens again"));
+    return absl::NotFoundError(
+        absl::StrCat(what, " '", shown, "' was lost: ", lost->second, "; prefill its tokens again"));
   }
   return absl::NotFoundError(absl::StrCat(what, " '", shown, "' is unknown, released or expired"));
 }

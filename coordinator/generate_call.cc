@@ -98,8 +98,9 @@ absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentE
 
 }  // namespace
 
-grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
-                                        grpc::ServerWriter<pb::GenerateResponse>* writer) {
+grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
+                                            grpc::ServerWriter<pb::GenerateResponse>* writer,
+                                            CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const int n = req->n() == 0 ? 1 : req->n();
@@ -124,6 +125,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
 
   GenerateRequest base;
   base.owner = owner;
+  base.request_id = call.id();
   base.prefix_handle = req->prefix_handle();
   base.prompt = *prompt;
   const pb::SamplingParams& sp = req->sampling();
@@ -149,6 +151,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
   if (n > 1) {
     GenerateRequest pre;
     pre.owner = owner;
+    pre.request_id = call.id();
     pre.prefix_handle = base.prefix_handle;
     pre.prompt = base.prompt;
     pre.max_new_tokens = 0;
@@ -187,7 +190,8 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
     }
     ids.push_back(*id);
   }
-  if (!shared_handle.empty()) loop_->ReleaseHandle(shared_handle, owner).IgnoreError();  // samples hold their blocks
+  if (!shared_handle.empty())
+    loop_->ReleaseHandle(shared_handle, owner).IgnoreError();  // samples hold their blocks
   std::vector<std::optional<GenerateResult>> results(n);
   // Leaving early: cancel what runs, and release every handle a finished
   // sample kept (its result may still wait in the channel), so nothing stays
@@ -297,9 +301,16 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::Gene
   last.mutable_usage()->set_prompt_tokens(prompt_tokens);
   last.mutable_usage()->set_cached_tokens(cached_tokens);
   last.mutable_usage()->set_generated_tokens(generated);
+  call.SetTokens(prompt_tokens, cached_tokens, generated);
   if (first) last.mutable_prompt_token_ids()->Add(base.prompt.begin(), base.prompt.end());
   writer->Write(last);
   return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const pb::GenerateRequest* req,
+                                        grpc::ServerWriter<pb::GenerateResponse>* out) {
+  CallRecord call(ctx, "Generate", metrics_);
+  return call.Finish(GenerateImpl(ctx, req, out, call));
 }
 
 }  // namespace shardlm

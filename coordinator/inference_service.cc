@@ -136,8 +136,8 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
   return out;
 }
 
-grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
-                                       pb::PrefillResponse* resp) {
+grpc::Status InferenceService::PrefillImpl(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
+                                           pb::PrefillResponse* resp, CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const int chunks = req->chunks_size();
@@ -159,6 +159,7 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::Prefi
   for (int i = 0; i < chunks; ++i) {
     GenerateRequest r;
     r.owner = owner;
+    r.request_id = call.id();
     if (prefixes > 0) r.prefix_handle = req->prefix_handles(prefixes == 1 ? 0 : i);
     auto ids = PromptIds(req->chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
     if (!ids.ok()) return ToGrpcStatus(ids.status());
@@ -178,23 +179,33 @@ grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::Prefi
       return ToGrpcStatus(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())));
     requests.push_back(std::move(r));
   }
+  int64_t tokens = 0;
+  for (const GenerateRequest& r : requests) tokens += static_cast<int64_t>(r.prompt.size());
+  call.SetTokens(tokens, 0, 0);
   auto results = RunAll(std::move(requests), owner);
   if (!results.ok()) return ToGrpcStatus(results.status());
-  for (const GenerateResult& r : *results) FillChunkResult(r, /*generated=*/false, resp->add_results());
+  int64_t cached = 0;
+  for (const GenerateResult& r : *results) {
+    FillChunkResult(r, /*generated=*/false, resp->add_results());
+    cached += r.cached_tokens;
+  }
+  call.SetTokens(tokens, cached, 0);
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Score(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
-                                     pb::ScoreResponse* resp) {
+grpc::Status InferenceService::ScoreImpl(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
+                                         pb::ScoreResponse* resp, CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   auto ids = PromptIds(req->prompt(), true, "prompt");
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
   r.owner = owner;
+  r.request_id = call.id();
   r.prompt = std::move(*ids);
   r.max_new_tokens = 0;
   r.score_prompt = true;
+  call.SetTokens(static_cast<int64_t>(r.prompt.size()), 0, 0);
   std::vector<GenerateRequest> one;
   one.push_back(std::move(r));
   auto results = RunAll(std::move(one), owner);
@@ -205,8 +216,9 @@ grpc::Status InferenceService::Score(grpc::ServerContext* ctx, const pb::ScoreRe
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext* ctx, const pb::ReleaseChunksRequest* req,
-                                             pb::ReleaseChunksResponse*) {
+grpc::Status InferenceService::ReleaseChunksImpl(grpc::ServerContext* ctx,
+                                                 const pb::ReleaseChunksRequest* req,
+                                                 pb::ReleaseChunksResponse*, CallRecord& /*call*/) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   constexpr int kMaxHandles = 1024;
@@ -219,8 +231,8 @@ grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext* ctx, const pb:
       loop_->ReleaseHandles(std::vector<std::string>(req->handles().begin(), req->handles().end()), owner));
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const pb::TokenizeRequest* req,
-                                        pb::TokenizeResponse* resp) {
+grpc::Status InferenceService::TokenizeImpl(grpc::ServerContext* ctx, const pb::TokenizeRequest* req,
+                                            pb::TokenizeResponse* resp, CallRecord& /*call*/) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   if (tokenizer_ == nullptr)
@@ -232,8 +244,8 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const pb::Toke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext* ctx, const pb::DetokenizeRequest* req,
-                                          pb::DetokenizeResponse* resp) {
+grpc::Status InferenceService::DetokenizeImpl(grpc::ServerContext* ctx, const pb::DetokenizeRequest* req,
+                                              pb::DetokenizeResponse* resp, CallRecord& /*call*/) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   if (tokenizer_ == nullptr)
@@ -249,8 +261,8 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext* ctx, const pb::De
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const pb::GetModelInfoRequest*,
-                                            pb::ModelInfo* resp) {
+grpc::Status InferenceService::GetModelInfoImpl(grpc::ServerContext* ctx, const pb::GetModelInfoRequest*,
+                                                pb::ModelInfo* resp, CallRecord& /*call*/) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const ModelConfig& cfg = loop_->config();
@@ -270,7 +282,8 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const pb::
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetStats(grpc::ServerContext* ctx, const pb::GetStatsRequest*, pb::Stats* resp) {
+grpc::Status InferenceService::GetStatsImpl(grpc::ServerContext* ctx, const pb::GetStatsRequest*,
+                                            pb::Stats* resp, CallRecord& /*call*/) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   const Engine::Stats s = loop_->stats();
@@ -283,6 +296,48 @@ grpc::Status InferenceService::GetStats(grpc::ServerContext* ctx, const pb::GetS
   resp->set_prefix_cache_hits(s.prefix_cache_hits);
   resp->set_ranks(info_.tp);
   return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
+                                       pb::PrefillResponse* out) {
+  CallRecord call(ctx, "Prefill", metrics_);
+  return call.Finish(PrefillImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::Score(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
+                                     pb::ScoreResponse* out) {
+  CallRecord call(ctx, "Score", metrics_);
+  return call.Finish(ScoreImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext* ctx, const pb::ReleaseChunksRequest* req,
+                                             pb::ReleaseChunksResponse* out) {
+  CallRecord call(ctx, "ReleaseChunks", metrics_);
+  return call.Finish(ReleaseChunksImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const pb::TokenizeRequest* req,
+                                        pb::TokenizeResponse* out) {
+  CallRecord call(ctx, "Tokenize", metrics_);
+  return call.Finish(TokenizeImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* ctx, const pb::DetokenizeRequest* req,
+                                          pb::DetokenizeResponse* out) {
+  CallRecord call(ctx, "Detokenize", metrics_);
+  return call.Finish(DetokenizeImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const pb::GetModelInfoRequest* req,
+                                            pb::ModelInfo* out) {
+  CallRecord call(ctx, "GetModelInfo", metrics_);
+  return call.Finish(GetModelInfoImpl(ctx, req, out, call));
+}
+
+grpc::Status InferenceService::GetStats(grpc::ServerContext* ctx, const pb::GetStatsRequest* req,
+                                        pb::Stats* out) {
+  CallRecord call(ctx, "GetStats", metrics_);
+  return call.Finish(GetStatsImpl(ctx, req, out, call));
 }
 
 }  // namespace shardlm

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "coordinator/call_record.h"
 #include "coordinator/engine_loop.h"
 #include "shardlm/v1/inference.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +43,8 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   void SetApiKeys(std::vector<std::string> keys) { api_keys_ = std::move(keys); }
   // After this every new call gets UNAVAILABLE; calls in flight go on.
   void StartDraining() { draining_ = true; }
+  // Counts every call into `metrics` (which must outlive the service).
+  void SetMetrics(ServiceMetrics* metrics) { metrics_ = metrics; }
 
   grpc::Status Generate(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
                         grpc::ServerWriter<::shardlm::v1::GenerateResponse>* writer) override;
@@ -68,6 +71,23 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   // the others kept and returns that failure.
   absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
                                                      const std::string& owner);
+  // The handlers behind the public methods, which wrap each in a CallRecord.
+  grpc::Status GenerateImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
+                            grpc::ServerWriter<::shardlm::v1::GenerateResponse>* out, CallRecord& call);
+  grpc::Status PrefillImpl(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
+                           ::shardlm::v1::PrefillResponse* out, CallRecord& call);
+  grpc::Status ScoreImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
+                         ::shardlm::v1::ScoreResponse* out, CallRecord& call);
+  grpc::Status ReleaseChunksImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ReleaseChunksRequest* req,
+                                 ::shardlm::v1::ReleaseChunksResponse* out, CallRecord& call);
+  grpc::Status TokenizeImpl(grpc::ServerContext* ctx, const ::shardlm::v1::TokenizeRequest* req,
+                            ::shardlm::v1::TokenizeResponse* out, CallRecord& call);
+  grpc::Status DetokenizeImpl(grpc::ServerContext* ctx, const ::shardlm::v1::DetokenizeRequest* req,
+                              ::shardlm::v1::DetokenizeResponse* out, CallRecord& call);
+  grpc::Status GetModelInfoImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GetModelInfoRequest* req,
+                                ::shardlm::v1::ModelInfo* out, CallRecord& call);
+  grpc::Status GetStatsImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GetStatsRequest* req,
+                            ::shardlm::v1::Stats* out, CallRecord& call);
   // Admits a call: UNAVAILABLE while draining, UNAUTHENTICATED without a
   // valid key; sets *owner to the caller's key (empty when keys are off).
   grpc::Status Admit(const grpc::ServerContext& ctx, std::string* owner) const;
@@ -77,6 +97,7 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   ServedModel info_;
   std::vector<std::string> api_keys_;
   std::atomic<bool> draining_{false};
+  ServiceMetrics* metrics_ = nullptr;
 };
 
 // Appends `top` (most likely first) to `out`.

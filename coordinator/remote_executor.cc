@@ -114,6 +114,12 @@ absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& 
   timing_.coordinator_us = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
   timing_.worker_us = responses[0].timing().total_us();
   timing_.collective_us = responses[0].timing().collective_us();
+  if (options_.metrics) {
+    for (size_t r = 0; r < n; ++r) {
+      options_.metrics->RankStep(static_cast<int>(r), responses[r].timing().total_us() / 1e6,
+                                 responses[r].timing().collective_us() / 1e6);
+    }
+  }
   if (!step.token_ids.empty()) {
     const double ms = timing_.coordinator_us / 1000.0 / step.token_ids.size();
     ms_per_token_ = ms_per_token_ == 0 ? ms : 0.8 * ms_per_token_ + 0.2 * ms;

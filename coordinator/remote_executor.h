@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/service_metrics.h"
 #include "model/step.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
 
@@ -34,6 +35,7 @@ struct RemoteExecutorOptions {
   std::chrono::milliseconds step_timeout_per_token{20};
   std::string internal_token;                             // carried by every call (empty: none)
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: plaintext
+  ServiceMetrics* metrics = nullptr;                      // per-rank step times go here when set
 };
 
 // One rank's answer to a health probe.

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/health_service.h"
 #include "common/logging.h"
 #include "coordinator/rendezvous_service.h"
 #include "model/fingerprint.h"
@@ -57,6 +58,9 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.listen, *server_creds, &port);
   builder.RegisterService(g->rendezvous_.get());
+  // Probes of orchestrators (plaintext, no token): the group's state.
+  g->health_ = std::make_unique<HealthService>([p = g.get()] { return p->serving(); });
+  builder.RegisterService(g->health_.get());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -78,6 +82,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   g->exec_options_.step_timeout_per_token = std::chrono::milliseconds(options.step_timeout_per_token_ms);
   g->exec_options_.internal_token = options.internal_token;
   g->exec_options_.credentials = *client_creds;
+  g->exec_options_.metrics = options.metrics;
   if (options.spawn_local) {
     std::lock_guard<std::mutex> lock(g->children_mu_);
     g->children_.resize(options.tp);
@@ -118,6 +123,11 @@ absl::Status WorkerGroup::Connect(std::chrono::milliseconds timeout) {
   state_.num_blocks = exec_->num_blocks();
   state_.block_size = exec_->block_size();
   state_.failure = absl::OkStatus();
+  if (ServiceMetrics* m = exec_options_.metrics) {
+    m->group_epoch->Set(static_cast<double>(formed->epoch));
+    m->group_serving->Set(1);
+    if (!first) m->group_reforms->Add();
+  }
   if (!first) {
     ++state_.restarts;
     LOG(WARNING) << "tensor-parallel group formed again (epoch " << formed->epoch << ", " << state_.num_blocks
@@ -174,6 +184,7 @@ void WorkerGroup::MarkBroken(uint64_t epoch, absl::Status why) {
     std::lock_guard<std::mutex> lock(mu_);
     if (!state_.serving || state_.epoch != epoch) return;  // already handled
     state_.serving = false;
+    if (exec_options_.metrics) exec_options_.metrics->group_serving->Set(0);
     state_.failure = why;
     serving_ = false;
     exec_.reset();
@@ -285,6 +296,7 @@ void WorkerGroup::Reap() {
           c.restart_at_ms = -1;
           c.started_ms = NowMs();
           c.pid = SpawnRank(static_cast<int>(r));
+          if (exec_options_.metrics) exec_options_.metrics->group_restarts->Add();
         }
       }
     }

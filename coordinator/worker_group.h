@@ -33,7 +33,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/grpc_security.h"
+#include "common/health_service.h"
 #include "coordinator/remote_executor.h"
+#include "coordinator/service_metrics.h"
 
 namespace grpc {
 class Server;
@@ -63,6 +65,7 @@ struct WorkerGroupOptions {
   // files serving the worker endpoint and identifying this side to workers.
   std::string internal_token;
   TlsFiles internal_tls;
+  ServiceMetrics* metrics = nullptr;  // group and per-rank figures go here when set
 };
 
 // What the engine needs to know of the group, cheaply and thread-safely.
@@ -105,6 +108,7 @@ class WorkerGroup final : public StepExecutor {
   std::string fingerprint_;
   RemoteExecutorOptions exec_options_;
   std::unique_ptr<RendezvousService> rendezvous_;
+  std::unique_ptr<HealthService> health_;  // grpc.health.v1 on the worker endpoint
   std::unique_ptr<grpc::Server> server_;
   std::string endpoint_;
 

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,10 @@ struct StepInput {
   // copy-on-write of a shared, partly filled block.
   std::vector<std::pair<int32_t, int32_t>> block_copies;
   std::vector<SampleRow> rows;
+  // Per sequence, for logs only (may be empty): the request id it serves,
+  // and whether this step is its first (after arrival or a preemption).
+  std::vector<std::string> request_ids;
+  std::vector<bool> starts;
 };
 
 // Logprobs are of the model's own distribution (before temperature and

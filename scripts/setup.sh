@@ -12,10 +12,10 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libtorch-dev libgloo-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libabsl-dev
-  nlohmann-json3-dev libpcre2-dev
+  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
   libopenblas0-openmp
   python3 python3-numpy python3-grpcio python3-grpc-tools
-  openssl procps
+  openssl procps iproute2
   clang libclang-rt-14-dev
 
 )

@@ -51,8 +51,11 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id) {
   req.mutable_token_ids()->Add(step.token_ids.begin(), step.token_ids.end());
   req.mutable_positions()->Add(step.positions.begin(), step.positions.end());
   req.mutable_seq_of_token()->Add(step.seq_of_token.begin(), step.seq_of_token.end());
-  for (const auto& table : step.block_tables) {
-    req.add_sequences()->mutable_block_table()->Add(table.begin(), table.end());
+  for (size_t i = 0; i < step.block_tables.size(); ++i) {
+    wpb::Sequence* seq = req.add_sequences();
+    seq->mutable_block_table()->Add(step.block_tables[i].begin(), step.block_tables[i].end());
+    if (i < step.request_ids.size()) seq->set_request_id(step.request_ids[i]);
+    if (i < step.starts.size()) seq->set_starts(step.starts[i]);
   }
   for (const auto& [src, dst] : step.block_copies) {
     wpb::BlockCopy* c = req.add_block_copies();

@@ -13,6 +13,7 @@
 #include "collectives/gloo_communicator.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/health_service.h"
 #include "common/logging.h"
 #include "model/fingerprint.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
@@ -25,6 +26,30 @@ namespace shardlm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The request ids a step serves, for its log lines ("-" for none).
+std::string RequestIds(const wpb::StepRequest& req) {
+  std::string out;
+  for (const wpb::Sequence& s : req.sequences()) {
+    if (s.request_id().empty()) continue;
+    if (!out.empty()) out += ",";
+    out += s.request_id();
+  }
+  return out.empty() ? "-" : out;
+}
+
+// One line per request when it first runs here, carrying the coordinator's
+// request id, so a request can be followed from its log line there.
+void LogStarts(const wpb::StepRequest& req, int rank) {
+  for (int i = 0; i < req.sequences_size(); ++i) {
+    const wpb::Sequence& s = req.sequences(i);
+    if (!s.starts() || s.request_id().empty()) continue;
+    int tokens = 0;
+    for (int32_t q : req.seq_of_token()) tokens += q == i;
+    LOG(INFO) << "request " << s.request_id() << ": rank " << rank << " starts it in step " << req.step_id()
+              << " (" << tokens << " tokens)";
+  }
+}
 
 int64_t ResidentBytes() {
   std::ifstream statm("/proc/self/statm");
@@ -107,12 +132,16 @@ class WorkerService final : public wpb::Worker::Service {
     auto decoded = DecodeStep(*req, limits);
     if (!decoded.ok()) return ToGrpcStatus(decoded.status());
     comm_->TakeMicros();
+    const int rank = worker_->model().plan().rank().rank;
+    LogStarts(*req, rank);
     auto rows = worker_->Execute((*decoded)->step);
     if (!rows.ok()) {
+      LOG(ERROR) << "step " << req->step_id() << " (requests " << RequestIds(*req) << ") failed on rank "
+                 << rank << ": " << rows.status();
       // A failed collective leaves the group in an unknown state: not ready
       // until the coordinator forms a new group.
-      absl::Status failed = absl::UnavailableError(
-          absl::StrCat("rank ", worker_->model().plan().rank().rank, ": ", rows.status().message()));
+      absl::Status failed =
+          absl::UnavailableError(absl::StrCat("rank ", rank, ": ", rows.status().message()));
       SetState(failed, std::string(failed.message()));
       return ToGrpcStatus(failed);
     }
@@ -121,6 +150,12 @@ class WorkerService final : public wpb::Worker::Service {
     resp->mutable_timing()->set_total_us(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
     return grpc::Status::OK;
+  }
+
+  // A member of a formed group that has not failed (grpc.health.v1's answer).
+  bool Ready() {
+    std::lock_guard<std::mutex> lock(state_mu_);
+    return state_.ok();
   }
 
   // Never waits for a step: the coordinator probes ranks while steps run.
@@ -204,6 +239,10 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       options.listen,
       options.server_credentials ? options.server_credentials : grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
+  // For Kubernetes probes, without the internal token: "" is SERVING while
+  // this rank is in a formed group, "liveness" while the process answers.
+  HealthService health([&service] { return service.Ready(); });
+  builder.RegisterService(&health);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);

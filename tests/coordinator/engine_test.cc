@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "coordinator/service_metrics.h"
 #include "model/tiny_model.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/rank_worker.h"
@@ -219,6 +220,41 @@ TEST_F(EnginePrefixTest, PrefixCacheHitGivesTheSameOutput) {
   for (size_t i = 0; i < cold->logprobs.size(); ++i) EXPECT_NEAR(warm->logprobs[i], cold->logprobs[i], 1e-5);
   EXPECT_GT(e->stats().prefix_cache_hits, 0);
   EXPECT_EQ(e->stats().referenced_blocks, 0) << "cached blocks are evictable, not held";
+}
+
+TEST_F(EnginePrefixTest, MetricsCountTokensLatenciesPrefixHitsAndPreemptions) {
+  MetricsRegistry registry;
+  ServiceMetrics m(&registry);
+  auto w = Worker(5);  // 80 tokens of KV: three requests of ~60 preempt each other
+  Engine::Options o;
+  o.max_batch_tokens = 24;
+  o.metrics = &m;
+  Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()), 16, o);
+  ASSERT_THAT(e.Run(Greedy(Prompt(40, 9), 4)), IsOk());
+  EXPECT_EQ(m.prompt_tokens->value(), 40);
+  EXPECT_EQ(m.generation_tokens->value(), 4);
+  EXPECT_EQ(m.time_to_first_token->snapshot().count, 1u);
+  EXPECT_EQ(m.time_per_output_token->snapshot().count, 1u);
+  EXPECT_EQ(m.prefix_cache_hits->value(), 0);
+  EXPECT_EQ(m.kv_blocks_used->value(), 0);
+  EXPECT_EQ(m.kv_blocks_cached->value() + m.kv_blocks_free->value(), 5);
+  ASSERT_THAT(e.Run(Greedy(Prompt(40, 9), 4)), IsOk());  // two full blocks from the cache
+  EXPECT_EQ(m.prefix_cache_hits->value(), 32);
+  EXPECT_EQ(m.prefix_cache_queries->value(), 80);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*e.Submit(Greedy(Prompt(44, 20 + i), 16)));
+  EXPECT_EQ(m.requests_waiting->value(), 3);
+  EXPECT_EQ(m.requests_running->value(), 0);
+  ASSERT_THAT(e.Step(), IsOk());
+  EXPECT_GE(m.requests_running->value(), 1);
+  EXPECT_EQ(m.requests_running->value() + m.requests_waiting->value(), 3);
+  while (!e.Idle()) ASSERT_THAT(e.Step(), IsOk());
+  EXPECT_GT(m.preemptions->value(), 0);
+  EXPECT_EQ(m.generation_tokens->value(), 4 + 4 + 3 * 16);
+  EXPECT_EQ(m.time_to_first_token->snapshot().count, 5u);
+  EXPECT_EQ(m.steps->value(), e.steps());
+  EXPECT_EQ(m.requests_running->value() + m.requests_waiting->value(), 0);
+  EXPECT_EQ(m.kv_blocks_used->value(), 0);
 }
 
 TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {

@@ -1,4 +1,4 @@
-#include "coordinator/health_service.h"
+#include "common/health_service.h"
 
 #include <chrono>
 #include <thread>
@@ -8,7 +8,9 @@ namespace {
 
 namespace hpb = ::grpc::health::v1;
 
-bool Known(const std::string& service) { return service.empty() || service == "shardlm.v1.Inference"; }
+bool Known(const std::string& service) {
+  return service.empty() || service == "shardlm.v1.Inference" || service == "liveness";
+}
 
 }  // namespace
 
@@ -16,7 +18,8 @@ grpc::Status HealthService::Check(grpc::ServerContext*, const hpb::HealthCheckRe
                                   hpb::HealthCheckResponse* resp) {
   if (!Known(req->service()))
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + req->service() + "'");
-  resp->set_status(healthy_() ? hpb::HealthCheckResponse::SERVING : hpb::HealthCheckResponse::NOT_SERVING);
+  resp->set_status(req->service() == "liveness" || healthy_() ? hpb::HealthCheckResponse::SERVING
+                                                              : hpb::HealthCheckResponse::NOT_SERVING);
   return grpc::Status::OK;
 }
 
@@ -25,9 +28,9 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx, const hpb::HealthChe
   hpb::HealthCheckResponse resp;
   int last = -1;
   while (!ctx->IsCancelled()) {
-    const int now = !Known(req->service()) ? hpb::HealthCheckResponse::SERVICE_UNKNOWN
-                    : healthy_()           ? hpb::HealthCheckResponse::SERVING
-                                           : hpb::HealthCheckResponse::NOT_SERVING;
+    const int now = !Known(req->service())                       ? hpb::HealthCheckResponse::SERVICE_UNKNOWN
+                    : req->service() == "liveness" || healthy_() ? hpb::HealthCheckResponse::SERVING
+                                                                 : hpb::HealthCheckResponse::NOT_SERVING;
     if (now != last) {
       resp.set_status(static_cast<hpb::HealthCheckResponse::ServingStatus>(now));
       if (!writer->Write(resp)) break;

@@ -1,7 +1,11 @@
 // grpc.health.v1.Health, generated from the standard health.proto so that
 // server reflection can describe it (gRPC C++'s built-in health service is
-// invisible to reflection). SERVING while the tensor-parallel group works,
-// NOT_SERVING once it has failed.
+// invisible to reflection).
+//
+// Service names: "" (and "shardlm.v1.Inference") answer readiness, SERVING
+// while `healthy` says so (the tensor-parallel group works), NOT_SERVING once
+// it has failed; "liveness" is SERVING whenever the process answers at all,
+// for liveness probes that must not restart a process waiting for its peers.
 #pragma once
 
 #include <functional>

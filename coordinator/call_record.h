@@ -1,0 +1,53 @@
+// One public call's accounting: its request id, one log line when it ends,
+// and the request counters.
+//
+// The id is the client's `x-request-id` metadata when it sends a sane one
+// (1-64 characters of [A-Za-z0-9._:-]), else 16 random hex digits. It goes
+// back to the client as initial metadata `x-request-id`, into the engine's
+// requests (and from there into the workers' log lines), and into the line
+// logged at the end:
+//
+//   request 3f9c0a1b2c3d4e5f Generate status=OK tokens_in=12 cached=0 tokens_out=16 latency_ms=41.2
+//
+//   grpc::Status InferenceService::Score(ctx, req, resp) {
+//     CallRecord call(ctx, "Score", metrics_);
+//     return call.Finish(ScoreImpl(ctx, req, resp, call));
+//   }
+#pragma once
+
+#include <grpcpp/server_context.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "coordinator/service_metrics.h"
+
+namespace shardlm {
+
+class CallRecord {
+ public:
+  // `metrics` may be null (no counters; the log line is still written).
+  CallRecord(grpc::ServerContext* ctx, const char* method, ServiceMetrics* metrics);
+
+  const std::string& id() const { return id_; }
+  void SetTokens(int64_t in, int64_t cached, int64_t out) {
+    tokens_in_ = in;
+    cached_ = cached;
+    tokens_out_ = out;
+  }
+  // Logs the line, counts the call, and returns `status` unchanged.
+  grpc::Status Finish(grpc::Status status);
+
+  // The gRPC name of a status code ("OK", "INVALID_ARGUMENT", ...).
+  static const char* CodeName(grpc::StatusCode code);
+
+ private:
+  const char* method_;
+  ServiceMetrics* metrics_;
+  std::string id_;
+  std::chrono::steady_clock::time_point start_;
+  int64_t tokens_in_ = 0, cached_ = 0, tokens_out_ = 0;
+};
+
+}  // namespace shardlm

@@ -1,0 +1,61 @@
+// The coordinator's metrics: one place that names every series, so the
+// engine, the worker group and the RPC handlers only count (docs/metrics.md).
+//
+//   MetricsRegistry registry;
+//   ServiceMetrics metrics(&registry);
+//   Engine::Options opts; opts.metrics = &metrics;
+//   metrics.RequestDone("Generate", "OK", 0.35);
+#pragma once
+
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "common/metrics.h"
+
+namespace shardlm {
+
+class ServiceMetrics {
+ public:
+  explicit ServiceMetrics(MetricsRegistry* registry);
+
+  MetricsRegistry* registry() const { return registry_; }
+
+  // An RPC of shardlm.v1.Inference ended with `code` (e.g. "OK",
+  // "INVALID_ARGUMENT") after `seconds`.
+  void RequestDone(const std::string& method, const std::string& code, double seconds);
+
+  // One step's time on `rank`: the whole step and the part in collectives.
+  void RankStep(int rank, double step_seconds, double collective_seconds);
+
+  // Engine.
+  Counter* prompt_tokens;      // prompt tokens computed (once per request)
+  Counter* generation_tokens;  // tokens sampled
+  Histogram* time_to_first_token;
+  Histogram* time_per_output_token;  // per request: (last token - first token) / (tokens - 1)
+  Counter* prefix_cache_queries;     // prompt tokens looked up in the prefix cache
+  Counter* prefix_cache_hits;        // of those, found
+  Counter* preemptions;
+  Counter* steps;
+  Counter* step_tokens;
+  Histogram* step_duration;  // one engine step as the coordinator sees it
+  Gauge* requests_waiting;   // submitted, not yet in a step (or preempted)
+  Gauge* requests_running;
+  Gauge* kv_blocks_used;
+  Gauge* kv_blocks_free;
+  Gauge* kv_blocks_cached;  // evictable prefix cache
+  Gauge* handles;
+
+  // Tensor-parallel group.
+  Counter* group_restarts;  // workers started again by serve
+  Counter* group_reforms;   // epochs after the first
+  Gauge* group_epoch;
+  Gauge* group_serving;
+
+ private:
+  MetricsRegistry* registry_;
+  std::mutex mu_;
+  std::map<int, std::pair<Histogram*, Histogram*>> ranks_;
+};
+
+}  // namespace shardlm

@@ -15,7 +15,8 @@ void InitLogging(const char* argv0) {
   FLAGS_logtostderr = true;
   if (!google::IsGoogleLoggingInitialized()) google::InitGoogleLogging(argv0);
 #else
-  (void)argv0;  // c10's own logging needs no set-up
+  (void)argv0;  // c10's own logging needs no set-up, but shows INFO only when asked
+  FLAGS_caffe2_log_level = 0;
 #endif
 }
 

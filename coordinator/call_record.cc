@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/escaping.h"
 #include "common/logging.h"
 #include "common/random_token.h"
 
@@ -37,7 +38,8 @@ grpc::Status CallRecord::Finish(grpc::Status status) {
   std::snprintf(latency, sizeof(latency), "%.1f", took.count() * 1000);
   LOG(INFO) << "request " << id_ << " " << method_ << " status=" << code << " tokens_in=" << tokens_in_
             << " cached=" << cached_ << " tokens_out=" << tokens_out_ << " latency_ms=" << latency
-            << (status.ok() ? "" : " error=\"" + status.error_message().substr(0, 200) + "\"");
+            << (status.ok() ? ""
+                            : " error=\"" + absl::CHexEscape(status.error_message().substr(0, 200)) + "\"");
   return status;
 }
 

@@ -31,6 +31,7 @@ class CallRecord {
   CallRecord(grpc::ServerContext* ctx, const char* method, ServiceMetrics* metrics);
 
   const std::string& id() const { return id_; }
+  std::chrono::steady_clock::time_point start() const { return start_; }
   void SetTokens(int64_t in, int64_t cached, int64_t out) {
     tokens_in_ = in;
     cached_ = cached;

@@ -131,7 +131,9 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
     seq->result.prompt_top.resize(request.prompt.size());
   }
   seq->request = std::move(request);
-  seq->arrival = std::chrono::steady_clock::now();
+  seq->arrival = seq->request.arrival != std::chrono::steady_clock::time_point{}
+                     ? seq->request.arrival
+                     : std::chrono::steady_clock::now();
   const int64_t id = seq->id;
   running_.push_back(std::move(seq));
   UpdateGauges();
@@ -365,6 +367,7 @@ absl::Status Engine::Step() {
                  allocator_.num_blocks(), " are free and ", held_by_handles,
                  " are held by ChunkResult handles (release unused handles)")));
       running_.pop_front();
+      UpdateGauges();
     }
     return absl::OkStatus();
   }

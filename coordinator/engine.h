@@ -60,6 +60,8 @@ struct GenerateRequest {
   std::string owner;
   // For logs: the public request id, carried into the workers' logs.
   std::string request_id;
+  // When the call arrived (time to first token counts from here); unset: at Submit.
+  std::chrono::steady_clock::time_point arrival{};
   // Called for each generated token as soon as it is sampled, with its
   // top-n alternatives when asked for.
   std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
@@ -159,6 +161,7 @@ class Engine {
     int32_t cow_src = -1;         // block to copy into the next block allocated (referenced), or -1
     bool started = false;         // has been in a step since arrival or its last preemption
     bool prompt_counted = false;  // its prompt tokens are in the metrics
+    bool prefix_counted = false;  // its prefix-cache lookup is in the metrics
     std::chrono::steady_clock::time_point arrival, first_token;
     GenerateResult result;
   };

@@ -50,7 +50,8 @@ void Engine::LookupPrefix(Sequence& seq) {
     seq.hashes.push_back(h);
   }
   seq.num_computed = static_cast<int32_t>(seq.blocks.size()) * block_size_;
-  if (options_.metrics && !seq.prompt_counted) {
+  if (options_.metrics && !seq.prefix_counted) {
+    seq.prefix_counted = true;  // once per request: not again after a preemption or a failed allocation
     options_.metrics->prefix_cache_queries->Add(static_cast<double>(seq.tokens.size()));
     options_.metrics->prefix_cache_hits->Add(seq.num_computed);
   }
@@ -69,6 +70,7 @@ void Engine::PublishBlocks(Sequence& seq) {
 
 void Engine::ExpireHandles() {
   const int64_t now = NowMs();
+  bool expired = false;
   for (auto it = handles_.begin(); it != handles_.end();) {
     if (it->second.expiry_ms > now) {
       ++it;
@@ -76,7 +78,9 @@ void Engine::ExpireHandles() {
     }
     allocator_.Release(it->second.blocks);
     it = handles_.erase(it);
+    expired = true;
   }
+  if (expired) UpdateGauges();
 }
 
 absl::Status Engine::HandleNotFound(const std::string& what, const std::string& handle) const {
@@ -105,6 +109,7 @@ absl::Status Engine::ReleaseHandle(const std::string& handle, const std::string&
   const bool expired = it->second.expiry_ms <= NowMs();
   allocator_.Release(it->second.blocks);
   handles_.erase(it);
+  UpdateGauges();
   if (expired) return HandleNotFound("handle", handle);
   return absl::OkStatus();
 }

@@ -126,6 +126,7 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
   GenerateRequest base;
   base.owner = owner;
   base.request_id = call.id();
+  base.arrival = call.start();
   base.prefix_handle = req->prefix_handle();
   base.prompt = *prompt;
   const pb::SamplingParams& sp = req->sampling();
@@ -152,6 +153,7 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
     GenerateRequest pre;
     pre.owner = owner;
     pre.request_id = call.id();
+    pre.arrival = call.start();
     pre.prefix_handle = base.prefix_handle;
     pre.prompt = base.prompt;
     pre.max_new_tokens = 0;

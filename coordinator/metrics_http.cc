@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -30,6 +32,8 @@ absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
   }
   httplib::Server* server = s->server_.get();
   s->thread_ = std::thread([server] { server->listen_after_bind(); });
+  // stop() is a no-op until the server runs: wait, so the destructor always stops it.
+  while (!server->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   return s;
 }
 

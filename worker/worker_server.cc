@@ -191,8 +191,8 @@ class WorkerService final : public wpb::Worker::Service {
   std::string state_text_ = "loading";
 };
 
-// The coordinator's current epoch, or nullopt when it did not answer.
-std::optional<uint64_t> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string& token, int rank,
+// The coordinator's current epoch and process id, or nullopt when it did not answer.
+std::optional<wpb::HeartbeatResponse> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string& token, int rank,
                                   uint64_t epoch) {
   grpc::ClientContext ctx;
   AttachInternalToken(ctx, token);
@@ -202,7 +202,7 @@ std::optional<uint64_t> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string
   req.set_epoch(epoch);
   wpb::HeartbeatResponse resp;
   if (!stub.Heartbeat(&ctx, req, &resp).ok()) return std::nullopt;
-  return resp.epoch();
+  return resp;
 }
 
 // Sleeps `ms` unless asked to stop first; false when asked.
@@ -362,7 +362,9 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       auto current = Heartbeat(*stub, token, rank.rank, epoch);
       if (current.has_value()) {
         last_seen = Clock::now();
-        rejoin = *current != epoch;
+        // A new epoch, or a new coordinator process (which may count epochs
+        // from 1 again): either way this group is gone.
+        rejoin = current->epoch() != epoch || current->coordinator_id() != assigned.coordinator_id();
       } else if (Clock::now() - last_seen > std::chrono::milliseconds(options.coordinator_lost_ms)) {
         LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator
                      << " unreachable; exiting";

@@ -250,6 +250,10 @@ TEST_F(EnginePrefixTest, MetricsCountTokensLatenciesPrefixHitsAndPreemptions) {
   EXPECT_EQ(m.requests_running->value() + m.requests_waiting->value(), 3);
   while (!e.Idle()) ASSERT_THAT(e.Step(), IsOk());
   EXPECT_GT(m.preemptions->value(), 0);
+  // Looked up once per request, not again after a preemption or a step without room.
+  EXPECT_EQ(m.prefix_cache_queries->value(), 80 + 3 * 44);
+  EXPECT_EQ(m.prefix_cache_hits->value(), 32);
+  EXPECT_EQ(m.prompt_tokens->value(), 80 + 3 * 44);
   EXPECT_EQ(m.generation_tokens->value(), 4 + 4 + 3 * 16);
   EXPECT_EQ(m.time_to_first_token->snapshot().count, 5u);
   EXPECT_EQ(m.steps->value(), e.steps());

@@ -12,6 +12,8 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer, `serve --tp 2` unless said):
   request_log         x-request-id is echoed (or made), one log line per call with method,
                       status, tokens in/out and latency, the workers' lines carry the same id,
                       and no "Logging before InitGoogleLogging" noise
+  coordinator_restart a coordinator killed and started again (a rescheduled pod) forms the group
+                      with the workers that are still running, within 30 s, same output
   probes              grpc.health.v1 as Kubernetes probes see it, before the group forms:
                       `coordinator`'s worker endpoint and a worker's port answer without the
                       internal token, "liveness" SERVING and "" NOT_SERVING until every rank
@@ -301,7 +303,55 @@ def probes(ctx, chk):
             p.stop()
 
 
-CASES = [("metrics", metrics), ("request_log", request_log), ("probes", probes)]
+def coordinator_restart(ctx, chk):
+    """A coordinator that dies and comes back (a rescheduled pod) gets the running workers back."""
+    token = ctx.dir("restart-token")
+    with open(token, "w") as f:
+        f.write("restart-token-0123456789abcdef012345\n")
+    wport = free_port()
+    procs = []
+
+    def start_coordinator(name):
+        port = free_port()
+        c = ops.Proc(ctx, name, ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
+                                 "--worker-listen", "127.0.0.1:%d" % wport, "--internal-token-file", token],
+                     ready_text="shardlm serving")
+        c.port = port
+        procs.append(c)
+        return c
+
+    try:
+        first = start_coordinator("restart-coordinator1")
+        workers = []
+        for rank in (0, 1):
+            w = ops.Proc(ctx, "restart-worker%d" % rank,
+                         ["worker", "--coordinator", "127.0.0.1:%d" % wport, "--model", ctx.model, "--rank", rank,
+                          "--internal-token-file", token, "--coordinator-lost-ms", 60000])
+            procs.append(w)
+            workers.append(w)
+        first.wait_ready()
+        ch, st, _ = ops.stub(first.port)
+        before = ops.greedy(st)
+        ch.close()
+        first.stop(signal.SIGKILL)
+        second = start_coordinator("restart-coordinator2")
+        t0 = time.monotonic()
+        second.wait_ready(timeout=30)
+        chk.check(True, "a new coordinator on the same worker endpoint forms the group with the running "
+                        "workers (%.1f s)" % (time.monotonic() - t0))
+        chk.check(all(w.proc.poll() is None for w in workers), "the same worker processes, none restarted")
+        chk.check(all("registering again" in w.text() for w in workers), "each worker says it registers again")
+        ch, st, _ = ops.stub(second.port)
+        after = ops.greedy(st)
+        ch.close()
+        chk.check(after == before, "the same greedy output through the new coordinator")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+CASES = [("metrics", metrics), ("request_log", request_log), ("probes", probes),
+         ("coordinator_restart", coordinator_restart)]
 
 
 def main():

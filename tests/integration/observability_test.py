@@ -23,7 +23,6 @@ Usage:
   /usr/bin/python3 tests/integration/observability_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
 """
 
-import argparse
 import os
 import re
 import signal
@@ -35,7 +34,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
-from harness import Failure, free_port, parse_case_args, ps_rows, run_cases, wait_until_empty  # noqa: E402
+from harness import free_port  # noqa: E402
 
 grpc, pb, sc = ops.grpc, ops.pb, ops.sc
 health_pb2, health_pb2_grpc = ops.health_pb2, ops.health_pb2_grpc
@@ -354,24 +353,5 @@ CASES = [("metrics", metrics), ("request_log", request_log), ("probes", probes),
          ("coordinator_restart", coordinator_restart)]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    parsed = parse_case_args(args, [n for n, _ in CASES])
-    if parsed is None:
-        return 2
-    binary, workdir, only = parsed
-    ctx = ops.Ops(workdir, args, binary)
-    rc = run_cases(CASES, only, ctx, "observability")
-    left = wait_until_empty(lambda: [r for r in ps_rows() if ctx.model in r[3] and " worker " in r[3]], 10)
-    if left:
-        print("FAIL workers left behind: %s" % left)
-        return 1
-    return rc
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(ops.run_main(__doc__, CASES, "observability"))

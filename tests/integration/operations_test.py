@@ -514,18 +514,20 @@ CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigst
          ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def run_main(doc, cases, label):
+    """Parses --shardlm/--workdir/--only, runs `cases` on an Ops context, then checks that no
+    worker of the test model is left running."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
-    parsed = parse_case_args(args, [n for n, _ in CASES])
+    parsed = parse_case_args(args, [n for n, _ in cases])
     if parsed is None:
         return 2
     binary, workdir, only = parsed
     ctx = Ops(workdir, args, binary)
-    rc = run_cases(CASES, only, ctx, "operations")
+    rc = run_cases(cases, only, ctx, label)
     left = wait_until_empty(lambda: [r for r in ps_rows() if ctx.model in r[3] and " worker " in r[3]], 10)
     if left:
         print("FAIL workers left behind: %s" % left)
@@ -534,4 +536,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(__doc__, CASES, "operations"))

@@ -11,9 +11,12 @@ PORT=${DEMO_PORT:-50051}
 "$BUILD/shardlm" make-tiny-model "$MODEL" --arch llama --tokenizer llama3 --seed 1 \
   --hidden-size 256 --num-layers 4 --num-heads 8 --num-kv-heads 4 --intermediate-size 512
 
-"$BUILD/shardlm" serve --model "$MODEL" --tp 2 --port "$PORT" &
+# The server's log (one line per call, the workers' lines too) goes to a file so that it
+# does not interleave with the streamed text.
+LOG=${DEMO_LOG:-$BUILD/demo-serve.log}
+"$BUILD/shardlm" serve --model "$MODEL" --tp 2 --port "$PORT" 2>"$LOG" &
 server=$!
-trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true' EXIT
+trap 'kill -TERM $server 2>/dev/null; wait $server 2>/dev/null || true; echo "--- server log: $LOG ---"; tail -n 4 "$LOG"' EXIT
 
 # Wait until the server answers (workers load their shards first).
 for _ in $(seq 1 100); do

@@ -8,18 +8,20 @@ namespace {
 
 namespace hpb = ::grpc::health::v1;
 
-bool Known(const std::string& service) {
-  return service.empty() || service == "shardlm.v1.Inference" || service == "liveness";
-}
-
 }  // namespace
+
+int HealthService::StatusOf(const std::string& service) const {
+  if (service == "liveness") return hpb::HealthCheckResponse::SERVING;
+  if (!service.empty() && service != "shardlm.v1.Inference") return hpb::HealthCheckResponse::SERVICE_UNKNOWN;
+  return healthy_() ? hpb::HealthCheckResponse::SERVING : hpb::HealthCheckResponse::NOT_SERVING;
+}
 
 grpc::Status HealthService::Check(grpc::ServerContext*, const hpb::HealthCheckRequest* req,
                                   hpb::HealthCheckResponse* resp) {
-  if (!Known(req->service()))
+  const int status = StatusOf(req->service());
+  if (status == hpb::HealthCheckResponse::SERVICE_UNKNOWN)
     return grpc::Status(grpc::StatusCode::NOT_FOUND, "unknown service '" + req->service() + "'");
-  resp->set_status(req->service() == "liveness" || healthy_() ? hpb::HealthCheckResponse::SERVING
-                                                              : hpb::HealthCheckResponse::NOT_SERVING);
+  resp->set_status(static_cast<hpb::HealthCheckResponse::ServingStatus>(status));
   return grpc::Status::OK;
 }
 
@@ -28,9 +30,7 @@ grpc::Status HealthService::Watch(grpc::ServerContext* ctx, const hpb::HealthChe
   hpb::HealthCheckResponse resp;
   int last = -1;
   while (!ctx->IsCancelled()) {
-    const int now = !Known(req->service())                       ? hpb::HealthCheckResponse::SERVICE_UNKNOWN
-                    : req->service() == "liveness" || healthy_() ? hpb::HealthCheckResponse::SERVING
-                                                                 : hpb::HealthCheckResponse::NOT_SERVING;
+    const int now = StatusOf(req->service());
     if (now != last) {
       resp.set_status(static_cast<hpb::HealthCheckResponse::ServingStatus>(now));
       if (!writer->Write(resp)) break;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 #include "grpc/health/v1/health.grpc.pb.h"
 
@@ -25,6 +26,9 @@ class HealthService final : public ::grpc::health::v1::Health::Service {
                      grpc::ServerWriter<::grpc::health::v1::HealthCheckResponse>* writer) override;
 
  private:
+  // The ServingStatus of `service`; SERVICE_UNKNOWN for a name not served here.
+  int StatusOf(const std::string& service) const;
+
   std::function<bool()> healthy_;
 };
 

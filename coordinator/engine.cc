@@ -419,14 +419,12 @@ absl::Status Engine::Step() {
       seq->result.prompt_top[owners[i].scored_index] = std::move(top);
       continue;
     }
-    if (seq->result.tokens.empty()) seq->first_token = std::chrono::steady_clock::now();
-    if (options_.metrics) {
-      options_.metrics->generation_tokens->Add();
-      if (seq->result.tokens.empty()) {
-        const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
-        options_.metrics->time_to_first_token->Observe(ttft.count());
-      }
+    if (seq->result.tokens.empty()) {
+      seq->first_token = std::chrono::steady_clock::now();
+      const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
+      if (options_.metrics) options_.metrics->time_to_first_token->Observe(ttft.count());
     }
+    if (options_.metrics) options_.metrics->generation_tokens->Add();
     seq->tokens.push_back(r.token);
     seq->result.tokens.push_back(r.token);
     seq->result.logprobs.push_back(r.logprob);

@@ -192,8 +192,8 @@ class WorkerService final : public wpb::Worker::Service {
 };
 
 // The coordinator's current epoch and process id, or nullopt when it did not answer.
-std::optional<wpb::HeartbeatResponse> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string& token, int rank,
-                                  uint64_t epoch) {
+std::optional<wpb::HeartbeatResponse> Heartbeat(wpb::Rendezvous::Stub& stub, const std::string& token,
+                                                int rank, uint64_t epoch) {
   grpc::ClientContext ctx;
   AttachInternalToken(ctx, token);
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));

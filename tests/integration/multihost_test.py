@@ -33,7 +33,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
-from harness import Checker  # noqa: E402
+from harness import Checker, LoggedProcess  # noqa: E402
 
 SKIP = 77
 SUBNET = "10.213.0"
@@ -104,38 +104,6 @@ def can_make_namespaces():
     return None
 
 
-class Proc:
-    def __init__(self, workdir, name, args):
-        self.path = os.path.join(workdir, name + ".log")
-        self.log = open(self.path, "wb")
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT)
-
-    def text(self):
-        with open(self.path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
-    def wait_for(self, pattern, timeout):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if re.search(pattern, self.text()):
-                return True
-            if self.proc.poll() is not None:
-                return False
-            time.sleep(0.1)
-        return False
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
-
-
 def generate(args, timeout=120):
     p = subprocess.run(args + ["--prompt-ids", PROMPT_IDS, "--max-new-tokens", "12", "--temperature", "0",
                                "--ignore-eos", "--json"],
@@ -164,17 +132,18 @@ def run(binary, workdir):
     try:
         net.up()
         caddr = net.addr("c")
-        coord = Proc(workdir, "coordinator", net.exec_args("c", [
+        coord = LoggedProcess(net.exec_args("c", [
             binary, "coordinator", "--model", model, "--tp", 2, "--host", caddr, "--port", 50051,
             "--worker-listen", "%s:50052" % caddr, "--internal-token-file", token,
-            "--collective-timeout-ms", 3000]))
+            "--collective-timeout-ms", 3000]), os.path.join(workdir, "coordinator.log"))
         procs.append(coord)
         workers = []
         for rank, host in enumerate(("w0", "w1")):
-            w = Proc(workdir, "worker%d" % rank, net.exec_args(host, [
+            w = LoggedProcess(net.exec_args(host, [
                 binary, "worker", "--coordinator", "%s:50052" % caddr, "--model", model, "--rank", rank,
                 "--listen", "%s:50053" % net.addr(host), "--advertise-host", net.addr(host),
-                "--internal-token-file", token, "--coordinator-lost-ms", 120000]))
+                "--internal-token-file", token, "--coordinator-lost-ms", 120000]),
+                              os.path.join(workdir, "worker%d.log" % rank))
             procs.append(w)
             workers.append(w)
         formed = coord.wait_for(r"shardlm serving", 90)

@@ -40,7 +40,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
-from harness import Ctx, Failure, free_port, parse_case_args, ps_rows, run_cases, wait_until_empty  # noqa: E402
+from harness import (Ctx, Failure, LoggedProcess, free_port, parse_case_args, ps_rows, run_cases,  # noqa: E402
+                     wait_until_empty)
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -65,41 +66,16 @@ RECOVER_TIMEOUT_S = 60
 
 
 
-class Proc:
+class Proc(LoggedProcess):
     """A shardlm process with its output in a log file; ready once `ready_text` is printed."""
 
     def __init__(self, ctx, name, args, env=None, ready_text=None):
-        self.log_path = ctx.dir(name + ".log")
-        self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen([ctx.binary] + [str(a) for a in args], stdin=subprocess.DEVNULL,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, **(env or {})))
+        super().__init__([ctx.binary] + list(args), ctx.dir(name + ".log"), env)
         self.ready_text = ready_text
 
-    def text(self):
-        with open(self.log_path, "rb") as f:
-            return f.read().decode("utf-8", "replace")
-
     def wait_ready(self, timeout=START_TIMEOUT_S):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.ready_text in self.text():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise Failure("%s not ready (rc %s): %s" % (self.proc.args[1], self.proc.poll(), self.text()[-1500:]))
-
-    def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
+        if not self.wait_for(re.escape(self.ready_text), timeout):
+            raise Failure("%s not ready (rc %s): %s" % (self.proc.args[1], self.proc.poll(), self.text()[-1500:]))
 
 
 class Ops(Ctx):

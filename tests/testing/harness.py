@@ -21,6 +21,8 @@ Contents:
                      "cannot execute" is a Failure
   run_engine         run_binary with stdin closed
   crashed            says whether a finished process died from a signal
+  LoggedProcess      a long-running process with its output in a log file:
+                     text(), wait_for(regex), stop()
   tail, strip_glog   shortening of output and removal of glog lines
   last_json_object   the last line of stdout that is a JSON object
   ids_arg            a --prompt-ids value
@@ -247,6 +249,43 @@ def worker_processes(needle):
     """[(pid, args)] of `shardlm worker` processes whose args mention needle."""
     return [(pid, args) for pid, _ppid, _stat, args in ps_rows()
             if " worker " in " %s " % args and "shardlm" in args and needle in args]
+
+
+class LoggedProcess:
+    """A process started in the background (servers, workers) whose stdout and stderr go to
+    `log_path`; stop() ends it with a signal and returns its exit code."""
+
+    def __init__(self, argv, log_path, env=None):
+        self.log_path = log_path
+        self.log = open(log_path, "wb")
+        self.proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+
+    def text(self):
+        with open(self.log_path, "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait_for(self, pattern, timeout):
+        """True once the log matches the regex `pattern`; False at `timeout` or if the process ends."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if re.search(pattern, self.text()):
+                return True
+            if self.proc.poll() is not None:
+                return re.search(pattern, self.text()) is not None
+            time.sleep(0.05)
+        return False
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
 
 
 def wait_until_empty(scan, seconds):

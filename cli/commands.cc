@@ -425,6 +425,7 @@ int RunMakeTinyModel(int argc, char** argv, const CliEnv& env) {
 
 int RunWorker(int argc, char** argv, const CliEnv& env) {
   FlagSet f("worker");
+  f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
   f.String("coordinator", "host:port of the coordinator's worker endpoint", true);
   f.String("model", "checkpoint directory (the same model as the coordinator's)", true);
   f.String("listen", "address of this worker's service (port 0: any)", false, "127.0.0.1:0");

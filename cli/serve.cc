@@ -14,10 +14,14 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "chat/chat_template.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/grpc_security.h"
@@ -28,6 +32,7 @@
 #include "coordinator/engine_loop.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics_http.h"
+#include "coordinator/openai_http.h"
 #include "coordinator/service_metrics.h"
 #include "coordinator/worker_group.h"
 #include "model/model_config.h"
@@ -94,8 +99,33 @@ absl::StatusOr<std::vector<std::string>> ReadApiKeys(const std::string& path) {
   return keys;
 }
 
+// --chat-template FILE: the file's template with the model's special tokens
+// (bos_token, eos_token, ...) from its tokenizer_config.json, when it has one.
+absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplateFromFile(const std::string& path,
+                                                                   const std::string& model_dir) {
+  auto read = [](const std::string& file) -> absl::StatusOr<std::string> {
+    std::ifstream in(file, std::ios::binary);
+    if (!in) return absl::NotFoundError("cannot read '" + file + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    return text.str();
+  };
+  auto source = read(path);
+  if (!source.ok())
+    return absl::InvalidArgumentError("--chat-template: " + std::string(source.status().message()));
+  nlohmann::ordered_json config = nlohmann::ordered_json::object();
+  const std::string config_path = model_dir + "/tokenizer_config.json";
+  if (auto text = read(config_path); text.ok()) {
+    config = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
+    if (!config.is_object()) return absl::InvalidArgumentError("'" + config_path + "' is not a JSON object");
+  }
+  config["chat_template"] = *source;
+  return ChatTemplate::FromConfig(config.dump(), path);
+}
+
 int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   FlagSet f(spawn_local ? "serve" : "coordinator");
+  f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
   f.String("model", "checkpoint directory", true);
   f.Int("tp", "tensor-parallel size (worker processes)", 1, 1, 64);
   f.String("host", "address the public API listens on", false, "127.0.0.1");
@@ -122,6 +152,14 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("metrics-port", "serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; unset: off)",
         0, 0, 65535);
   f.String("metrics-host", "address of the metrics port (default: --host)");
+  f.Int("http-port", "serve the OpenAI-compatible HTTP API on this port (0: any free port; unset: off)", 0, 0,
+        65535);
+  f.String("http-host", "address of the HTTP API (default: --host)");
+  f.String("served-model-name",
+           "model name(s) the HTTP API answers to, comma-separated (default: the model "
+           "directory's name)");
+  f.String("chat-template",
+           "a Jinja chat template file used instead of the model's tokenizer_config.json one");
   AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
@@ -150,6 +188,23 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     api_keys = std::move(*keys);
   }
   if (absl::Status st = CheckPortFree(f.GetString("host"), f.GetInt("port")); !st.ok()) return Fail(st);
+  const std::string http_host = f.Has("http-host") ? f.GetString("http-host") : f.GetString("host");
+  std::unique_ptr<ChatTemplate> chat_template;
+  if (f.Has("http-port")) {
+    if (absl::Status st = CheckPortFree(http_host, f.GetInt("http-port")); !st.ok()) {
+      return Fail(absl::Status(st.code(), absl::StrCat("--http-port: ", st.message())));
+    }
+    auto tmpl = f.Has("chat-template") ? ChatTemplateFromFile(f.GetString("chat-template"), dir)
+                                       : ChatTemplate::Load(dir);
+    if (tmpl.ok()) {
+      chat_template = std::move(*tmpl);
+    } else if (f.Has("chat-template") || !absl::IsNotFound(tmpl.status())) {
+      return Fail(tmpl.status());
+    } else {
+      std::fprintf(stderr, "shardlm: %s; /v1/chat/completions is off\n",
+                   std::string(tmpl.status().message()).c_str());
+    }
+  }
   // Metrics first: a port in use is found before any worker starts.
   MetricsRegistry registry;
   ServiceMetrics metrics(&registry);
@@ -222,6 +277,33 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) {
     return Fail(absl::UnavailableError("cannot listen on " + address + " (address in use?)"));
+  }
+  std::unique_ptr<OpenAiHttpServer> http;
+  if (f.Has("http-port")) {
+    OpenAiHttpOptions ho;
+    ho.host = http_host;
+    ho.port = static_cast<int>(f.GetInt("http-port"));
+    ho.tls = public_tls;
+    ho.max_body_bytes = static_cast<size_t>(max_message);
+    std::string names = f.Has("served-model-name")
+                            ? f.GetString("served-model-name")
+                            : std::filesystem::path(dir).lexically_normal().filename().string();
+    if (names.empty())
+      names = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+    for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
+      ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
+    }
+    ho.model.tokenizer = tokenizer.get();
+    ho.model.chat_template = chat_template.get();
+    ho.model.max_context = std::min<int64_t>(cfg->max_position_embeddings,
+                                             static_cast<int64_t>(initial.num_blocks) * initial.block_size);
+    ho.model.vocab_size = static_cast<int32_t>(cfg->vocab_size);
+    ho.ready = [g, &draining] { return g->serving() && !draining.load(); };
+    auto started = OpenAiHttpServer::Start(&service, std::move(ho));
+    if (!started.ok()) return Fail(started.status());
+    http = std::move(*started);
+    std::printf("OpenAI API on http%s://%s:%d/v1\n", public_tls.enabled() ? "s" : "", http_host.c_str(),
+                http->port());
   }
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", dir.c_str(),
               cfg->architecture.c_str(), go.tp, initial.num_blocks, static_cast<long long>(go.block_size),

@@ -30,6 +30,11 @@ CallRecord::CallRecord(grpc::ServerContext* ctx, const char* method, ServiceMetr
   ctx->AddInitialMetadata("x-request-id", id_);
 }
 
+CallRecord::CallRecord(const std::string& client_id, const char* method, ServiceMetrics* metrics)
+    : method_(method), metrics_(metrics), id_(client_id), start_(std::chrono::steady_clock::now()) {
+  if (!SaneId(id_)) id_ = RandomToken(8);
+}
+
 grpc::Status CallRecord::Finish(grpc::Status status) {
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start_;
   const char* code = CodeName(status.error_code());

@@ -103,6 +103,16 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
                                             CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
+  return StreamGenerate(
+      *req, owner, call, [writer](const pb::GenerateResponse& msg) { return writer->Write(msg); },
+      [ctx] { return ctx->IsCancelled(); });
+}
+
+grpc::Status InferenceService::StreamGenerate(const pb::GenerateRequest& request, const std::string& owner,
+                                              CallRecord& call,
+                                              const std::function<bool(const pb::GenerateResponse&)>& emit,
+                                              const std::function<bool()>& gone) {
+  const pb::GenerateRequest* req = &request;
   const int n = req->n() == 0 ? 1 : req->n();
   if (n < 1 || n > kMaxSamples) {
     return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
@@ -233,7 +243,7 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
       channel->cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return !channel->events.empty(); });
       batch.swap(channel->events);
     }
-    if (ctx->IsCancelled()) {
+    if (gone()) {
       for (Event& e : batch) {
         if (e.done && !e.done->handle.empty()) loop_->ReleaseHandle(e.done->handle, owner).IgnoreError();
       }
@@ -278,7 +288,7 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
         msg->mutable_prompt_token_ids()->Add(base.prompt.begin(), base.prompt.end());
         first = false;
       }
-      if (!writer->Write(*msg)) {
+      if (!emit(*msg)) {
         abandon();
         return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
       }
@@ -305,7 +315,7 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
   last.mutable_usage()->set_generated_tokens(generated);
   call.SetTokens(prompt_tokens, cached_tokens, generated);
   if (first) last.mutable_prompt_token_ids()->Add(base.prompt.begin(), base.prompt.end());
-  writer->Write(last);
+  emit(last);
   return grpc::Status::OK;
 }
 

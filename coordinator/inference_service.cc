@@ -24,11 +24,17 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 }  // namespace
 
 grpc::Status InferenceService::Admit(const grpc::ServerContext& ctx, std::string* owner) const {
-  if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
-  if (api_keys_.empty()) return grpc::Status::OK;
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
-  const std::string value = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+  if (it == md.end()) return AdmitKey(nullptr, owner);
+  const std::string value(it->second.data(), it->second.size());
+  return AdmitKey(&value, owner);
+}
+
+grpc::Status InferenceService::AdmitKey(const std::string* authorization, std::string* owner) const {
+  if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  if (api_keys_.empty()) return grpc::Status::OK;
+  const std::string value = authorization == nullptr ? "" : *authorization;
   constexpr char kBearer[] = "Bearer ";
   if (value.rfind(kBearer, 0) == 0) {
     const std::string key = value.substr(sizeof(kBearer) - 1);
@@ -40,8 +46,9 @@ grpc::Status InferenceService::Admit(const grpc::ServerContext& ctx, std::string
     }
   }
   return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      it == md.end() ? "missing API key: send the metadata 'authorization: Bearer <key>'"
-                                     : "invalid API key in 'authorization' (expected 'Bearer <key>')");
+                      authorization == nullptr
+                          ? "missing API key: send the metadata 'authorization: Bearer <key>'"
+                          : "invalid API key in 'authorization' (expected 'Bearer <key>')");
 }
 
 void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {

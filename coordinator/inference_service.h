@@ -46,6 +46,22 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   // Counts every call into `metrics` (which must outlive the service).
   void SetMetrics(ServiceMetrics* metrics) { metrics_ = metrics; }
 
+  // The Generate call's work, shared by gRPC and the OpenAI HTTP front end:
+  // `emit` gets each response message in order (false: the client is gone),
+  // and `gone` is polled while waiting for tokens. The request's work is
+  // cancelled and its blocks freed when either says the client left.
+  grpc::Status StreamGenerate(const ::shardlm::v1::GenerateRequest& req, const std::string& owner,
+                              CallRecord& call,
+                              const std::function<bool(const ::shardlm::v1::GenerateResponse&)>& emit,
+                              const std::function<bool()>& gone);
+  // Admits a call from its `authorization` value (empty: none sent):
+  // UNAVAILABLE while draining, UNAUTHENTICATED without a valid key; sets
+  // *owner to the caller's key (empty when keys are off).
+  grpc::Status AdmitKey(const std::string* authorization, std::string* owner) const;
+  const Tokenizer* tokenizer() const { return tokenizer_; }
+  EngineLoop* loop() const { return loop_; }
+  ServiceMetrics* metrics() const { return metrics_; }
+
   grpc::Status Generate(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
                         grpc::ServerWriter<::shardlm::v1::GenerateResponse>* writer) override;
   grpc::Status Prefill(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,

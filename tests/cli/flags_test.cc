@@ -58,6 +58,63 @@ TEST(FlagsTest, ErrorsNameTheFlagAndTheRange) {
   }
 }
 
+TEST(FlagsTest, RepeatedFlagsEmptyValuesNegativeNumbersAndPositionals) {
+  FlagSet f = Flags();
+  ASSERT_THAT(ParseArgs(f, {"--model", "a", "--model=b", "--max-new-tokens", "0", "--prompt-like", "x"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown flag --prompt-like")));
+  FlagSet g = Flags();
+  ASSERT_THAT(ParseArgs(g, {"--model", "a", "--model=b", "--json", "p1", "--", "--p2"}), IsOk());
+  EXPECT_EQ(g.GetString("model"), "b");  // the last one wins
+  EXPECT_EQ(g.positional(), std::vector<std::string>({"p1", "--p2"}));
+  FlagSet h = Flags();
+  ASSERT_THAT(ParseArgs(h, {"--model=", "-5"}), IsOk());  // "--model=" is the empty value
+  EXPECT_TRUE(h.Has("model"));
+  EXPECT_EQ(h.GetString("model"), "");
+  EXPECT_EQ(h.positional(), std::vector<std::string>({"-5"}));
+  FlagSet i = Flags();
+  EXPECT_THAT(
+      ParseArgs(i, {"--model", "m", "--dtype="}),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--dtype must be one of auto|f32, got ''")));
+  FlagSet j = Flags();
+  ASSERT_THAT(ParseArgs(j, {"--model", "m", "--json=false", "--max-new-tokens=+07"}), IsOk());
+  EXPECT_FALSE(j.GetBool("json"));
+  EXPECT_TRUE(j.Has("json"));
+  EXPECT_EQ(j.GetString("max-new-tokens"), "7");  // canonical form
+  FlagSet k = Flags();
+  EXPECT_THAT(ParseArgs(k, {"--model", "m", "--json=maybe"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--json must be true or false")));
+}
+
+TEST(FlagsTest, UnknownFlagsSuggestTheNearestName) {
+  FlagSet f = Flags();
+  EXPECT_THAT(ParseArgs(f, {"--model", "m", "--max-new-token=3"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("generate: unknown flag --max-new-token (did you mean --max-new-tokens?)")));
+  FlagSet g = Flags();
+  EXPECT_THAT(ParseArgs(g, {"--model", "m", "--config", "x.yaml"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("unknown flag --config")));
+}
+
+TEST(FlagsTest, HelpWinsAndUsageComesFromTheTable) {
+  FlagSet f = Flags();
+  ASSERT_THAT(ParseArgs(f, {"--bogus", "--help"}), IsOk());
+  EXPECT_TRUE(f.help_requested());
+  const std::string usage = f.Usage();
+  EXPECT_THAT(usage, HasSubstr("usage: shardlm generate [flags]"));
+  EXPECT_THAT(usage, HasSubstr("--model STRING, required\n      dir\n"));
+  EXPECT_THAT(usage, HasSubstr("--max-new-tokens INT in [0, 100], default 16\n      n\n"));
+  EXPECT_THAT(usage, HasSubstr("--top-p FLOAT in (0, 1], default 1\n"));
+  EXPECT_THAT(usage, HasSubstr("--dtype auto|f32, default auto\n"));
+  EXPECT_THAT(usage, HasSubstr("--json\n      j\n"));
+  EXPECT_THAT(usage, ::testing::Not(HasSubstr("SHARDLM_")));
+  EXPECT_THAT(usage, ::testing::Not(HasSubstr("--config")));
+  f.EnableConfig();
+  EXPECT_THAT(f.Usage(), HasSubstr("--max-new-tokens INT in [0, 100], default 16  [max-new-tokens, "
+                                   "SHARDLM_MAX_NEW_TOKENS]\n"));
+  EXPECT_THAT(f.Usage(), HasSubstr("--config FILE"));
+  EXPECT_THAT(f.Usage(), HasSubstr("--print-config"));
+}
+
 TEST(FlagsTest, IdLists) {
   std::vector<int32_t> ids;
   ASSERT_THAT(ParseIdList("prompt-ids", "1,22,333", &ids), IsOk());

@@ -490,9 +490,10 @@ CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigst
          ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 
-def run_main(doc, cases, label):
-    """Parses --shardlm/--workdir/--only, runs `cases` on an Ops context, then checks that no
-    worker of the test model is left running."""
+def run_main(doc, cases, label, ctx_class=None):
+    """Parses --shardlm/--workdir/--only, runs `cases` on an Ops context (or `ctx_class`, a
+    subclass whose close() ends what the cases shared), then checks that no worker of the test
+    model is left running."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--workdir", required=True)
@@ -502,8 +503,12 @@ def run_main(doc, cases, label):
     if parsed is None:
         return 2
     binary, workdir, only = parsed
-    ctx = Ops(workdir, args, binary)
-    rc = run_cases(cases, only, ctx, label)
+    ctx = (ctx_class or Ops)(workdir, args, binary)
+    try:
+        rc = run_cases(cases, only, ctx, label)
+    finally:
+        if hasattr(ctx, "close"):
+            ctx.close()
     left = wait_until_empty(lambda: [r for r in ps_rows() if ctx.model in r[3] and " worker " in r[3]], 10)
     if left:
         print("FAIL workers left behind: %s" % left)

@@ -1,0 +1,691 @@
+#include "coordinator/openai_api.h"
+
+#include <cmath>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "chat/chat_template.h"
+
+namespace shardlm {
+namespace openai {
+namespace {
+
+namespace pb = ::shardlm::v1;
+
+constexpr int kMaxSamples = 16;
+constexpr int kMaxStops = 8;
+constexpr int kMaxStopBytes = 256;
+constexpr int kMaxLogitBias = 300;
+
+// Checks a body's parameters; the first error wins and names its parameter.
+class Params {
+ public:
+  Params(const Json& body, ApiError* error) : body_(body), error_(error) {}
+
+  bool Fail(const std::string& param, const std::string& message) {
+    if (!failed_) {
+      failed_ = true;
+      *error_ = ApiError{400, message, "invalid_request_error", param, ""};
+    }
+    return false;
+  }
+  bool failed() const { return failed_; }
+  void SetStatus(int http_status, const std::string& code) {
+    error_->http_status = http_status;
+    error_->code = code;
+  }
+  // A parameter given and not null.
+  bool Has(const std::string& key) const { return body_.contains(key) && !body_.at(key).is_null(); }
+  const Json& At(const std::string& key) const { return body_.at(key); }
+
+  bool Number(const std::string& key, double min, double max, bool min_open, double* out) {
+    if (!Has(key)) return true;
+    const Json& v = At(key);
+    if (!v.is_number()) return Fail(key, absl::StrCat(key, " must be a number, got ", v.dump()));
+    const double d = v.get<double>();
+    if (!std::isfinite(d) || (min_open ? d <= min : d < min) || d > max) {
+      return Fail(key, absl::StrCat(key, " must be in ", min_open ? "(" : "[", min, ", ", max, "], got ", d));
+    }
+    *out = d;
+    return true;
+  }
+  bool Integer(const std::string& key, int64_t min, int64_t max, int64_t* out) {
+    if (!Has(key)) return true;
+    const Json& v = At(key);
+    if (!v.is_number_integer()) return Fail(key, absl::StrCat(key, " must be an integer, got ", v.dump()));
+    // Large unsigned values (seeds) do not fit int64; only seeds allow them.
+    const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+                          ? INT64_MAX
+                          : v.get<int64_t>();
+    if (i < min || i > max)
+      return Fail(key, absl::StrCat(key, " must be in [", min, ", ", max, "], got ", i));
+    *out = i;
+    return true;
+  }
+  bool Bool(const std::string& key, bool* out) {
+    if (!Has(key)) return true;
+    if (!At(key).is_boolean())
+      return Fail(key, absl::StrCat(key, " must be true or false, got ", At(key).dump()));
+    *out = At(key).get<bool>();
+    return true;
+  }
+  // Every key is one of `known`.
+  bool OnlyKnown(const std::set<std::string>& known) {
+    for (auto it = body_.begin(); it != body_.end(); ++it) {
+      if (!known.count(it.key())) {
+        return Fail(it.key(), absl::StrCat("Unrecognized request argument supplied: ", it.key()));
+      }
+    }
+    return true;
+  }
+
+ private:
+  const Json& body_;
+  ApiError* error_;
+  bool failed_ = false;
+};
+
+const std::set<std::string> kCommonKeys = {
+    "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
+    "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "seed", "user",
+    // vLLM's extensions, named as there
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids"};
+
+// The parameters both endpoints share, into `base` and `r`.
+bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::GenerateRequest& base) {
+  if (!p.Has("model") || !p.At("model").is_string()) return p.Fail("model", "model is required (a string)");
+  r.model = p.At("model").get<std::string>();
+  bool known = false;
+  for (const std::string& name : model.names) known |= name == r.model;
+  if (!known) {
+    p.Fail("model", absl::StrCat("The model '", r.model, "' does not exist; this server serves '",
+                                 absl::StrJoin(model.names, "', '"), "'"));
+    p.SetStatus(404, "model_not_found");
+    return false;
+  }
+  pb::SamplingParams& s = *base.mutable_sampling();
+  double d = 1;
+  if (p.Number("temperature", 0, 2, false, &d)) s.set_temperature(static_cast<float>(d));
+  d = 1;
+  if (p.Has("top_p") && p.Number("top_p", 0, 1, true, &d)) s.set_top_p(static_cast<float>(d));
+  d = 0;
+  if (p.Number("presence_penalty", -2, 2, false, &d)) s.set_presence_penalty(static_cast<float>(d));
+  d = 0;
+  if (p.Number("frequency_penalty", -2, 2, false, &d)) s.set_frequency_penalty(static_cast<float>(d));
+  d = 0;
+  if (p.Number("min_p", 0, 1, false, &d)) s.set_min_p(static_cast<float>(d));
+  d = 1;
+  if (p.Has("repetition_penalty") && p.Number("repetition_penalty", 0, 10, true, &d))
+    s.set_repetition_penalty(static_cast<float>(d));
+  int64_t i = 0;
+  if (p.Integer("top_k", -1, model.vocab_size, &i))
+    s.set_top_k(static_cast<int32_t>(std::max<int64_t>(i, 0)));
+  if (p.Has("seed")) {
+    const Json& v = p.At("seed");
+    if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + v.dump());
+    s.set_seed(v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>()));
+  }
+  int64_t n = 1;
+  if (p.Integer("n", 1, kMaxSamples, &n)) r.n = static_cast<int>(n);
+  base.set_n(r.n);
+  p.Bool("stream", &r.stream);
+  if (p.Has("stream_options")) {
+    const Json& so = p.At("stream_options");
+    if (!r.stream) return p.Fail("stream_options", "stream_options is only allowed when stream is true");
+    if (!so.is_object()) return p.Fail("stream_options", "stream_options must be an object");
+    for (auto it = so.begin(); it != so.end(); ++it) {
+      if (it.key() == "include_usage" && it.value().is_boolean()) {
+        r.include_usage = it.value().get<bool>();
+      } else if (it.key() != "include_usage") {
+        return p.Fail("stream_options." + it.key(), "Unrecognized stream option: " + it.key());
+      } else {
+        return p.Fail("stream_options.include_usage", "stream_options.include_usage must be true or false");
+      }
+    }
+  }
+  if (p.Has("stop")) {
+    const Json& v = p.At("stop");
+    std::vector<std::string> stops;
+    if (v.is_string()) {
+      stops.push_back(v.get<std::string>());
+    } else if (v.is_array()) {
+      for (const Json& e : v) {
+        if (!e.is_string()) return p.Fail("stop", "stop must be a string or a list of strings");
+        stops.push_back(e.get<std::string>());
+      }
+    } else {
+      return p.Fail("stop", "stop must be a string or a list of strings");
+    }
+    if (stops.size() > static_cast<size_t>(kMaxStops))
+      return p.Fail("stop", absl::StrCat("stop holds at most ", kMaxStops, " strings, got ", stops.size()));
+    for (size_t k = 0; k < stops.size(); ++k) {
+      if (stops[k].empty() || stops[k].size() > static_cast<size_t>(kMaxStopBytes))
+        return p.Fail("stop", absl::StrCat("stop[", k, "] must be 1 to ", kMaxStopBytes, " bytes"));
+      base.add_stop(stops[k]);
+    }
+  }
+  if (p.Has("logit_bias")) {
+    const Json& v = p.At("logit_bias");
+    if (!v.is_object()) return p.Fail("logit_bias", "logit_bias must be an object of token id -> bias");
+    if (v.size() > static_cast<size_t>(kMaxLogitBias))
+      return p.Fail("logit_bias", absl::StrCat("logit_bias holds at most ", kMaxLogitBias, " entries"));
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      char* end = nullptr;
+      const long id = std::strtol(it.key().c_str(), &end, 10);
+      if (it.key().empty() || *end != '\0' || id < 0 || id >= model.vocab_size) {
+        return p.Fail("logit_bias", absl::StrCat("logit_bias key '", it.key(), "' must be a token id in [0, ",
+                                                 model.vocab_size, ")"));
+      }
+      if (!it.value().is_number() || it.value().get<double>() < -100 || it.value().get<double>() > 100) {
+        return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in [-100, 100], got ",
+                                                 it.value().dump()));
+      }
+      (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
+    }
+  }
+  bool ignore_eos = false;
+  if (p.Bool("ignore_eos", &ignore_eos)) base.set_ignore_eos(ignore_eos);
+  if (p.Has("stop_token_ids")) {
+    const Json& v = p.At("stop_token_ids");
+    if (!v.is_array()) return p.Fail("stop_token_ids", "stop_token_ids must be a list of token ids");
+    for (const Json& e : v) {
+      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model.vocab_size) {
+        return p.Fail("stop_token_ids",
+                      absl::StrCat("stop_token_ids must hold token ids in [0, ", model.vocab_size, ")"));
+      }
+      base.add_stop_token_ids(e.get<int32_t>());
+    }
+  }
+  if (p.Has("user") && !p.At("user").is_string()) return p.Fail("user", "user must be a string");
+  return !p.failed();
+}
+
+// Sets max_new_tokens from the endpoint's parameter (or the rest of the
+// context) and checks the prompt fits.
+bool SetLength(Params& p, const ModelContext& model, const std::string& param, int64_t default_tokens,
+               const std::string& prompt_param, pb::GenerateRequest& g) {
+  const int64_t prompt = g.prompt().token_ids().ids_size();
+  if (prompt == 0) return p.Fail(prompt_param, prompt_param + " must not be empty");
+  if (prompt >= model.max_context) {
+    return p.Fail(prompt_param, absl::StrCat("The prompt is ", prompt, " tokens; this model's context holds ",
+                                             model.max_context, " (prompt plus completion)"));
+  }
+  int64_t max_tokens = default_tokens < 0 ? model.max_context - prompt : default_tokens;
+  if (!p.Integer(param, 0, model.max_context, &max_tokens)) return false;
+  if (prompt + max_tokens > model.max_context) {
+    return p.Fail(param, absl::StrCat("This model's context holds ", model.max_context, " tokens, but ",
+                                      prompt, " prompt tokens plus ", param, "=", max_tokens, " is ",
+                                      prompt + max_tokens, "; lower ", param, " or shorten the prompt"));
+  }
+  g.set_max_new_tokens(static_cast<int32_t>(max_tokens));
+  return true;
+}
+
+bool SetTokens(Params& p, const std::string& field, const Json& v, const ModelContext& model,
+               pb::GenerateRequest& g) {
+  if (v.is_string()) {
+    if (model.tokenizer == nullptr)
+      return p.Fail(field, field + " as text needs a tokenizer.json in the model; send token ids");
+    auto ids = model.tokenizer->Encode(v.get<std::string>(), /*add_special_tokens=*/true);
+    if (!ids.ok()) return p.Fail(field, absl::StrCat(field, ": ", ids.status().message()));
+    g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+    return true;
+  }
+  for (const Json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model.vocab_size) {
+      return p.Fail(field, absl::StrCat(field, " token ids must be in [0, ", model.vocab_size, ")"));
+    }
+    g.mutable_prompt()->mutable_token_ids()->add_ids(e.get<int32_t>());
+  }
+  return true;
+}
+
+}  // namespace
+
+Json ApiError::Body() const {
+  Json e = Json::object();
+  e["message"] = message;
+  e["type"] = type;
+  e["param"] = param.empty() ? Json() : Json(param);
+  e["code"] = code.empty() ? Json() : Json(code);
+  Json body = Json::object();
+  body["error"] = std::move(e);
+  return body;
+}
+
+ApiError FromStatus(const grpc::Status& status) {
+  ApiError e;
+  e.message = absl::StrReplaceAll(status.error_message(), {{"max_new_tokens", "max_tokens"}});
+  switch (status.error_code()) {
+    case grpc::StatusCode::INVALID_ARGUMENT:
+    case grpc::StatusCode::OUT_OF_RANGE:
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      e.http_status = 400;
+      // The engine's messages start with the field they are about.
+      for (const char* param :
+           {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+            "frequency_penalty", "logit_bias", "max_tokens", "prompt", "stop", "n", "seed"}) {
+        if (e.message.rfind(param, 0) == 0) {
+          e.param = param;
+          break;
+        }
+      }
+      break;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      e = ApiError{401, e.message, "authentication_error", "", "invalid_api_key"};
+      break;
+    case grpc::StatusCode::PERMISSION_DENIED:
+      e = ApiError{403, e.message, "permission_error", "", ""};
+      break;
+    case grpc::StatusCode::NOT_FOUND:
+      e = ApiError{404, e.message, "not_found_error", "", ""};
+      break;
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      e = ApiError{429, e.message, "rate_limit_error", "", ""};
+      break;
+    case grpc::StatusCode::UNAVAILABLE:
+      e = ApiError{503, e.message, "service_unavailable_error", "", ""};
+      break;
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      e = ApiError{504, e.message, "timeout_error", "", ""};
+      break;
+    case grpc::StatusCode::CANCELLED:
+      e = ApiError{499, e.message, "cancelled", "", ""};
+      break;
+    default:
+      e = ApiError{500, e.message, "server_error", "", ""};
+      break;
+  }
+  return e;
+}
+
+absl::StatusOr<OpenAiRequest> ParseCompletion(const Json& body, const ModelContext& model, ApiError* error) {
+  const absl::Status invalid = absl::InvalidArgumentError("invalid request");
+  if (!body.is_object()) {
+    *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+    return invalid;
+  }
+  Params p(body, error);
+  std::set<std::string> known = kCommonKeys;
+  known.insert({"prompt", "echo", "best_of", "suffix"});
+  if (!p.OnlyKnown(known)) return invalid;
+  OpenAiRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  pb::GenerateRequest base;
+  if (!ParseCommon(p, model, r, base)) return invalid;
+  bool echo = false;
+  if (!p.Bool("echo", &echo)) return invalid;
+  if (echo) return p.Fail("echo", "echo is not supported"), invalid;
+  if (p.Has("suffix")) return p.Fail("suffix", "suffix is not supported"), invalid;
+  int64_t best_of = r.n;
+  if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return invalid;
+  if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported"), invalid;
+  int64_t logprobs = -1;
+  if (!p.Integer("logprobs", 0, 20, &logprobs)) return invalid;
+  if (logprobs >= 0) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(logprobs);
+    base.set_top_logprobs(r.top_logprobs);
+  }
+  // prompt: a string, a list of strings, a list of token ids, or a list of those lists.
+  if (!p.Has("prompt")) return p.Fail("prompt", "prompt is required"), invalid;
+  const Json& prompt = p.At("prompt");
+  std::vector<const Json*> prompts;
+  if (prompt.is_string()) {
+    prompts.push_back(&prompt);
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
+    prompts.push_back(&prompt);
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const Json& e : prompt) {
+      if (!e.is_string() && !(e.is_array() && std::all_of(e.begin(), e.end(), [](const Json& x) {
+                                return x.is_number_integer();
+                              }))) {
+        return p.Fail("prompt",
+                      "prompt must be a string, a list of strings, a list of token ids, or a list of "
+                      "token-id lists"),
+               invalid;
+      }
+      prompts.push_back(&e);
+    }
+  } else {
+    return p.Fail("prompt", "prompt must be a non-empty string, list of strings, or list of token ids"),
+           invalid;
+  }
+  if (prompts.size() > static_cast<size_t>(kMaxPrompts)) {
+    return p.Fail("prompt",
+                  absl::StrCat("prompt holds at most ", kMaxPrompts, " prompts, got ", prompts.size())),
+           invalid;
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    pb::GenerateRequest g = base;
+    const std::string field = prompts.size() > 1 ? absl::StrCat("prompt[", i, "]") : "prompt";
+    if (!SetTokens(p, field, *prompts[i], model, g)) return invalid;
+    if (!SetLength(p, model, "max_tokens", 16, "prompt", g)) return invalid;
+    r.prompts.push_back(std::move(g));
+  }
+  return r;
+}
+
+absl::StatusOr<OpenAiRequest> ParseChat(const Json& body, const ModelContext& model, ApiError* error) {
+  const absl::Status invalid = absl::InvalidArgumentError("invalid request");
+  if (!body.is_object()) {
+    *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
+    return invalid;
+  }
+  Params p(body, error);
+  std::set<std::string> known = kCommonKeys;
+  known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                "parallel_tool_calls", "response_format", "store", "metadata", "service_tier",
+                "add_generation_prompt", "chat_template_kwargs"});
+  if (!p.OnlyKnown(known)) return invalid;
+  OpenAiRequest r;
+  r.endpoint = Endpoint::kChat;
+  pb::GenerateRequest g;
+  if (!ParseCommon(p, model, r, g)) return invalid;
+  if (!p.Bool("logprobs", &r.logprobs)) return invalid;
+  int64_t top = 0;
+  if (!p.Integer("top_logprobs", 0, 20, &top)) return invalid;
+  if (p.Has("top_logprobs") && !r.logprobs)
+    return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true"), invalid;
+  r.top_logprobs = static_cast<int>(top);
+  g.set_top_logprobs(r.top_logprobs);
+  if (p.Has("response_format")) {
+    const Json& f = p.At("response_format");
+    if (!f.is_object() || !f.contains("type") || f["type"] != "text") {
+      return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported"),
+             invalid;
+    }
+  }
+  if (p.Has("tool_choice")) {
+    const Json& t = p.At("tool_choice");
+    if (!(t.is_string() && (t == "none" || t == "auto"))) {
+      return p.Fail("tool_choice",
+                    "tool_choice must be \"none\" or \"auto\" (forcing a tool is not supported)"),
+             invalid;
+    }
+  }
+  bool store = false;
+  if (!p.Bool("store", &store)) return invalid;
+  if (store) return p.Fail("store", "store is not supported"), invalid;
+  if (model.chat_template == nullptr || model.tokenizer == nullptr) {
+    return p.Fail("messages",
+                  "this model has no chat template (tokenizer_config.json chat_template); use "
+                  "/v1/completions"),
+           invalid;
+  }
+  // messages: roles checked, content flattened to text as the templates expect.
+  if (!p.Has("messages") || !p.At("messages").is_array() || p.At("messages").empty()) {
+    return p.Fail("messages", "messages must be a non-empty list"), invalid;
+  }
+  Json messages = Json::array();
+  const Json& in = p.At("messages");
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string at = absl::StrCat("messages[", i, "]");
+    const Json& m = in[i];
+    if (!m.is_object()) return p.Fail(at, at + " must be an object"), invalid;
+    if (!m.contains("role") || !m["role"].is_string())
+      return p.Fail(at + ".role", at + ".role is required (a string)"), invalid;
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return p.Fail(at + ".role",
+                    absl::StrCat(at, ".role must be one of system, developer, user, assistant, tool; got '",
+                                 role, "'")),
+             invalid;
+    }
+    Json out = m;
+    out["role"] = role;
+    std::string text;
+    if (!m.contains("content") || m["content"].is_null()) {
+      if (role != "assistant") return p.Fail(at + ".content", at + ".content is required"), invalid;
+    } else if (m["content"].is_string()) {
+      text = m["content"].get<std::string>();
+    } else if (m["content"].is_array()) {
+      for (size_t j = 0; j < m["content"].size(); ++j) {
+        const Json& part = m["content"][j];
+        const std::string pat = absl::StrCat(at, ".content[", j, "]");
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return p.Fail(pat,
+                        absl::StrCat(pat, " must be {\"type\": \"text\", \"text\": ...}; ",
+                                     part.is_object() && part.contains("type") ? part["type"].dump() : "this",
+                                     " content is not supported")),
+                 invalid;
+        }
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return p.Fail(at + ".content", at + ".content must be a string or a list of text parts"), invalid;
+    }
+    out["content"] = text;
+    // OpenAI sends a tool call's arguments as a JSON string; templates (and
+    // transformers' docs) expect the object, which they print with tojson.
+    if (out.contains("tool_calls") && out["tool_calls"].is_array()) {
+      for (Json& call : out["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        Json& fn = call["function"];
+        if (fn.contains("arguments") && fn["arguments"].is_string()) {
+          Json args = Json::parse(fn["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
+          if (!args.is_discarded()) fn["arguments"] = std::move(args);
+        }
+      }
+    }
+    messages.push_back(std::move(out));
+  }
+  Json tools;
+  if (p.Has("tools")) {
+    if (!p.At("tools").is_array()) return p.Fail("tools", "tools must be a list"), invalid;
+    if (!(p.Has("tool_choice") && p.At("tool_choice") == "none")) tools = p.At("tools");
+  }
+  bool add_generation_prompt = true;
+  if (!p.Bool("add_generation_prompt", &add_generation_prompt)) return invalid;
+  Json extra;
+  if (p.Has("chat_template_kwargs")) {
+    if (!p.At("chat_template_kwargs").is_object())
+      return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object"), invalid;
+    extra = p.At("chat_template_kwargs");
+  }
+  auto text = model.chat_template->Apply(messages, add_generation_prompt, tools, extra);
+  if (!text.ok()) {
+    return p.Fail("messages",
+                  absl::StrCat("the chat template rejected the messages: ", text.status().message())),
+           invalid;
+  }
+  auto ids =
+      model.tokenizer->Encode(*text, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
+  if (!ids.ok()) return p.Fail("messages", std::string(ids.status().message())), invalid;
+  g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  const std::string length_param = p.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (!SetLength(p, model, length_param, -1, "messages", g)) return invalid;
+  r.prompts.push_back(std::move(g));
+  return r;
+}
+
+std::string Event(const Json& j) {
+  return absl::StrCat("data: ", j.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n");
+}
+
+ResponseWriter::ResponseWriter(const OpenAiRequest& request, const Tokenizer* tokenizer, std::string id,
+                               int64_t created, std::function<bool(const std::string&)> send)
+    : request_(request),
+      tokenizer_(tokenizer),
+      id_(std::move(id)),
+      created_(created),
+      send_(std::move(send)) {
+  choices_.resize(request_.prompts.size() * request_.n);
+}
+
+Json ResponseWriter::Chunk(Json choices) const {
+  Json j = Json::object();
+  j["id"] = id_;
+  j["object"] = request_.endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion";
+  j["created"] = created_;
+  j["model"] = request_.model;
+  j["choices"] = std::move(choices);
+  if (request_.include_usage) j["usage"] = nullptr;
+  return j;
+}
+
+bool ResponseWriter::Send(const Json& j) { return send_(Event(j)); }
+
+Json ResponseWriter::TokenEntry(int32_t id, float logprob) const {
+  const std::string& bytes = tokenizer_ ? tokenizer_->TokenBytes(id, /*skip_special=*/false) : std::string();
+  Json e = Json::object();
+  e["token"] = tokenizer_ ? bytes : absl::StrCat("token_id:", id);
+  e["logprob"] = logprob;
+  Json b = Json::array();
+  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  e["bytes"] = std::move(b);
+  return e;
+}
+
+void ResponseWriter::AddLogprobs(Choice& c, const pb::GenerateResponse& msg, size_t text_offset,
+                                 Json* delta_logprobs) {
+  for (int t = 0; t < msg.token_ids_size(); ++t) {
+    const pb::TopLogprobs* alts = t < msg.top_logprobs_size() ? &msg.top_logprobs(t) : nullptr;
+    if (request_.endpoint == Endpoint::kChat) {
+      Json e = TokenEntry(msg.token_ids(t), msg.logprobs(t));
+      Json top = Json::array();
+      for (int k = 0; alts && k < alts->alternatives_size() && k < request_.top_logprobs; ++k)
+        top.push_back(TokenEntry(alts->alternatives(k).id(), alts->alternatives(k).logprob()));
+      e["top_logprobs"] = std::move(top);
+      if (delta_logprobs) delta_logprobs->push_back(e);
+      c.logprobs_content.push_back(std::move(e));
+    } else {
+      const Json tok = TokenEntry(msg.token_ids(t), msg.logprobs(t))["token"];
+      Json top = Json::object();
+      for (int k = 0; alts && k < alts->alternatives_size() && k < request_.top_logprobs; ++k)
+        top[TokenEntry(alts->alternatives(k).id(), 0)["token"].get<std::string>()] =
+            alts->alternatives(k).logprob();
+      c.tokens.push_back(tok);
+      c.token_logprobs.push_back(msg.logprobs(t));
+      c.top.push_back(std::move(top));
+      c.offsets.push_back(text_offset);
+    }
+  }
+}
+
+bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (msg.results_size() > 0) {  // the last message: finish reasons and usage
+    prompt_tokens_ += msg.usage().prompt_tokens();
+    cached_tokens_ += msg.usage().cached_tokens();
+    completion_tokens_ += msg.usage().generated_tokens();
+  }
+  const size_t index = static_cast<size_t>(prompt) * request_.n + msg.sample();
+  Choice& c = choices_.at(index);
+  const size_t offset = c.text.size();
+  c.text += msg.text();
+  Json chunk_logprobs = Json::array();
+  if (request_.logprobs) AddLogprobs(c, msg, offset, request_.stream ? &chunk_logprobs : nullptr);
+  bool ok = true;
+  if (request_.stream) {
+    const bool chat = request_.endpoint == Endpoint::kChat;
+    if (chat && !c.role_sent) {
+      c.role_sent = true;
+      Json choice = {{"index", index},
+                     {"delta", {{"role", "assistant"}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}};
+      ok &= Send(Chunk(Json::array({choice})));
+    }
+    if (chat && request_.logprobs) {
+      for (Json& e : chunk_logprobs) c.pending.push_back(std::move(e));
+    }
+    // Text only when there is some: a token whose text is held back (part of
+    // a character, or perhaps of a stop string) waits for the next.
+    if (!msg.text().empty()) {
+      Json choice = Json::object();
+      choice["index"] = index;
+      if (chat) {
+        choice["delta"] = {{"content", msg.text()}};
+        choice["logprobs"] = request_.logprobs ? Json{{"content", c.pending}} : Json();
+        c.pending = Json::array();
+      } else {
+        choice["text"] = msg.text();
+        choice["logprobs"] = request_.logprobs ? Json{{"tokens", c.tokens},
+                                                      {"token_logprobs", c.token_logprobs},
+                                                      {"top_logprobs", c.top},
+                                                      {"text_offset", c.offsets}}
+                                               : Json();
+        c.tokens = c.token_logprobs = c.top = c.offsets = Json::array();
+      }
+      choice["finish_reason"] = nullptr;
+      ok &= Send(Chunk(Json::array({choice})));
+    }
+  }
+  for (const pb::SampleResult& sr : msg.results()) {
+    const size_t i = static_cast<size_t>(prompt) * request_.n + sr.sample();
+    Choice& done = choices_.at(i);
+    done.finish_reason = sr.finish_reason();
+    if (!request_.stream) continue;
+    Json choice = Json::object();
+    choice["index"] = i;
+    if (request_.endpoint == Endpoint::kChat) {
+      choice["delta"] = Json::object();
+      choice["logprobs"] =
+          request_.logprobs && !done.pending.empty() ? Json{{"content", done.pending}} : Json();
+    } else {
+      choice["text"] = "";
+      choice["logprobs"] = nullptr;
+    }
+    choice["finish_reason"] = done.finish_reason;
+    ok &= Send(Chunk(Json::array({choice})));
+  }
+  return ok;
+}
+
+bool ResponseWriter::Finish() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Json usage = {{"prompt_tokens", prompt_tokens_},
+                {"completion_tokens", completion_tokens_},
+                {"total_tokens", prompt_tokens_ + completion_tokens_},
+                {"prompt_tokens_details", {{"cached_tokens", cached_tokens_}}}};
+  if (request_.stream) {
+    bool ok = true;
+    if (request_.include_usage) {
+      Json j = Chunk(Json::array());
+      j["usage"] = usage;
+      ok &= Send(j);
+    }
+    return ok && send_("data: [DONE]\n\n");
+  }
+  const bool chat = request_.endpoint == Endpoint::kChat;
+  Json choices = Json::array();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    Choice& c = choices_[i];
+    Json choice = Json::object();
+    choice["index"] = i;
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      choice["logprobs"] = request_.logprobs ? Json{{"content", c.logprobs_content}} : Json();
+    } else {
+      choice["text"] = c.text;
+      choice["logprobs"] = request_.logprobs ? Json{{"tokens", c.tokens},
+                                                    {"token_logprobs", c.token_logprobs},
+                                                    {"top_logprobs", c.top},
+                                                    {"text_offset", c.offsets}}
+                                             : Json();
+    }
+    choice["finish_reason"] = c.finish_reason;
+    choices.push_back(std::move(choice));
+  }
+  Json j = Json::object();
+  j["id"] = id_;
+  j["object"] = chat ? "chat.completion" : "text_completion";
+  j["created"] = created_;
+  j["model"] = request_.model;
+  j["choices"] = std::move(choices);
+  j["usage"] = std::move(usage);
+  return send_(j.dump(-1, ' ', false, Json::error_handler_t::replace));
+}
+
+bool ResponseWriter::Fail(const ApiError& error) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return send_(Event(error.Body())) && send_("data: [DONE]\n\n");
+}
+
+}  // namespace openai
+}  // namespace shardlm

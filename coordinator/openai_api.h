@@ -1,0 +1,142 @@
+// OpenAI's HTTP API, translated to and from shardlm.v1 (docs/openai.md).
+//
+// This file holds the translation only, with no HTTP in it:
+// ParseCompletion / ParseChat check an OpenAI request body (errors name the
+// parameter and the limit, as OpenAI's do) and turn it into one
+// shardlm.v1.GenerateRequest per prompt; ResponseWriter turns the Generate
+// stream back into OpenAI's objects, as server-sent-event chunks or as one
+// final object. The HTTP server (openai_http.h) wires the two to the same
+// InferenceService the gRPC API uses.
+//
+//   SHARDLM_ASSIGN_OR_RETURN(OpenAiRequest r, ParseChat(body, model));
+//   ResponseWriter out(r, model.tokenizer, "chatcmpl-" + id, now, [&](std::string s) { return send(s); });
+//   service->StreamGenerate(r.prompts[0], owner, call, [&](auto& m) { return out.Add(0, m); }, gone);
+//   out.Finish();
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+#include "nlohmann/json.hpp"
+#include "shardlm/v1/inference.pb.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+class ChatTemplate;
+
+namespace openai {
+
+using Json = nlohmann::ordered_json;
+
+// An error as OpenAI's API reports it: {"error": {message, type, param, code}}.
+struct ApiError {
+  int http_status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  Json Body() const;
+};
+
+// An error from the service (gRPC code) as an ApiError: INVALID_ARGUMENT 400,
+// UNAUTHENTICATED 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
+// DEADLINE_EXCEEDED 504, the rest 500. The engine's field names are given
+// OpenAI's (max_new_tokens is max_tokens).
+ApiError FromStatus(const grpc::Status& status);
+
+// What the translation needs to know about the served model.
+struct ModelContext {
+  std::vector<std::string> names;  // accepted in "model"; the first is reported
+  const Tokenizer* tokenizer = nullptr;
+  const ChatTemplate* chat_template = nullptr;  // null: /v1/chat/completions answers 400
+  int64_t max_context = 0;                      // prompt + generated tokens at most
+  int32_t vocab_size = 0;
+};
+
+inline constexpr int kMaxPrompts = 64;  // prompts in one /v1/completions request
+
+enum class Endpoint { kCompletions, kChat };
+
+struct OpenAiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int n = 1;
+  bool logprobs = false;                                // report the sampled tokens' logprobs
+  int top_logprobs = 0;                                 // and this many alternatives each
+  std::vector<::shardlm::v1::GenerateRequest> prompts;  // one Generate per prompt
+};
+
+// Checks and translates a /v1/completions or /v1/chat/completions body.
+absl::StatusOr<OpenAiRequest> ParseCompletion(const Json& body, const ModelContext& model, ApiError* error);
+absl::StatusOr<OpenAiRequest> ParseChat(const Json& body, const ModelContext& model, ApiError* error);
+
+// Turns Generate responses into OpenAI objects. With stream, each Add sends
+// the chunks it makes through `send` (one "data: {...}\n\n" event each;
+// never a chunk with an empty text delta); Finish sends the usage chunk (when
+// asked) and "data: [DONE]". Without stream, Finish sends the whole object.
+// Thread-safe: prompts may be generated concurrently.
+class ResponseWriter {
+ public:
+  // `send` returns false when the client is gone.
+  ResponseWriter(const OpenAiRequest& request, const Tokenizer* tokenizer, std::string id, int64_t created,
+                 std::function<bool(const std::string&)> send);
+
+  // A message of prompt `prompt`'s Generate stream; false: the client is gone.
+  bool Add(int prompt, const ::shardlm::v1::GenerateResponse& msg);
+  // Ends the response (stream: usage chunk and [DONE]).
+  bool Finish();
+  // Ends a stream that failed after it started: an error event, then [DONE].
+  bool Fail(const ApiError& error);
+  // Totals over every prompt, from the Generate streams' usage.
+  int64_t prompt_tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return prompt_tokens_;
+  }
+  int64_t cached_tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_tokens_;
+  }
+  int64_t completion_tokens() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return completion_tokens_;
+  }
+
+ private:
+  struct Choice {
+    std::string text;
+    std::string finish_reason;
+    Json logprobs_content = Json::array();  // chat: per token
+    Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
+    Json pending = Json::array();  // chat stream: logprob entries of tokens whose text is held back
+    bool role_sent = false;
+  };
+  Json Chunk(Json choices) const;
+  Json TokenEntry(int32_t id, float logprob) const;
+  // Records the tokens of `msg` into choice `c` (and `delta_logprobs` for a chunk).
+  void AddLogprobs(Choice& c, const ::shardlm::v1::GenerateResponse& msg, size_t text_offset,
+                   Json* delta_logprobs);
+  bool Send(const Json& j);
+
+  const OpenAiRequest& request_;
+  const Tokenizer* tokenizer_;
+  std::string id_;
+  int64_t created_;
+  std::function<bool(const std::string&)> send_;
+  std::mutex mu_;
+  std::vector<Choice> choices_;
+  int64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+};
+
+// "data: <json>\n\n"
+std::string Event(const Json& j);
+
+}  // namespace openai
+}  // namespace shardlm

@@ -1,0 +1,63 @@
+// The OpenAI-compatible HTTP front end (docs/openai.md), on the coordinator.
+//
+// POST /v1/completions and /v1/chat/completions (stream: server-sent events),
+// GET /v1/models, GET /health. Requests are translated (openai_api.h) and run
+// through the same InferenceService as gRPC, so they share its scheduler,
+// prefix cache, API keys, draining, request ids, logs and metrics. A client
+// that disconnects, streaming or not, has its request cancelled within one
+// step and its KV blocks freed.
+//
+// cpp-httplib (Debian's libcpp-httplib) does the HTTP; each request holds one
+// of `threads` server threads while it runs.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/grpc_security.h"
+#include "coordinator/inference_service.h"
+#include "coordinator/openai_api.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace shardlm {
+
+struct OpenAiHttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 0;      // 0: any free port
+  TlsFiles tls;      // certificate and key: HTTPS (with client_ca: clients must present a certificate)
+  int threads = 64;  // concurrent requests
+  size_t max_body_bytes = 64 << 20;
+  openai::ModelContext model;
+  std::function<bool()> ready;  // GET /health: 200 when true, else 503
+};
+
+class OpenAiHttpServer {
+ public:
+  static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Start(InferenceService* service,
+                                                                 OpenAiHttpOptions options);
+  ~OpenAiHttpServer();
+  int port() const { return port_; }
+
+ private:
+  OpenAiHttpServer() = default;
+  void Routes();
+  // The client of socket `fd` has gone, or the server is stopping.
+  bool Abandoned(int fd) const;
+
+  InferenceService* service_ = nullptr;
+  OpenAiHttpOptions options_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};  // requests still running are cancelled
+};
+
+}  // namespace shardlm

@@ -155,6 +155,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Int("http-port", "serve the OpenAI-compatible HTTP API on this port (0: any free port; unset: off)", 0, 0,
         65535);
   f.String("http-host", "address of the HTTP API (default: --host)");
+  f.Int("http-threads",
+        "HTTP connections served at once (each request, and each idle kept-alive connection "
+        "for up to 3 s, holds one)",
+        64, 1, 4096);
   f.String("served-model-name",
            "model name(s) the HTTP API answers to, comma-separated (default: the model "
            "directory's name)");
@@ -284,6 +288,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     ho.host = http_host;
     ho.port = static_cast<int>(f.GetInt("http-port"));
     ho.tls = public_tls;
+    ho.threads = static_cast<int>(f.GetInt("http-threads"));
     ho.max_body_bytes = static_cast<size_t>(max_message);
     std::string names = f.Has("served-model-name")
                             ? f.GetString("served-model-name")

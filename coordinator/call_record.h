@@ -17,6 +17,7 @@
 
 #include <grpcpp/server_context.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -51,7 +52,8 @@ class CallRecord {
   ServiceMetrics* metrics_;
   std::string id_;
   std::chrono::steady_clock::time_point start_;
-  int64_t tokens_in_ = 0, cached_ = 0, tokens_out_ = 0;
+  // Set by concurrent prompts of one HTTP call too: atomics.
+  std::atomic<int64_t> tokens_in_{0}, cached_{0}, tokens_out_{0};
 };
 
 }  // namespace shardlm

@@ -19,6 +19,15 @@ constexpr int kMaxStops = 8;
 constexpr int kMaxStopBytes = 256;
 constexpr int kMaxLogitBias = 300;
 
+// A client's value as an error message shows it: scalars as JSON (cut
+// short), lists and objects by kind only.
+std::string Shown(const Json& v) {
+  if (v.is_structured()) return v.is_array() ? "a list" : "an object";
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 61) + "...";
+  return text;
+}
+
 // Checks a body's parameters; the first error wins and names its parameter.
 class Params {
  public:
@@ -43,7 +52,7 @@ class Params {
   bool Number(const std::string& key, double min, double max, bool min_open, double* out) {
     if (!Has(key)) return true;
     const Json& v = At(key);
-    if (!v.is_number()) return Fail(key, absl::StrCat(key, " must be a number, got ", v.dump()));
+    if (!v.is_number()) return Fail(key, absl::StrCat(key, " must be a number, got ", Shown(v)));
     const double d = v.get<double>();
     if (!std::isfinite(d) || (min_open ? d <= min : d < min) || d > max) {
       return Fail(key, absl::StrCat(key, " must be in ", min_open ? "(" : "[", min, ", ", max, "], got ", d));
@@ -54,9 +63,15 @@ class Params {
   bool Integer(const std::string& key, int64_t min, int64_t max, int64_t* out) {
     if (!Has(key)) return true;
     const Json& v = At(key);
-    if (!v.is_number_integer()) return Fail(key, absl::StrCat(key, " must be an integer, got ", v.dump()));
-    // Large unsigned values (seeds) do not fit int64; only seeds allow them.
-    const int64_t i = v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+    // 16.0 is 16, as Python clients may send it.
+    const bool integral_float = v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                std::floor(v.get<double>()) == v.get<double>() &&
+                                std::fabs(v.get<double>()) < 9e15;
+    if (!v.is_number_integer() && !integral_float)
+      return Fail(key, absl::StrCat(key, " must be an integer, got ", Shown(v)));
+    // Large unsigned values do not fit int64: they are past any limit here.
+    const int64_t i = integral_float ? static_cast<int64_t>(v.get<double>())
+                      : v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
                           ? INT64_MAX
                           : v.get<int64_t>();
     if (i < min || i > max)
@@ -67,7 +82,7 @@ class Params {
   bool Bool(const std::string& key, bool* out) {
     if (!Has(key)) return true;
     if (!At(key).is_boolean())
-      return Fail(key, absl::StrCat(key, " must be true or false, got ", At(key).dump()));
+      return Fail(key, absl::StrCat(key, " must be true or false, got ", Shown(At(key))));
     *out = At(key).get<bool>();
     return true;
   }
@@ -124,7 +139,7 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     s.set_top_k(static_cast<int32_t>(std::max<int64_t>(i, 0)));
   if (p.Has("seed")) {
     const Json& v = p.At("seed");
-    if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + v.dump());
+    if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + Shown(v));
     s.set_seed(v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>()));
   }
   int64_t n = 1;
@@ -180,7 +195,7 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
       }
       if (!it.value().is_number() || it.value().get<double>() < -100 || it.value().get<double>() > 100) {
         return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in [-100, 100], got ",
-                                                 it.value().dump()));
+                                                 Shown(it.value())));
       }
       (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
     }
@@ -450,10 +465,11 @@ absl::StatusOr<OpenAiRequest> ParseChat(const Json& body, const ModelContext& mo
             !part["text"].is_string()) {
           return p.Fail(pat,
                         absl::StrCat(pat, " must be {\"type\": \"text\", \"text\": ...}; ",
-                                     part.is_object() && part.contains("type") ? part["type"].dump() : "this",
+                                     part.is_object() && part.contains("type") ? Shown(part["type"]) : "this",
                                      " content is not supported")),
                  invalid;
         }
+        if (j > 0) text += "\n";  // as vLLM joins text parts
         text += part["text"].get<std::string>();
       }
     } else {
@@ -543,6 +559,10 @@ Json ResponseWriter::TokenEntry(int32_t id, float logprob) const {
 
 void ResponseWriter::AddLogprobs(Choice& c, const pb::GenerateResponse& msg, size_t text_offset,
                                  Json* delta_logprobs) {
+  // text_offset counts characters, as OpenAI's does: each token starts where
+  // the text before it ends (a token ending mid-character counts the
+  // character where it completes).
+  size_t offset = text_offset;
   for (int t = 0; t < msg.token_ids_size(); ++t) {
     const pb::TopLogprobs* alts = t < msg.top_logprobs_size() ? &msg.top_logprobs(t) : nullptr;
     if (request_.endpoint == Endpoint::kChat) {
@@ -562,7 +582,12 @@ void ResponseWriter::AddLogprobs(Choice& c, const pb::GenerateResponse& msg, siz
       c.tokens.push_back(tok);
       c.token_logprobs.push_back(msg.logprobs(t));
       c.top.push_back(std::move(top));
-      c.offsets.push_back(text_offset);
+      c.offsets.push_back(offset);
+      if (tokenizer_ != nullptr) {
+        for (unsigned char b : tokenizer_->TokenBytes(msg.token_ids(t), /*skip_special=*/true)) {
+          offset += (b & 0xC0) != 0x80;
+        }
+      }
     }
   }
 }
@@ -576,7 +601,8 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
   }
   const size_t index = static_cast<size_t>(prompt) * request_.n + msg.sample();
   Choice& c = choices_.at(index);
-  const size_t offset = c.text.size();
+  size_t offset = 0;  // in characters
+  for (unsigned char b : c.text) offset += (b & 0xC0) != 0x80;
   c.text += msg.text();
   Json chunk_logprobs = Json::array();
   if (request_.logprobs) AddLogprobs(c, msg, offset, request_.stream ? &chunk_logprobs : nullptr);
@@ -629,7 +655,13 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
           request_.logprobs && !done.pending.empty() ? Json{{"content", done.pending}} : Json();
     } else {
       choice["text"] = "";
-      choice["logprobs"] = nullptr;
+      choice["logprobs"] = request_.logprobs && !done.tokens.empty()
+                               ? Json{{"tokens", done.tokens},
+                                      {"token_logprobs", done.token_logprobs},
+                                      {"top_logprobs", done.top},
+                                      {"text_offset", done.offsets}}
+                               : Json();
+      done.tokens = done.token_logprobs = done.top = done.offsets = Json::array();
     }
     choice["finish_reason"] = done.finish_reason;
     ok &= Send(Chunk(Json::array({choice})));

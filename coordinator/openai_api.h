@@ -59,7 +59,8 @@ struct ModelContext {
   int32_t vocab_size = 0;
 };
 
-inline constexpr int kMaxPrompts = 64;  // prompts in one /v1/completions request
+inline constexpr int kMaxPrompts = 64;    // prompts in one /v1/completions request
+inline constexpr int kMaxJsonDepth = 64;  // nesting of a request body
 
 enum class Endpoint { kCompletions, kChat };
 

@@ -9,6 +9,8 @@
 #include <atomic>
 #include <chrono>
 #include <ctime>
+#include <stdexcept>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -91,7 +93,18 @@ grpc::Status RunPrompts(InferenceService* service, const openai::OpenAiRequest& 
     if (!status[i].ok()) abort = true;
   };
   std::vector<std::thread> threads;
-  for (size_t i = 1; i < r.prompts.size(); ++i) threads.emplace_back(run, i);
+  for (size_t i = 1; i < r.prompts.size(); ++i) {
+    try {
+      threads.emplace_back(run, i);
+    } catch (const std::system_error& e) {  // out of threads: fail the call, not the process
+      abort = true;
+      for (size_t j = i; j < r.prompts.size(); ++j) {
+        status[j] = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                                 absl::StrCat("cannot start a thread for prompt ", j, ": ", e.what()));
+      }
+      break;
+    }
+  }
   run(0);
   for (std::thread& t : threads) t.join();
   call.SetTokens(out.prompt_tokens(), out.cached_tokens(), out.completion_tokens());
@@ -127,8 +140,9 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(Infere
   const int threads = s->options_.threads;
   server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   server.set_payload_max_length(s->options_.max_body_bytes);
-  server.set_keep_alive_max_count(1000);
-  server.set_keep_alive_timeout(30);
+  // httplib holds a thread per connection while it is kept alive: keep that short.
+  server.set_keep_alive_max_count(100);
+  server.set_keep_alive_timeout(3);
   server.set_write_timeout(30);
   server.set_socket_options([](socket_t sock) {
     int one = 1;  // a restarted server rebinds at once, but never shares the port
@@ -159,7 +173,16 @@ OpenAiHttpServer::~OpenAiHttpServer() {
   if (thread_.joinable()) thread_.join();
 }
 
-bool OpenAiHttpServer::Abandoned(int fd) const { return stopping_.load() || ClientGone(fd); }
+grpc::Status OpenAiHttpServer::Run(const openai::OpenAiRequest& request, const std::string& owner,
+                                   CallRecord& call, openai::ResponseWriter& out, int fd) {
+  grpc::Status st = RunPrompts(service_, request, owner, call, out,
+                               [this, fd] { return stopping_.load() || ClientGone(fd); });
+  // Cancelled by the server's shutdown, not by the client, which is still there to be told.
+  if (st.error_code() == grpc::StatusCode::CANCELLED && stopping_.load()) {
+    st = grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
+  }
+  return st;
+}
 
 void OpenAiHttpServer::Routes() {
   httplib::Server& server = *server_;
@@ -216,22 +239,26 @@ void OpenAiHttpServer::Routes() {
     Json data = Json::array();
     for (const std::string& name : options_.model.names)
       data.push_back(model_object(name, options_.model.max_context));
-    res.set_content(Json{{"object", "list"}, {"data", data}}.dump(), "application/json");
+    res.set_content(
+        Json{{"object", "list"}, {"data", data}}.dump(-1, ' ', false, Json::error_handler_t::replace),
+        "application/json");
   });
-  server.Get(R"(/v1/models/(.+))",
-             [this, admit, model_object](const httplib::Request& req, httplib::Response& res) {
-               std::string owner;
-               if (!admit(req, res, &owner)) return;
-               const std::string name = req.matches[1];
-               for (const std::string& n : options_.model.names) {
-                 if (n == name) {
-                   res.set_content(model_object(n, options_.model.max_context).dump(), "application/json");
-                   return;
-                 }
-               }
-               SendError(res, ApiError{404, absl::StrCat("The model '", name, "' does not exist"),
-                                       "not_found_error", "model", "model_not_found"});
-             });
+  server.Get(R"(/v1/models/(.+))", [this, admit, model_object](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    std::string owner;
+    if (!admit(req, res, &owner)) return;
+    const std::string name = req.matches[1];
+    for (const std::string& n : options_.model.names) {
+      if (n == name) {
+        res.set_content(
+            model_object(n, options_.model.max_context).dump(-1, ' ', false, Json::error_handler_t::replace),
+            "application/json");
+        return;
+      }
+    }
+    SendError(res, ApiError{404, absl::StrCat("The model '", name, "' does not exist"), "not_found_error",
+                            "model", "model_not_found"});
+  });
 
   auto generate = [this, admit](openai::Endpoint endpoint, const httplib::Request& req,
                                 httplib::Response& res) {
@@ -247,20 +274,48 @@ void OpenAiHttpServer::Routes() {
     }
     auto fail = [&](const ApiError& e) {
       SendError(res, e);
-      const grpc::StatusCode code =
-          e.http_status == 400 ? grpc::StatusCode::INVALID_ARGUMENT : grpc::StatusCode::UNAVAILABLE;
+      grpc::StatusCode code = grpc::StatusCode::UNKNOWN;
+      switch (e.http_status) {
+        case 400:
+        case 413:
+          code = grpc::StatusCode::INVALID_ARGUMENT;
+          break;
+        case 401:
+          code = grpc::StatusCode::UNAUTHENTICATED;
+          break;
+        case 404:
+          code = grpc::StatusCode::NOT_FOUND;
+          break;
+        case 503:
+          code = grpc::StatusCode::UNAVAILABLE;
+          break;
+        default:
+          code = grpc::StatusCode::INTERNAL;
+      }
       call->Finish(grpc::Status(code, e.message));
     };
-    Json body;
+    absl::StatusOr<openai::OpenAiRequest> parsed;
+    ApiError error;
     try {
-      body = Json::parse(req.body);
-    } catch (const Json::parse_error& ex) {
+      // Nesting is capped while parsing: a deep body would otherwise cost
+      // stack in every later copy or dump of it.
+      Json body = Json::parse(req.body, [](int depth, Json::parse_event_t, Json&) {
+        if (depth > openai::kMaxJsonDepth) {
+          throw std::invalid_argument(absl::StrCat("nesting deeper than ", openai::kMaxJsonDepth, " levels"));
+        }
+        return true;
+      });
+      parsed = chat ? openai::ParseChat(body, options_.model, &error)
+                    : openai::ParseCompletion(body, options_.model, &error);
+    } catch (const Json::exception& ex) {
       return fail(ApiError{400, absl::StrCat("the request body is not valid JSON: ", ex.what()),
                            "invalid_request_error", "", ""});
+    } catch (const std::invalid_argument& ex) {
+      return fail(ApiError{400, absl::StrCat("the request body is not accepted: ", ex.what()),
+                           "invalid_request_error", "", ""});
+    } catch (const std::exception& ex) {
+      return fail(ApiError{500, ex.what(), "server_error", "", ""});
     }
-    ApiError error;
-    auto parsed = chat ? openai::ParseChat(body, options_.model, &error)
-                       : openai::ParseCompletion(body, options_.model, &error);
     if (!parsed.ok()) return fail(error);
     auto request = std::make_shared<openai::OpenAiRequest>(std::move(*parsed));
     const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", call->id());
@@ -274,8 +329,7 @@ void OpenAiHttpServer::Routes() {
         body_out = s;
         return true;
       });
-      grpc::Status st =
-          RunPrompts(service_, *request, owner, *call, out, [this, fd] { return Abandoned(fd); });
+      grpc::Status st = Run(*request, owner, *call, out, fd);
       call->Finish(st);
       if (!st.ok()) return SendError(res, openai::FromStatus(st));
       out.Finish();
@@ -299,8 +353,12 @@ void OpenAiHttpServer::Routes() {
                                                            tokenizer, fd](size_t, httplib::DataSink& sink) {
       openai::ResponseWriter out(*request, tokenizer, id, created,
                                  [&sink](const std::string& s) { return sink.write(s.data(), s.size()); });
-      grpc::Status st =
-          RunPrompts(service_, *request, owner, *stream->call, out, [this, fd] { return Abandoned(fd); });
+      grpc::Status st;
+      try {
+        st = Run(*request, owner, *stream->call, out, fd);
+      } catch (const std::exception& e) {  // an exception here would escape httplib and end the process
+        st = grpc::Status(grpc::StatusCode::INTERNAL, e.what());
+      }
       stream->finished = true;
       stream->call->Finish(st);
       if (st.ok()) {

@@ -34,7 +34,7 @@ struct OpenAiHttpOptions {
   int port = 0;      // 0: any free port
   TlsFiles tls;      // certificate and key: HTTPS (with client_ca: clients must present a certificate)
   int threads = 64;  // concurrent requests
-  size_t max_body_bytes = 64 << 20;
+  size_t max_body_bytes = 16 << 20;
   openai::ModelContext model;
   std::function<bool()> ready;  // GET /health: 200 when true, else 503
 };
@@ -49,8 +49,10 @@ class OpenAiHttpServer {
  private:
   OpenAiHttpServer() = default;
   void Routes();
-  // The client of socket `fd` has gone, or the server is stopping.
-  bool Abandoned(int fd) const;
+  // Runs a request's prompts; cancelled when the client of socket `fd` goes
+  // (CANCELLED) or the server stops (UNAVAILABLE).
+  grpc::Status Run(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
+                   openai::ResponseWriter& out, int fd);
 
   InferenceService* service_ = nullptr;
   OpenAiHttpOptions options_;

@@ -5,6 +5,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -25,7 +26,7 @@ using ::testing::HasSubstr;
 class EngineTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(::testing::TempDir() + "/engine_test_model");
+    dir_ = new std::string(::testing::TempDir() + "/engine_test_model." + std::to_string(::getpid()));
     std::filesystem::remove_all(*dir_);
     TinyModelOptions o;
     o.arch = Arch::kQwen3;
@@ -38,6 +39,9 @@ class EngineTest : public ::testing::Test {
     o.seed = 42;
     ASSERT_THAT(WriteTinyModel(*dir_, o), IsOk());
   }
+  // ctest runs each test in its own process, in parallel: each process has
+  // its own copy (rewriting one another's mmapped weights was a SIGBUS).
+  static void TearDownTestSuite() { std::filesystem::remove_all(*dir_); }
 
   // A worker whose KV pool holds `kv_blocks` blocks of 16 tokens.
   std::unique_ptr<RankWorker> Worker(int64_t kv_blocks) {

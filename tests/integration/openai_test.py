@@ -343,6 +343,17 @@ def errors(ctx, chk):
               "an unknown model: 404 model_not_found naming model (%s)" % out["error"]["message"])
     status, out, _ = post(srv, "/v1/completions", None, raw=b"{not json")
     chk.check(status == 400 and "not valid JSON" in out["error"]["message"], "bad JSON: 400")
+    status, out, _ = post(srv, "/v1/completions", None, raw=b'{"model": "tiny", "prompt": "x", "n": ' +
+                          b"[" * 200000 + b"]" * 200000 + b"}")
+    chk.check(status == 400 and "nesting deeper than 64" in out["error"]["message"],
+              "200000 nested lists: 400, the server stays up (%s)" % out["error"]["message"][:90])
+    status, out, _ = post(srv, "/v1/completions", None, raw=b'{"model": "tiny", "prompt": "x", "top_p": 1e400}')
+    chk.check(status == 400, "a number past double's range: 400 (%s)" % out["error"]["message"][:80])
+    status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 2.0,
+                                                    "temperature": 0})
+    chk.check(status == 200 and out["usage"]["completion_tokens"] <= 2, "max_tokens 2.0 is 2, as Python sends it")
+    status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 2.5})
+    chk.check(status == 400 and out["error"]["param"] == "max_tokens", "max_tokens 2.5: 400")
     status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x"}, key=None)
     chk.check(status == 401 and out["error"]["code"] == "invalid_api_key", "no key: 401 (%s)" % out)
     status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x"}, key="sk-wrong")

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -20,7 +21,7 @@ OwnedTensor Tensor(const std::string& name, int n) {
 }
 
 std::string FreshDir(const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/ckpt_" + name;
+  std::string dir = ::testing::TempDir() + "/ckpt_" + name + "." + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -102,7 +103,7 @@ TEST(SafetensorsHeaderTest, RejectsMalformedHeadersWithNamedErrors) {
 }
 
 TEST(SafetensorsFileTest, WriteThenOpenIsZeroCopyAndExact) {
-  const std::string path = ::testing::TempDir() + "/rt.safetensors";
+  const std::string path = ::testing::TempDir() + "/rt." + std::to_string(::getpid()) + ".safetensors";
   std::vector<float> values = {1.5f, -2.0f, 3.25f};
   OwnedTensor t{"w", DType::kF32, {3}, std::string(reinterpret_cast<char*>(values.data()), 12)};
   ASSERT_THAT(WriteSafetensors(path, {t}, {{"format", "pt"}}), IsOk());

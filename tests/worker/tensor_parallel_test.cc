@@ -5,6 +5,7 @@
 #include <gloo/rendezvous/hash_store.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <thread>
@@ -55,7 +56,7 @@ std::unique_ptr<ScoreStep> MakeStep() {
 }
 
 std::string WriteModel(Arch arch, int64_t heads, int64_t kv_heads, const std::string& name) {
-  std::string dir = ::testing::TempDir() + "/tp_" + name;
+  std::string dir = ::testing::TempDir() + "/tp_" + name + "." + std::to_string(::getpid());
   std::filesystem::remove_all(dir);
   TinyModelOptions o;
   o.arch = arch;

@@ -150,11 +150,7 @@ bool IsValidUtf8(std::string_view text) {
   return true;
 }
 
-int64_t Length(std::string_view text) {
-  int64_t n = 0;
-  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
+int64_t Length(std::string_view text) { return Utf8Length(text); }
 
 bool IsSpace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||

@@ -1,12 +1,16 @@
 #include "coordinator/openai_api.h"
 
 #include <cmath>
+#include <optional>
 #include <set>
+#include <stdexcept>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "chat/chat_template.h"
+#include "coordinator/inference_service.h"
+#include "tokenizer/utf8.h"
 
 namespace shardlm {
 namespace openai {
@@ -14,9 +18,6 @@ namespace {
 
 namespace pb = ::shardlm::v1;
 
-constexpr int kMaxSamples = 16;
-constexpr int kMaxStops = 8;
-constexpr int kMaxStopBytes = 256;
 constexpr int kMaxLogitBias = 300;
 
 // A client's value as an error message shows it: scalars as JSON (cut
@@ -49,16 +50,20 @@ class Params {
   bool Has(const std::string& key) const { return body_.contains(key) && !body_.at(key).is_null(); }
   const Json& At(const std::string& key) const { return body_.at(key); }
 
-  bool Number(const std::string& key, double min, double max, bool min_open, double* out) {
-    if (!Has(key)) return true;
+  // The value when given and in range; nullopt when absent or after Fail.
+  std::optional<float> Number(const std::string& key, double min, double max, bool min_open) {
+    if (!Has(key)) return std::nullopt;
     const Json& v = At(key);
-    if (!v.is_number()) return Fail(key, absl::StrCat(key, " must be a number, got ", Shown(v)));
+    if (!v.is_number()) {
+      Fail(key, absl::StrCat(key, " must be a number, got ", Shown(v)));
+      return std::nullopt;
+    }
     const double d = v.get<double>();
     if (!std::isfinite(d) || (min_open ? d <= min : d < min) || d > max) {
-      return Fail(key, absl::StrCat(key, " must be in ", min_open ? "(" : "[", min, ", ", max, "], got ", d));
+      Fail(key, absl::StrCat(key, " must be in ", min_open ? "(" : "[", min, ", ", max, "], got ", d));
+      return std::nullopt;
     }
-    *out = d;
-    return true;
+    return static_cast<float>(d);
   }
   bool Integer(const std::string& key, int64_t min, int64_t max, int64_t* out) {
     if (!Has(key)) return true;
@@ -121,19 +126,12 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     return false;
   }
   pb::SamplingParams& s = *base.mutable_sampling();
-  double d = 1;
-  if (p.Number("temperature", 0, 2, false, &d)) s.set_temperature(static_cast<float>(d));
-  d = 1;
-  if (p.Has("top_p") && p.Number("top_p", 0, 1, true, &d)) s.set_top_p(static_cast<float>(d));
-  d = 0;
-  if (p.Number("presence_penalty", -2, 2, false, &d)) s.set_presence_penalty(static_cast<float>(d));
-  d = 0;
-  if (p.Number("frequency_penalty", -2, 2, false, &d)) s.set_frequency_penalty(static_cast<float>(d));
-  d = 0;
-  if (p.Number("min_p", 0, 1, false, &d)) s.set_min_p(static_cast<float>(d));
-  d = 1;
-  if (p.Has("repetition_penalty") && p.Number("repetition_penalty", 0, 10, true, &d))
-    s.set_repetition_penalty(static_cast<float>(d));
+  s.set_temperature(p.Number("temperature", 0, 2, false).value_or(1.0f));
+  if (auto v = p.Number("top_p", 0, 1, true)) s.set_top_p(*v);
+  if (auto v = p.Number("presence_penalty", -2, 2, false)) s.set_presence_penalty(*v);
+  if (auto v = p.Number("frequency_penalty", -2, 2, false)) s.set_frequency_penalty(*v);
+  if (auto v = p.Number("min_p", 0, 1, false)) s.set_min_p(*v);
+  if (auto v = p.Number("repetition_penalty", 0, 10, true)) s.set_repetition_penalty(*v);
   int64_t i = 0;
   if (p.Integer("top_k", -1, model.vocab_size, &i))
     s.set_top_k(static_cast<int32_t>(std::max<int64_t>(i, 0)));
@@ -173,11 +171,12 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     } else {
       return p.Fail("stop", "stop must be a string or a list of strings");
     }
-    if (stops.size() > static_cast<size_t>(kMaxStops))
-      return p.Fail("stop", absl::StrCat("stop holds at most ", kMaxStops, " strings, got ", stops.size()));
+    if (stops.size() > static_cast<size_t>(kMaxStopStrings))
+      return p.Fail("stop",
+                    absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", stops.size()));
     for (size_t k = 0; k < stops.size(); ++k) {
-      if (stops[k].empty() || stops[k].size() > static_cast<size_t>(kMaxStopBytes))
-        return p.Fail("stop", absl::StrCat("stop[", k, "] must be 1 to ", kMaxStopBytes, " bytes"));
+      if (stops[k].empty() || stops[k].size() > static_cast<size_t>(kMaxStopStringBytes))
+        return p.Fail("stop", absl::StrCat("stop[", k, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
       base.add_stop(stops[k]);
     }
   }
@@ -257,6 +256,185 @@ bool SetTokens(Params& p, const std::string& field, const Json& v, const ModelCo
   return true;
 }
 
+// The parameters of /v1/completions alone: one Generate per prompt.
+bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
+                    const pb::GenerateRequest& common) {
+  pb::GenerateRequest base = common;
+  bool echo = false;
+  if (!p.Bool("echo", &echo)) return false;
+  if (echo) return p.Fail("echo", "echo is not supported");
+  if (p.Has("suffix")) return p.Fail("suffix", "suffix is not supported");
+  int64_t best_of = r.n;
+  if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return false;
+  if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported");
+  int64_t logprobs = -1;
+  if (!p.Integer("logprobs", 0, 20, &logprobs)) return false;
+  if (logprobs >= 0) {
+    r.logprobs = true;
+    r.top_logprobs = static_cast<int>(logprobs);
+    base.set_top_logprobs(r.top_logprobs);
+  }
+  // prompt: a string, a list of strings, a list of token ids, or a list of those lists.
+  if (!p.Has("prompt")) return p.Fail("prompt", "prompt is required");
+  const Json& prompt = p.At("prompt");
+  std::vector<const Json*> prompts;
+  if (prompt.is_string()) {
+    prompts.push_back(&prompt);
+  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
+    prompts.push_back(&prompt);
+  } else if (prompt.is_array() && !prompt.empty()) {
+    for (const Json& e : prompt) {
+      if (!e.is_string() && !(e.is_array() && std::all_of(e.begin(), e.end(), [](const Json& x) {
+                                return x.is_number_integer();
+                              }))) {
+        return p.Fail("prompt",
+                      "prompt must be a string, a list of strings, a list of token ids, or a list of "
+                      "token-id lists");
+      }
+      prompts.push_back(&e);
+    }
+  } else {
+    return p.Fail("prompt", "prompt must be a non-empty string, list of strings, or list of token ids");
+  }
+  if (prompts.size() > static_cast<size_t>(kMaxPrompts)) {
+    return p.Fail("prompt",
+                  absl::StrCat("prompt holds at most ", kMaxPrompts, " prompts, got ", prompts.size()));
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    pb::GenerateRequest g = base;
+    const std::string field = prompts.size() > 1 ? absl::StrCat("prompt[", i, "]") : "prompt";
+    if (!SetTokens(p, field, *prompts[i], model, g)) return false;
+    if (!SetLength(p, model, "max_tokens", 16, "prompt", g)) return false;
+    r.prompts.push_back(std::move(g));
+  }
+  return true;
+}
+
+// The parameters of /v1/chat/completions alone: the messages rendered by the
+// model's chat template into one prompt.
+bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::GenerateRequest& common) {
+  pb::GenerateRequest g = common;
+  if (!p.Bool("logprobs", &r.logprobs)) return false;
+  int64_t top = 0;
+  if (!p.Integer("top_logprobs", 0, 20, &top)) return false;
+  if (p.Has("top_logprobs") && !r.logprobs)
+    return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true");
+  r.top_logprobs = static_cast<int>(top);
+  g.set_top_logprobs(r.top_logprobs);
+  if (p.Has("response_format")) {
+    const Json& f = p.At("response_format");
+    if (!f.is_object() || !f.contains("type") || f["type"] != "text") {
+      return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported");
+    }
+  }
+  if (p.Has("tool_choice")) {
+    const Json& t = p.At("tool_choice");
+    if (!(t.is_string() && (t == "none" || t == "auto"))) {
+      return p.Fail("tool_choice",
+                    "tool_choice must be \"none\" or \"auto\" (forcing a tool is not supported)");
+    }
+  }
+  bool store = false;
+  if (!p.Bool("store", &store)) return false;
+  if (store) return p.Fail("store", "store is not supported");
+  if (model.chat_template == nullptr || model.tokenizer == nullptr) {
+    return p.Fail("messages",
+                  "this model has no chat template (tokenizer_config.json chat_template); use "
+                  "/v1/completions");
+  }
+  // messages: roles checked, content flattened to text as the templates expect.
+  if (!p.Has("messages") || !p.At("messages").is_array() || p.At("messages").empty()) {
+    return p.Fail("messages", "messages must be a non-empty list");
+  }
+  Json messages = Json::array();
+  const Json& in = p.At("messages");
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string at = absl::StrCat("messages[", i, "]");
+    const Json& m = in[i];
+    if (!m.is_object()) return p.Fail(at, at + " must be an object");
+    if (!m.contains("role") || !m["role"].is_string())
+      return p.Fail(at + ".role", at + ".role is required (a string)");
+    std::string role = m["role"].get<std::string>();
+    if (role == "developer") role = "system";
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return p.Fail(at + ".role",
+                    absl::StrCat(at, ".role must be one of system, developer, user, assistant, tool; got '",
+                                 role, "'"));
+    }
+    Json out = m;
+    out["role"] = role;
+    std::string text;
+    if (!m.contains("content") || m["content"].is_null()) {
+      if (role != "assistant") return p.Fail(at + ".content", at + ".content is required");
+    } else if (m["content"].is_string()) {
+      text = m["content"].get<std::string>();
+    } else if (m["content"].is_array()) {
+      for (size_t j = 0; j < m["content"].size(); ++j) {
+        const Json& part = m["content"][j];
+        const std::string pat = absl::StrCat(at, ".content[", j, "]");
+        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
+            !part["text"].is_string()) {
+          return p.Fail(pat,
+                        absl::StrCat(pat, " must be {\"type\": \"text\", \"text\": ...}; ",
+                                     part.is_object() && part.contains("type") ? Shown(part["type"]) : "this",
+                                     " content is not supported"));
+        }
+        if (j > 0) text += "\n";  // as vLLM joins text parts
+        text += part["text"].get<std::string>();
+      }
+    } else {
+      return p.Fail(at + ".content", at + ".content must be a string or a list of text parts");
+    }
+    out["content"] = text;
+    // OpenAI sends a tool call's arguments as a JSON string; templates (and
+    // transformers' docs) expect the object, which they print with tojson.
+    // Text that is not JSON stays a string; JSON nested too deep is refused
+    // as the body itself would be.
+    if (out.contains("tool_calls") && out["tool_calls"].is_array()) {
+      for (size_t k = 0; k < out["tool_calls"].size(); ++k) {
+        Json& call = out["tool_calls"][k];
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
+        Json& fn = call["function"];
+        if (!fn.contains("arguments") || !fn["arguments"].is_string()) continue;
+        try {
+          fn["arguments"] = ParseJson(fn["arguments"].get<std::string>());
+        } catch (const Json::exception&) {
+        } catch (const std::invalid_argument& e) {
+          const std::string param = absl::StrCat(at, ".tool_calls[", k, "].function.arguments");
+          return p.Fail(param, absl::StrCat(param, ": ", e.what()));
+        }
+      }
+    }
+    messages.push_back(std::move(out));
+  }
+  Json tools;
+  if (p.Has("tools")) {
+    if (!p.At("tools").is_array()) return p.Fail("tools", "tools must be a list");
+    if (!(p.Has("tool_choice") && p.At("tool_choice") == "none")) tools = p.At("tools");
+  }
+  bool add_generation_prompt = true;
+  if (!p.Bool("add_generation_prompt", &add_generation_prompt)) return false;
+  Json extra;
+  if (p.Has("chat_template_kwargs")) {
+    if (!p.At("chat_template_kwargs").is_object())
+      return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object");
+    extra = p.At("chat_template_kwargs");
+  }
+  auto text = model.chat_template->Apply(messages, add_generation_prompt, tools, extra);
+  if (!text.ok()) {
+    return p.Fail("messages",
+                  absl::StrCat("the chat template rejected the messages: ", text.status().message()));
+  }
+  auto ids =
+      model.tokenizer->Encode(*text, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
+  if (!ids.ok()) return p.Fail("messages", std::string(ids.status().message()));
+  g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  const std::string length_param = p.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (!SetLength(p, model, length_param, -1, "messages", g)) return false;
+  r.prompts.push_back(std::move(g));
+  return true;
+}
+
 }  // namespace
 
 Json ApiError::Body() const {
@@ -316,207 +494,39 @@ ApiError FromStatus(const grpc::Status& status) {
   return e;
 }
 
-absl::StatusOr<OpenAiRequest> ParseCompletion(const Json& body, const ModelContext& model, ApiError* error) {
-  const absl::Status invalid = absl::InvalidArgumentError("invalid request");
-  if (!body.is_object()) {
-    *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-    return invalid;
-  }
-  Params p(body, error);
-  std::set<std::string> known = kCommonKeys;
-  known.insert({"prompt", "echo", "best_of", "suffix"});
-  if (!p.OnlyKnown(known)) return invalid;
-  OpenAiRequest r;
-  r.endpoint = Endpoint::kCompletions;
-  pb::GenerateRequest base;
-  if (!ParseCommon(p, model, r, base)) return invalid;
-  bool echo = false;
-  if (!p.Bool("echo", &echo)) return invalid;
-  if (echo) return p.Fail("echo", "echo is not supported"), invalid;
-  if (p.Has("suffix")) return p.Fail("suffix", "suffix is not supported"), invalid;
-  int64_t best_of = r.n;
-  if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return invalid;
-  if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported"), invalid;
-  int64_t logprobs = -1;
-  if (!p.Integer("logprobs", 0, 20, &logprobs)) return invalid;
-  if (logprobs >= 0) {
-    r.logprobs = true;
-    r.top_logprobs = static_cast<int>(logprobs);
-    base.set_top_logprobs(r.top_logprobs);
-  }
-  // prompt: a string, a list of strings, a list of token ids, or a list of those lists.
-  if (!p.Has("prompt")) return p.Fail("prompt", "prompt is required"), invalid;
-  const Json& prompt = p.At("prompt");
-  std::vector<const Json*> prompts;
-  if (prompt.is_string()) {
-    prompts.push_back(&prompt);
-  } else if (prompt.is_array() && !prompt.empty() && prompt[0].is_number()) {
-    prompts.push_back(&prompt);
-  } else if (prompt.is_array() && !prompt.empty()) {
-    for (const Json& e : prompt) {
-      if (!e.is_string() && !(e.is_array() && std::all_of(e.begin(), e.end(), [](const Json& x) {
-                                return x.is_number_integer();
-                              }))) {
-        return p.Fail("prompt",
-                      "prompt must be a string, a list of strings, a list of token ids, or a list of "
-                      "token-id lists"),
-               invalid;
-      }
-      prompts.push_back(&e);
+Json ParseJson(const std::string& text) {
+  return Json::parse(text, [](int depth, Json::parse_event_t, Json&) {
+    if (depth > kMaxJsonDepth) {
+      throw std::invalid_argument(absl::StrCat("nesting deeper than ", kMaxJsonDepth, " levels"));
     }
-  } else {
-    return p.Fail("prompt", "prompt must be a non-empty string, list of strings, or list of token ids"),
-           invalid;
-  }
-  if (prompts.size() > static_cast<size_t>(kMaxPrompts)) {
-    return p.Fail("prompt",
-                  absl::StrCat("prompt holds at most ", kMaxPrompts, " prompts, got ", prompts.size())),
-           invalid;
-  }
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    pb::GenerateRequest g = base;
-    const std::string field = prompts.size() > 1 ? absl::StrCat("prompt[", i, "]") : "prompt";
-    if (!SetTokens(p, field, *prompts[i], model, g)) return invalid;
-    if (!SetLength(p, model, "max_tokens", 16, "prompt", g)) return invalid;
-    r.prompts.push_back(std::move(g));
-  }
-  return r;
+    return true;
+  });
 }
 
-absl::StatusOr<OpenAiRequest> ParseChat(const Json& body, const ModelContext& model, ApiError* error) {
-  const absl::Status invalid = absl::InvalidArgumentError("invalid request");
+bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model, OpenAiRequest* out,
+                  ApiError* error) {
   if (!body.is_object()) {
     *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
-    return invalid;
+    return false;
   }
+  const bool chat = endpoint == Endpoint::kChat;
   Params p(body, error);
   std::set<std::string> known = kCommonKeys;
-  known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                "parallel_tool_calls", "response_format", "store", "metadata", "service_tier",
-                "add_generation_prompt", "chat_template_kwargs"});
-  if (!p.OnlyKnown(known)) return invalid;
+  if (chat) {
+    known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                  "parallel_tool_calls", "response_format", "store", "metadata", "service_tier",
+                  "add_generation_prompt", "chat_template_kwargs"});
+  } else {
+    known.insert({"prompt", "echo", "best_of", "suffix"});
+  }
+  if (!p.OnlyKnown(known)) return false;
   OpenAiRequest r;
-  r.endpoint = Endpoint::kChat;
-  pb::GenerateRequest g;
-  if (!ParseCommon(p, model, r, g)) return invalid;
-  if (!p.Bool("logprobs", &r.logprobs)) return invalid;
-  int64_t top = 0;
-  if (!p.Integer("top_logprobs", 0, 20, &top)) return invalid;
-  if (p.Has("top_logprobs") && !r.logprobs)
-    return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true"), invalid;
-  r.top_logprobs = static_cast<int>(top);
-  g.set_top_logprobs(r.top_logprobs);
-  if (p.Has("response_format")) {
-    const Json& f = p.At("response_format");
-    if (!f.is_object() || !f.contains("type") || f["type"] != "text") {
-      return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported"),
-             invalid;
-    }
-  }
-  if (p.Has("tool_choice")) {
-    const Json& t = p.At("tool_choice");
-    if (!(t.is_string() && (t == "none" || t == "auto"))) {
-      return p.Fail("tool_choice",
-                    "tool_choice must be \"none\" or \"auto\" (forcing a tool is not supported)"),
-             invalid;
-    }
-  }
-  bool store = false;
-  if (!p.Bool("store", &store)) return invalid;
-  if (store) return p.Fail("store", "store is not supported"), invalid;
-  if (model.chat_template == nullptr || model.tokenizer == nullptr) {
-    return p.Fail("messages",
-                  "this model has no chat template (tokenizer_config.json chat_template); use "
-                  "/v1/completions"),
-           invalid;
-  }
-  // messages: roles checked, content flattened to text as the templates expect.
-  if (!p.Has("messages") || !p.At("messages").is_array() || p.At("messages").empty()) {
-    return p.Fail("messages", "messages must be a non-empty list"), invalid;
-  }
-  Json messages = Json::array();
-  const Json& in = p.At("messages");
-  for (size_t i = 0; i < in.size(); ++i) {
-    const std::string at = absl::StrCat("messages[", i, "]");
-    const Json& m = in[i];
-    if (!m.is_object()) return p.Fail(at, at + " must be an object"), invalid;
-    if (!m.contains("role") || !m["role"].is_string())
-      return p.Fail(at + ".role", at + ".role is required (a string)"), invalid;
-    std::string role = m["role"].get<std::string>();
-    if (role == "developer") role = "system";
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
-      return p.Fail(at + ".role",
-                    absl::StrCat(at, ".role must be one of system, developer, user, assistant, tool; got '",
-                                 role, "'")),
-             invalid;
-    }
-    Json out = m;
-    out["role"] = role;
-    std::string text;
-    if (!m.contains("content") || m["content"].is_null()) {
-      if (role != "assistant") return p.Fail(at + ".content", at + ".content is required"), invalid;
-    } else if (m["content"].is_string()) {
-      text = m["content"].get<std::string>();
-    } else if (m["content"].is_array()) {
-      for (size_t j = 0; j < m["content"].size(); ++j) {
-        const Json& part = m["content"][j];
-        const std::string pat = absl::StrCat(at, ".content[", j, "]");
-        if (!part.is_object() || !part.contains("type") || part["type"] != "text" || !part.contains("text") ||
-            !part["text"].is_string()) {
-          return p.Fail(pat,
-                        absl::StrCat(pat, " must be {\"type\": \"text\", \"text\": ...}; ",
-                                     part.is_object() && part.contains("type") ? Shown(part["type"]) : "this",
-                                     " content is not supported")),
-                 invalid;
-        }
-        if (j > 0) text += "\n";  // as vLLM joins text parts
-        text += part["text"].get<std::string>();
-      }
-    } else {
-      return p.Fail(at + ".content", at + ".content must be a string or a list of text parts"), invalid;
-    }
-    out["content"] = text;
-    // OpenAI sends a tool call's arguments as a JSON string; templates (and
-    // transformers' docs) expect the object, which they print with tojson.
-    if (out.contains("tool_calls") && out["tool_calls"].is_array()) {
-      for (Json& call : out["tool_calls"]) {
-        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) continue;
-        Json& fn = call["function"];
-        if (fn.contains("arguments") && fn["arguments"].is_string()) {
-          Json args = Json::parse(fn["arguments"].get<std::string>(), nullptr, /*allow_exceptions=*/false);
-          if (!args.is_discarded()) fn["arguments"] = std::move(args);
-        }
-      }
-    }
-    messages.push_back(std::move(out));
-  }
-  Json tools;
-  if (p.Has("tools")) {
-    if (!p.At("tools").is_array()) return p.Fail("tools", "tools must be a list"), invalid;
-    if (!(p.Has("tool_choice") && p.At("tool_choice") == "none")) tools = p.At("tools");
-  }
-  bool add_generation_prompt = true;
-  if (!p.Bool("add_generation_prompt", &add_generation_prompt)) return invalid;
-  Json extra;
-  if (p.Has("chat_template_kwargs")) {
-    if (!p.At("chat_template_kwargs").is_object())
-      return p.Fail("chat_template_kwargs", "chat_template_kwargs must be an object"), invalid;
-    extra = p.At("chat_template_kwargs");
-  }
-  auto text = model.chat_template->Apply(messages, add_generation_prompt, tools, extra);
-  if (!text.ok()) {
-    return p.Fail("messages",
-                  absl::StrCat("the chat template rejected the messages: ", text.status().message())),
-           invalid;
-  }
-  auto ids =
-      model.tokenizer->Encode(*text, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
-  if (!ids.ok()) return p.Fail("messages", std::string(ids.status().message())), invalid;
-  g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
-  const std::string length_param = p.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (!SetLength(p, model, length_param, -1, "messages", g)) return invalid;
-  r.prompts.push_back(std::move(g));
-  return r;
+  r.endpoint = endpoint;
+  pb::GenerateRequest common;
+  if (!ParseCommon(p, model, r, common)) return false;
+  if (!(chat ? ChatInto(p, model, r, common) : CompletionInto(p, model, r, common))) return false;
+  *out = std::move(r);
+  return true;
 }
 
 std::string Event(const Json& j) {
@@ -546,50 +556,61 @@ Json ResponseWriter::Chunk(Json choices) const {
 
 bool ResponseWriter::Send(const Json& j) { return send_(Event(j)); }
 
+std::string ResponseWriter::TokenText(int32_t id) const {
+  return tokenizer_ ? tokenizer_->TokenBytes(id, /*skip_special=*/false) : absl::StrCat("token_id:", id);
+}
+
 Json ResponseWriter::TokenEntry(int32_t id, float logprob) const {
-  const std::string& bytes = tokenizer_ ? tokenizer_->TokenBytes(id, /*skip_special=*/false) : std::string();
   Json e = Json::object();
-  e["token"] = tokenizer_ ? bytes : absl::StrCat("token_id:", id);
+  e["token"] = TokenText(id);
   e["logprob"] = logprob;
   Json b = Json::array();
-  for (unsigned char c : bytes) b.push_back(static_cast<int>(c));
+  if (tokenizer_) {
+    for (unsigned char c : tokenizer_->TokenBytes(id, /*skip_special=*/false))
+      b.push_back(static_cast<int>(c));
+  }
   e["bytes"] = std::move(b);
   return e;
 }
 
-void ResponseWriter::AddLogprobs(Choice& c, const pb::GenerateResponse& msg, size_t text_offset,
-                                 Json* delta_logprobs) {
+void ResponseWriter::AddLogprobs(Choice& c, const pb::GenerateResponse& msg, int64_t text_chars) {
   // text_offset counts characters, as OpenAI's does: each token starts where
   // the text before it ends (a token ending mid-character counts the
   // character where it completes).
-  size_t offset = text_offset;
+  int64_t offset = text_chars;
   for (int t = 0; t < msg.token_ids_size(); ++t) {
     const pb::TopLogprobs* alts = t < msg.top_logprobs_size() ? &msg.top_logprobs(t) : nullptr;
+    const int num_top = alts ? std::min(alts->alternatives_size(), request_.top_logprobs) : 0;
     if (request_.endpoint == Endpoint::kChat) {
       Json e = TokenEntry(msg.token_ids(t), msg.logprobs(t));
       Json top = Json::array();
-      for (int k = 0; alts && k < alts->alternatives_size() && k < request_.top_logprobs; ++k)
+      for (int k = 0; k < num_top; ++k)
         top.push_back(TokenEntry(alts->alternatives(k).id(), alts->alternatives(k).logprob()));
       e["top_logprobs"] = std::move(top);
-      if (delta_logprobs) delta_logprobs->push_back(e);
-      c.logprobs_content.push_back(std::move(e));
+      c.content.push_back(std::move(e));
     } else {
-      const Json tok = TokenEntry(msg.token_ids(t), msg.logprobs(t))["token"];
       Json top = Json::object();
-      for (int k = 0; alts && k < alts->alternatives_size() && k < request_.top_logprobs; ++k)
-        top[TokenEntry(alts->alternatives(k).id(), 0)["token"].get<std::string>()] =
-            alts->alternatives(k).logprob();
-      c.tokens.push_back(tok);
+      for (int k = 0; k < num_top; ++k)
+        top[TokenText(alts->alternatives(k).id())] = alts->alternatives(k).logprob();
+      c.tokens.push_back(TokenText(msg.token_ids(t)));
       c.token_logprobs.push_back(msg.logprobs(t));
       c.top.push_back(std::move(top));
       c.offsets.push_back(offset);
-      if (tokenizer_ != nullptr) {
-        for (unsigned char b : tokenizer_->TokenBytes(msg.token_ids(t), /*skip_special=*/true)) {
-          offset += (b & 0xC0) != 0x80;
-        }
-      }
+      if (tokenizer_ != nullptr)
+        offset += Utf8Length(tokenizer_->TokenBytes(msg.token_ids(t), /*skip_special=*/true));
     }
   }
+}
+
+Json ResponseWriter::Logprobs(Choice& c, bool take) {
+  if (!request_.logprobs) return Json();
+  Json out = request_.endpoint == Endpoint::kChat ? Json{{"content", c.content}}
+                                                  : Json{{"tokens", c.tokens},
+                                                         {"token_logprobs", c.token_logprobs},
+                                                         {"top_logprobs", c.top},
+                                                         {"text_offset", c.offsets}};
+  if (take) c.content = c.tokens = c.token_logprobs = c.top = c.offsets = Json::array();
+  return out;
 }
 
 bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
@@ -599,16 +620,13 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
     cached_tokens_ += msg.usage().cached_tokens();
     completion_tokens_ += msg.usage().generated_tokens();
   }
+  const bool chat = request_.endpoint == Endpoint::kChat;
   const size_t index = static_cast<size_t>(prompt) * request_.n + msg.sample();
   Choice& c = choices_.at(index);
-  size_t offset = 0;  // in characters
-  for (unsigned char b : c.text) offset += (b & 0xC0) != 0x80;
+  if (request_.logprobs) AddLogprobs(c, msg, Utf8Length(c.text));
   c.text += msg.text();
-  Json chunk_logprobs = Json::array();
-  if (request_.logprobs) AddLogprobs(c, msg, offset, request_.stream ? &chunk_logprobs : nullptr);
   bool ok = true;
   if (request_.stream) {
-    const bool chat = request_.endpoint == Endpoint::kChat;
     if (chat && !c.role_sent) {
       c.role_sent = true;
       Json choice = {{"index", index},
@@ -617,9 +635,6 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
                      {"finish_reason", nullptr}};
       ok &= Send(Chunk(Json::array({choice})));
     }
-    if (chat && request_.logprobs) {
-      for (Json& e : chunk_logprobs) c.pending.push_back(std::move(e));
-    }
     // Text only when there is some: a token whose text is held back (part of
     // a character, or perhaps of a stop string) waits for the next.
     if (!msg.text().empty()) {
@@ -627,17 +642,10 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
       choice["index"] = index;
       if (chat) {
         choice["delta"] = {{"content", msg.text()}};
-        choice["logprobs"] = request_.logprobs ? Json{{"content", c.pending}} : Json();
-        c.pending = Json::array();
       } else {
         choice["text"] = msg.text();
-        choice["logprobs"] = request_.logprobs ? Json{{"tokens", c.tokens},
-                                                      {"token_logprobs", c.token_logprobs},
-                                                      {"top_logprobs", c.top},
-                                                      {"text_offset", c.offsets}}
-                                               : Json();
-        c.tokens = c.token_logprobs = c.top = c.offsets = Json::array();
       }
+      choice["logprobs"] = Logprobs(c, /*take=*/true);
       choice["finish_reason"] = nullptr;
       ok &= Send(Chunk(Json::array({choice})));
     }
@@ -649,20 +657,14 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
     if (!request_.stream) continue;
     Json choice = Json::object();
     choice["index"] = i;
-    if (request_.endpoint == Endpoint::kChat) {
+    if (chat) {
       choice["delta"] = Json::object();
-      choice["logprobs"] =
-          request_.logprobs && !done.pending.empty() ? Json{{"content", done.pending}} : Json();
     } else {
       choice["text"] = "";
-      choice["logprobs"] = request_.logprobs && !done.tokens.empty()
-                               ? Json{{"tokens", done.tokens},
-                                      {"token_logprobs", done.token_logprobs},
-                                      {"top_logprobs", done.top},
-                                      {"text_offset", done.offsets}}
-                               : Json();
-      done.tokens = done.token_logprobs = done.top = done.offsets = Json::array();
     }
+    // Logprobs of tokens whose text never came (held back to the end).
+    const bool left = chat ? !done.content.empty() : !done.tokens.empty();
+    choice["logprobs"] = left ? Logprobs(done, /*take=*/true) : Json();
     choice["finish_reason"] = done.finish_reason;
     ok &= Send(Chunk(Json::array({choice})));
   }
@@ -692,15 +694,10 @@ bool ResponseWriter::Finish() {
     choice["index"] = i;
     if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
-      choice["logprobs"] = request_.logprobs ? Json{{"content", c.logprobs_content}} : Json();
     } else {
       choice["text"] = c.text;
-      choice["logprobs"] = request_.logprobs ? Json{{"tokens", c.tokens},
-                                                    {"token_logprobs", c.token_logprobs},
-                                                    {"top_logprobs", c.top},
-                                                    {"text_offset", c.offsets}}
-                                             : Json();
     }
+    choice["logprobs"] = Logprobs(c, /*take=*/false);
     choice["finish_reason"] = c.finish_reason;
     choices.push_back(std::move(choice));
   }

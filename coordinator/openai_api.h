@@ -75,9 +75,15 @@ struct OpenAiRequest {
   std::vector<::shardlm::v1::GenerateRequest> prompts;  // one Generate per prompt
 };
 
-// Checks and translates a /v1/completions or /v1/chat/completions body.
-absl::StatusOr<OpenAiRequest> ParseCompletion(const Json& body, const ModelContext& model, ApiError* error);
-absl::StatusOr<OpenAiRequest> ParseChat(const Json& body, const ModelContext& model, ApiError* error);
+// Parses JSON from a client, nesting at most kMaxJsonDepth levels (a deeper
+// value would cost stack in every later copy or dump of it). Throws
+// Json::exception when it is not JSON, std::invalid_argument when too deep.
+Json ParseJson(const std::string& text);
+
+// Checks and translates a /v1/completions or /v1/chat/completions body into
+// *out; false with *error set (naming the parameter and the limit) otherwise.
+bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model, OpenAiRequest* out,
+                  ApiError* error);
 
 // Turns Generate responses into OpenAI objects. With stream, each Add sends
 // the chunks it makes through `send` (one "data: {...}\n\n" event each;
@@ -111,19 +117,26 @@ class ResponseWriter {
   }
 
  private:
+  // A choice's text and its tokens' logprobs: all of them without stream;
+  // with stream, those not sent yet (a token whose text is held back waits
+  // for the next piece of text or the finish chunk).
   struct Choice {
     std::string text;
     std::string finish_reason;
-    Json logprobs_content = Json::array();  // chat: per token
+    Json content = Json::array();  // chat: one entry per token
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
-    Json pending = Json::array();  // chat stream: logprob entries of tokens whose text is held back
     bool role_sent = false;
   };
   Json Chunk(Json choices) const;
+  // A token as its text: its bytes (invalid UTF-8 is replaced when dumped).
+  std::string TokenText(int32_t id) const;
   Json TokenEntry(int32_t id, float logprob) const;
-  // Records the tokens of `msg` into choice `c` (and `delta_logprobs` for a chunk).
-  void AddLogprobs(Choice& c, const ::shardlm::v1::GenerateResponse& msg, size_t text_offset,
-                   Json* delta_logprobs);
+  // Records the logprobs of `msg`'s tokens into `c`; the text before them is
+  // `text_chars` characters long.
+  void AddLogprobs(Choice& c, const ::shardlm::v1::GenerateResponse& msg, int64_t text_chars);
+  // `c`'s logprobs in the endpoint's format (null when none were asked for);
+  // with `take`, they are cleared.
+  Json Logprobs(Choice& c, bool take);
   bool Send(const Json& j);
 
   const OpenAiRequest& request_;

@@ -51,7 +51,7 @@ int FindSocket(const httplib::Request& req) {
     int peer_port = 0, local_port = 0;
     if (numeric(peer, peer_len, &peer_host, &peer_port) &&
         numeric(local, local_len, &local_host, &local_port) && peer_port == req.remote_port &&
-        peer_host == req.remote_addr && local_port == req.local_port) {
+        peer_host == req.remote_addr && local_port == req.local_port && local_host == req.local_addr) {
       found = fd;
       break;
     }
@@ -294,19 +294,12 @@ void OpenAiHttpServer::Routes() {
       }
       call->Finish(grpc::Status(code, e.message));
     };
-    absl::StatusOr<openai::OpenAiRequest> parsed;
+    auto request = std::make_shared<openai::OpenAiRequest>();
     ApiError error;
+    bool parsed = false;
     try {
-      // Nesting is capped while parsing: a deep body would otherwise cost
-      // stack in every later copy or dump of it.
-      Json body = Json::parse(req.body, [](int depth, Json::parse_event_t, Json&) {
-        if (depth > openai::kMaxJsonDepth) {
-          throw std::invalid_argument(absl::StrCat("nesting deeper than ", openai::kMaxJsonDepth, " levels"));
-        }
-        return true;
-      });
-      parsed = chat ? openai::ParseChat(body, options_.model, &error)
-                    : openai::ParseCompletion(body, options_.model, &error);
+      parsed =
+          openai::ParseRequest(endpoint, openai::ParseJson(req.body), options_.model, request.get(), &error);
     } catch (const Json::exception& ex) {
       return fail(ApiError{400, absl::StrCat("the request body is not valid JSON: ", ex.what()),
                            "invalid_request_error", "", ""});
@@ -316,8 +309,7 @@ void OpenAiHttpServer::Routes() {
     } catch (const std::exception& ex) {
       return fail(ApiError{500, ex.what(), "server_error", "", ""});
     }
-    if (!parsed.ok()) return fail(error);
-    auto request = std::make_shared<openai::OpenAiRequest>(std::move(*parsed));
+    if (!parsed) return fail(error);
     const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", call->id());
     const int64_t created = UnixNow();
     const int fd = FindSocket(req);

@@ -25,6 +25,12 @@ int SequenceLength(uint8_t lead) {
 
 }  // namespace
 
+int64_t Utf8Length(std::string_view s) {
+  int64_t n = 0;
+  for (char c : s) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
 void AppendUtf8(char32_t cp, std::string* out) {
   if (cp < 0x80) {
     out->push_back(static_cast<char>(cp));

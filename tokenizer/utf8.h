@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -16,6 +17,10 @@ size_t DecodeUtf8Lossy(std::string_view bytes, bool final, std::string* out);
 
 // True when `s` is entirely valid UTF-8.
 bool IsValidUtf8(std::string_view s);
+
+// The number of characters (code points) in UTF-8 `s`: its bytes that do not
+// continue a sequence.
+int64_t Utf8Length(std::string_view s);
 
 // Appends the UTF-8 encoding of `cp`.
 void AppendUtf8(char32_t cp, std::string* out);

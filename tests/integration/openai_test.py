@@ -347,6 +347,12 @@ def errors(ctx, chk):
                           b"[" * 200000 + b"]" * 200000 + b"}")
     chk.check(status == 400 and "nesting deeper than 64" in out["error"]["message"],
               "200000 nested lists: 400, the server stays up (%s)" % out["error"]["message"][:90])
+    deep_call = {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "f", "arguments": "[" * 100000 + "]" * 100000}}]}
+    status, out, _ = post(srv, "/v1/chat/completions", {"model": "tiny", "messages": MESSAGES + [deep_call]})
+    chk.check(status == 400 and out["error"]["param"] == "messages[2].tool_calls[0].function.arguments",
+              "tool-call arguments nested 100000 deep: 400 naming them, the server stays up (%s)" %
+              out["error"]["message"][:90])
     status, out, _ = post(srv, "/v1/completions", None, raw=b'{"model": "tiny", "prompt": "x", "top_p": 1e400}')
     chk.check(status == 400, "a number past double's range: 400 (%s)" % out["error"]["message"][:80])
     status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 2.0,

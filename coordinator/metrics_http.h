@@ -10,13 +10,9 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
-
-namespace httplib {
-class Server;
-}
+#include "coordinator/http_listener.h"
 
 namespace shardlm {
 
@@ -26,15 +22,12 @@ class MetricsHttpServer {
   // `render`'s text; UNAVAILABLE naming the address if it cannot bind.
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   std::function<std::string()> render);
-  ~MetricsHttpServer();
 
-  int port() const { return port_; }
+  int port() const { return listener_->port(); }
 
  private:
   MetricsHttpServer() = default;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpListener> listener_;
 };
 
 }  // namespace shardlm

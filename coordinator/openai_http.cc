@@ -7,10 +7,10 @@
 #include <sys/socket.h>
 
 #include <atomic>
-#include <chrono>
 #include <ctime>
 #include <stdexcept>
 #include <system_error>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -125,6 +125,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(Infere
   s->service_ = service;
   s->options_ = std::move(options);
   const TlsFiles& tls = s->options_.tls;
+  std::unique_ptr<httplib::Server> server;
   if (tls.enabled()) {
     auto ssl = std::make_unique<httplib::SSLServer>(tls.cert.c_str(), tls.key.c_str(),
                                                     tls.client_ca.empty() ? nullptr : tls.client_ca.c_str());
@@ -132,45 +133,27 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> OpenAiHttpServer::Start(Infere
       return absl::InvalidArgumentError(absl::StrCat("--http-port: cannot use the TLS certificate '",
                                                      tls.cert, "' and key '", tls.key, "'"));
     }
-    s->server_ = std::move(ssl);
+    server = std::move(ssl);
   } else {
-    s->server_ = std::make_unique<httplib::Server>();
+    server = std::make_unique<httplib::Server>();
   }
-  httplib::Server& server = *s->server_;
   const int threads = s->options_.threads;
-  server.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  server.set_payload_max_length(s->options_.max_body_bytes);
+  server->new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  server->set_payload_max_length(s->options_.max_body_bytes);
   // httplib holds a thread per connection while it is kept alive: keep that short.
-  server.set_keep_alive_max_count(100);
-  server.set_keep_alive_timeout(3);
-  server.set_write_timeout(30);
-  server.set_socket_options([](socket_t sock) {
-    int one = 1;  // a restarted server rebinds at once, but never shares the port
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  });
-  s->Routes();
-  const std::string& host = s->options_.host;
-  const int port = s->options_.port;
-  if (port == 0) {
-    s->port_ = server.bind_to_any_port(host);
-    if (s->port_ < 0) s->port_ = 0;
-  } else if (server.bind_to_port(host, port)) {
-    s->port_ = port;
-  }
-  if (s->port_ == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("--http-port: cannot listen on ", host, ":", port, " (in use, or not an address here)"));
-  }
-  httplib::Server* raw = s->server_.get();
-  s->thread_ = std::thread([raw] { raw->listen_after_bind(); });
-  while (!raw->is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server->set_keep_alive_max_count(100);
+  server->set_keep_alive_timeout(3);
+  server->set_write_timeout(30);
+  s->Routes(*server);
+  auto listener = HttpListener::Start(std::move(server), s->options_.host, s->options_.port, "--http-port");
+  if (!listener.ok()) return listener.status();
+  s->listener_ = std::move(*listener);
   return s;
 }
 
 OpenAiHttpServer::~OpenAiHttpServer() {
   stopping_ = true;
-  server_->stop();
-  if (thread_.joinable()) thread_.join();
+  listener_.reset();
 }
 
 grpc::Status OpenAiHttpServer::Run(const openai::OpenAiRequest& request, const std::string& owner,
@@ -184,8 +167,7 @@ grpc::Status OpenAiHttpServer::Run(const openai::OpenAiRequest& request, const s
   return st;
 }
 
-void OpenAiHttpServer::Routes() {
-  httplib::Server& server = *server_;
+void OpenAiHttpServer::Routes(httplib::Server& server) {
   // Every answer that is not ours (no route, a body too large) in OpenAI's shape.
   server.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

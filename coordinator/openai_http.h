@@ -15,11 +15,11 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/grpc_security.h"
+#include "coordinator/http_listener.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/openai_api.h"
 
@@ -44,11 +44,11 @@ class OpenAiHttpServer {
   static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Start(InferenceService* service,
                                                                  OpenAiHttpOptions options);
   ~OpenAiHttpServer();
-  int port() const { return port_; }
+  int port() const { return listener_->port(); }
 
  private:
   OpenAiHttpServer() = default;
-  void Routes();
+  void Routes(httplib::Server& server);
   // Runs a request's prompts; cancelled when the client of socket `fd` goes
   // (CANCELLED) or the server stops (UNAVAILABLE).
   grpc::Status Run(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
@@ -56,9 +56,7 @@ class OpenAiHttpServer {
 
   InferenceService* service_ = nullptr;
   OpenAiHttpOptions options_;
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
-  int port_ = 0;
+  std::unique_ptr<HttpListener> listener_;
   std::atomic<bool> stopping_{false};  // requests still running are cancelled
 };
 

@@ -20,7 +20,6 @@ Usage:
   /usr/bin/python3 tests/integration/config_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
 """
 
-import argparse
 import json
 import os
 import re
@@ -30,7 +29,7 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
-from harness import (Ctx, Failure, LoggedProcess, free_port, parse_case_args, run_binary,  # noqa: E402
+from harness import (Ctx, Failure, LoggedProcess, case_main_args, free_port, run_binary,  # noqa: E402
                      run_cases, tail, wait_no_workers)
 
 MODEL_FLAGS = ["--arch", "llama", "--hidden-size", "64", "--num-layers", "2", "--num-heads", "4",
@@ -188,15 +187,10 @@ CASES = [("print_config", print_config), ("bad_config", bad_config), ("serve_fro
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    parsed = parse_case_args(args, [n for n, _ in CASES])
+    parsed = case_main_args(__doc__, [n for n, _ in CASES])
     if parsed is None:
         return 2
-    binary, workdir, only = parsed
+    binary, workdir, only, args = parsed
     for name in [k for k in os.environ if k.startswith("SHARDLM_")]:
         del os.environ[name]
     return run_cases(CASES, only, Run(workdir, args, binary), "config")

@@ -26,7 +26,6 @@ Usage:
   /usr/bin/python3 tests/integration/operations_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
 """
 
-import argparse
 import os
 import re
 import signal
@@ -40,7 +39,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
-from harness import (Ctx, Failure, LoggedProcess, free_port, parse_case_args, ps_rows, run_cases,  # noqa: E402
+from harness import (Ctx, Failure, LoggedProcess, case_main_args, free_port, ps_rows, run_cases,  # noqa: E402
                      wait_until_empty)
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
@@ -494,15 +493,10 @@ def run_main(doc, cases, label, ctx_class=None):
     """Parses --shardlm/--workdir/--only, runs `cases` on an Ops context (or `ctx_class`, a
     subclass whose close() ends what the cases shared), then checks that no worker of the test
     model is left running."""
-    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--shardlm", required=True)
-    ap.add_argument("--workdir", required=True)
-    ap.add_argument("--only", default="")
-    args = ap.parse_args()
-    parsed = parse_case_args(args, [n for n, _ in cases])
+    parsed = case_main_args(doc, [n for n, _ in cases])
     if parsed is None:
         return 2
-    binary, workdir, only = parsed
+    binary, workdir, only, args = parsed
     ctx = (ctx_class or Ops)(workdir, args, binary)
     try:
         rc = run_cases(cases, only, ctx, label)

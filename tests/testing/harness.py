@@ -16,7 +16,8 @@ Contents:
   Ctx                base of a script's per-run state (workdir, args, dir())
   Tally, run_case,   the PASS/FAIL-per-case loop with "NAME:" headers, timing,
   run_cases,         "total" and "<label>: N passed, M failed" lines, and the
-  parse_case_args    --shardlm/--workdir/--only handling around it
+  parse_case_args,   --shardlm/--workdir/--only handling around it
+  case_main_args
   run_binary         subprocess.run, once (no retries: a crash is a failure);
                      "cannot execute" is a Failure
   run_engine         run_binary with stdin closed
@@ -136,6 +137,20 @@ def run_cases(cases, only, ctx, label, always=()):
             continue
         run_case(tally, name, fn, ctx)
     return tally.summary(label)
+
+
+def case_main_args(doc, case_names):
+    """Parses the command line of a script that takes just --shardlm, --workdir and --only
+    (its description: the first line of `doc`). Returns (binary, workdir, only, args) as
+    parse_case_args does, or None after a usage error (exit 2)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--shardlm", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    parsed = parse_case_args(args, case_names)
+    return None if parsed is None else parsed + (args,)
 
 
 def parse_case_args(args, case_names):

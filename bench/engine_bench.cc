@@ -5,8 +5,11 @@
 //   build/shardlm_bench --model-dir build/bench-model          # makes the model if missing
 //
 // Floor: a decode step streams every weight once, so its time is at least
-// weight bytes / memory bandwidth, where bandwidth is that of a large memcpy
-// (bytes copied per second) on this machine, measured here.
+// weight bytes / read bandwidth, the rate at which all threads stream a large
+// buffer (bench/machine_limits.h), measured here. A memcpy's bytes-copied
+// rate is not that: a copy moves every byte twice. Beside it: a plain C GEMV
+// over as many bytes (what simple code achieves), and ATen's GEMM rate on
+// large products (the ceiling for prefill and large batches).
 #include <ATen/Parallel.h>
 
 #include <chrono>
@@ -15,8 +18,10 @@
 #include <cstring>
 #include <filesystem>
 #include <thread>
+#include <tuple>
 #include <vector>
 
+#include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/logging.h"
 #include "coordinator/engine.h"
@@ -32,26 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-// Bytes copied per second by a 1 GiB memcpy split over `threads`; best of 5.
-double MemcpyBandwidth(int threads) {
-  const size_t n = 1ull << 30;
-  std::vector<char> src(n, 1), dst(n, 2);
-  double best = 0;
-  for (int rep = 0; rep < 5; ++rep) {
-    auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t chunk = n / threads;
-        std::memcpy(dst.data() + t * chunk, src.data() + t * chunk, chunk);
-      });
-    }
-    for (auto& th : pool) th.join();
-    best = std::max(best, n / Seconds(t0, Clock::now()));
-  }
-  return best;
 }
 
 GenerateRequest Request(int32_t prompt_len, int32_t new_tokens, int32_t salt, int64_t vocab) {
@@ -205,12 +190,10 @@ int Main(int argc, char** argv) {
     }
   }
   const int threads = at::get_num_threads();
-  const double bw1 = MemcpyBandwidth(1), bwn = MemcpyBandwidth(threads);
-  const double bw = std::max(bw1, bwn);
+  const double bw = bench::ReadBandwidth();
   std::printf("machine: %u hardware threads, torch threads %d\n", std::thread::hardware_concurrency(),
               threads);
-  std::printf("memcpy bandwidth: %.1f GB/s (1 thread), %.1f GB/s (%d threads); floor uses %.1f GB/s\n",
-              bw1 / 1e9, bwn / 1e9, threads, bw / 1e9);
+  std::printf("read bandwidth (all threads, 1 GiB): %.1f GB/s\n", bw / 1e9);
 
   std::vector<int32_t> batches, prompt_unused;
   ParseIdList("batches", f.GetString("batches"), &batches).IgnoreError();
@@ -281,18 +264,36 @@ int Main(int argc, char** argv) {
     BenchTensorParallel(dir, exe, tps, tp_batches, steps, "f32");
   }
   if (rows.empty()) return 0;
+  std::printf("\n| dtype | weights MB | floor ms | plain C GEMV ms | GEMM GFLOP/s |\n|---|---|---|---|---|\n");
+  std::vector<std::tuple<std::string, double, double>> limits;  // dtype, floor ms, GEMM flop/s
+  for (const auto& [d, bytes] : weight_bytes) {
+    const at::ScalarType t = d == "bf16" ? at::kBFloat16 : at::kFloat;
+    const double plain = bench::ReferenceGemvBytesPerSecond(t, bytes);
+    const double gemm = bench::GemmFlops(t);
+    const double floor_ms = 1e3 * bytes / bw;
+    limits.emplace_back(d, floor_ms, gemm);
+    std::printf("| %s | %.0f | %.2f | %.2f | %.0f |\n", d.c_str(), bytes / 1e6, floor_ms, 1e3 * bytes / plain,
+                gemm / 1e9);
+  }
   std::printf(
-      "\n| dtype | weights MB | floor ms/step | batch | prefill tok/s | decode tok/s | decode ms/step | step "
-      "/ floor |\n");
-  std::printf("|---|---|---|---|---|---|---|---|\n");
+      "\n| dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | step / floor "
+      "| decode GFLOP/s | vs GEMM |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
+    double floor_ms = 0, gemm = 1;
     int64_t bytes = 0;
+    for (const auto& [d, f, g] : limits) {
+      if (d == r.dtype) floor_ms = f, gemm = g;
+    }
     for (const auto& [d, b] : weight_bytes) {
       if (d == r.dtype) bytes = b;
     }
-    const double floor_ms = 1e3 * bytes / bw;
-    std::printf("| %s | %.0f | %.2f | %d | %.0f | %.1f | %.2f | %.2fx |\n", r.dtype.c_str(), bytes / 1e6,
-                floor_ms, r.batch, r.prefill_tok_s, r.decode_tok_s, r.step_ms, r.step_ms / floor_ms);
+    // 2 flops per weight per token (the matrix products; attention is extra).
+    const double params = static_cast<double>(bytes) / (r.dtype == "bf16" ? 2 : 4);
+    const double prefill_flops = 2 * params * r.prefill_tok_s, decode_flops = 2 * params * r.decode_tok_s;
+    std::printf("| %s | %d | %.0f | %.0f | %.0f%% | %.1f | %.2f | %.2fx | %.0f | %.0f%% |\n", r.dtype.c_str(),
+                r.batch, r.prefill_tok_s, prefill_flops / 1e9, 100 * prefill_flops / gemm, r.decode_tok_s,
+                r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9, 100 * decode_flops / gemm);
   }
   return 0;
 }

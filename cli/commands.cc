@@ -435,6 +435,10 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
   f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
+  f.String("collectives",
+           "auto: shared memory when every rank of the group can map one segment (one host), else Gloo; "
+           "gloo: always Gloo",
+           false, "auto", {"auto", "gloo"});
   AddInternalSecurityFlags(f,
                            /*insecure_flag=*/true);  // the token may also come from $SHARDLM_INTERNAL_TOKEN
   int code = 0;
@@ -448,6 +452,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.advertise_host = f.GetString("advertise-host");
   o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
   o.register_timeout_ms = f.GetInt("register-timeout-ms");
+  o.shared_memory_collectives = f.GetString("collectives") == "auto";
   if (f.Has("rank")) {
     o.rank = static_cast<int>(f.GetInt("rank"));
   } else {

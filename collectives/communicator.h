@@ -33,6 +33,15 @@ class Communicator {
 
   // Concatenates every rank's `shard` along `dim` (equal shapes on all ranks).
   virtual absl::StatusOr<at::Tensor> AllGather(const at::Tensor& shard, int64_t dim) = 0;
+  // Concatenates every rank's `shard` along `dim` on `root` only; the other
+  // ranks get an undefined tensor. The LM head's logits go to the sampling
+  // rank this way rather than to every rank. Backends without a gather of
+  // their own all-gather and drop the result off the root.
+  virtual absl::StatusOr<at::Tensor> Gather(const at::Tensor& shard, int64_t dim, int root) {
+    absl::StatusOr<at::Tensor> all = AllGather(shard, dim);
+    if (!all.ok() || rank_info().rank == root) return all;
+    return at::Tensor();
+  }
   // Sums `partial` over ranks and returns this rank's 1/N slice along `dim`.
   virtual absl::StatusOr<at::Tensor> ReduceScatter(const at::Tensor& partial, int64_t dim) = 0;
   // Sums `tensor` over ranks, in place.

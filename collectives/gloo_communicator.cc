@@ -12,9 +12,11 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <cstring>
 #include <map>
+#include <stdexcept>
 #include <mutex>
 #include <vector>
 
@@ -55,20 +57,80 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::StatusOr<at::Tensor> ReduceScatter(const at::Tensor& partial, int64_t dim) override {
-    // Implemented as an f32 all-reduce and a slice: Gloo's reduce-scatter
-    // algorithm registers buffers at construction, which would cost more per
-    // step than the 2x bytes this moves for decode-sized activations.
-    at::Tensor sum = partial.to(at::kFloat).contiguous();
-    absl::Status st = AllReduceF32(sum);
-    if (!st.ok()) return st;
-    const int64_t d = dim < 0 ? dim + sum.dim() : dim;
-    const int64_t size = sum.size(d);
-    if (size % rank_.world_size != 0) {
+    const int64_t n = rank_.world_size;
+    const int64_t d = dim < 0 ? dim + partial.dim() : dim;
+    const int64_t size = partial.size(d);
+    if (size % n != 0) {
       return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: dimension ", d, " of size ", size,
-                                                     " does not divide by world size ", rank_.world_size));
+                                                     " does not divide by world size ", n));
     }
-    const int64_t part = size / rank_.world_size;
-    return sum.narrow(d, rank_.rank * part, part).to(partial.scalar_type()).contiguous();
+    if (n == 1) return partial;
+    // A ring reduce-scatter: each rank sends (n-1)/n of the tensor once, not
+    // the whole of it twice as an all-reduce would. Chunks are made
+    // contiguous first: chunks[r] = slice r along dim. Two ranks exchange the
+    // compute dtype (a bf16 + bf16 sum in f32 rounds exactly as the f32 round
+    // trip does); more ranks accumulate in f32 so that the result does not
+    // depend on the order of the ring.
+    const at::ScalarType wire = (n == 2) ? partial.scalar_type() : at::kFloat;
+    at::Tensor chunks = partial.unflatten(d, {n, size / n}).movedim(d, 0).to(wire).contiguous();
+    at::Tensor incoming = at::empty(chunks.select(0, 0).sizes(), chunks.options());
+    const size_t chunk_bytes = incoming.nbytes();
+    absl::Status st = Run("reduce-scatter", [&] {
+      const int right = (rank_.rank + 1) % n, left = (rank_.rank + n - 1) % n;
+      auto send_buf = ctx_->createUnboundBuffer(chunks.data_ptr(), chunks.nbytes());
+      auto recv_buf = ctx_->createUnboundBuffer(incoming.data_ptr(), chunk_bytes);
+      for (int64_t s = 0; s < n - 1; ++s) {
+        const uint64_t slot = NextSlot();
+        const int64_t send_idx = ((rank_.rank - s - 1) % n + n) % n;
+        const int64_t recv_idx = ((rank_.rank - s - 2) % n + n) % n;
+        recv_buf->recv(left, slot);
+        send_buf->send(right, slot, send_idx * chunk_bytes, chunk_bytes);
+        if (!recv_buf->waitRecv(ctx_->getTimeout()) || !send_buf->waitSend(ctx_->getTimeout())) {
+          throw std::runtime_error("timed out waiting for a peer");
+        }
+        at::Tensor dst = chunks.select(0, recv_idx);
+        dst.add_(incoming);
+      }
+    });
+    if (!st.ok()) return st;
+    // [n, ..., d/n, ...]: this rank's chunk, back in the caller's layout and dtype.
+    return chunks.select(0, rank_.rank).to(partial.scalar_type()).contiguous();
+  }
+
+  absl::StatusOr<at::Tensor> Gather(const at::Tensor& shard, int64_t dim, int root) override {
+    const int64_t n = rank_.world_size;
+    if (root < 0 || root >= n) {
+      return absl::InvalidArgumentError(absl::StrCat("gather root ", root, " outside world size ", n));
+    }
+    if (n == 1) return shard;
+    at::Tensor src = shard.contiguous();
+    at::Tensor gathered;
+    if (rank_.rank == root) {
+      std::vector<int64_t> gshape = {n};
+      gshape.insert(gshape.end(), src.sizes().begin(), src.sizes().end());
+      gathered = at::empty(gshape, src.options());
+    }
+    absl::Status st = Run("gather", [&] {
+      const uint64_t slot = NextSlot();
+      if (rank_.rank != root) {
+        auto buf = ctx_->createUnboundBuffer(src.data_ptr(), src.nbytes());
+        buf->send(root, slot);
+        if (!buf->waitSend(ctx_->getTimeout())) throw std::runtime_error("timed out sending to the root");
+        return;
+      }
+      std::memcpy(static_cast<char*>(gathered.data_ptr()) + root * src.nbytes(), src.data_ptr(), src.nbytes());
+      auto buf = ctx_->createUnboundBuffer(gathered.data_ptr(), gathered.nbytes());
+      for (int r = 0; r < n; ++r) {
+        if (r != root) buf->recv(r, slot, r * src.nbytes(), src.nbytes());
+      }
+      for (int r = 0; r < n; ++r) {
+        if (r != root && !buf->waitRecv(ctx_->getTimeout())) throw std::runtime_error("timed out receiving");
+      }
+    });
+    if (!st.ok()) return st;
+    if (rank_.rank != root) return at::Tensor();
+    const int64_t d = dim < 0 ? dim + src.dim() : dim;
+    return gathered.movedim(0, d).flatten(d, d + 1).contiguous();
   }
 
   absl::Status AllReduce(at::Tensor& tensor) override {
@@ -165,6 +227,12 @@ class GlooCommunicator final : public Communicator {
       return broken_;
     }
   }
+
+  // Slots for point-to-point transfers: every rank issues the same sequence
+  // of collectives, so the counters agree. Kept apart from the slots Gloo's
+  // algorithm classes take from the context.
+  uint64_t NextSlot() { return (uint64_t{1} << 40) + next_slot_++; }
+  uint64_t next_slot_ = 0;
 
   RankInfo rank_;
   std::shared_ptr<gloo::Context> ctx_;

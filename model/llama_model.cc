@@ -6,6 +6,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/fused.h"
+#include "kernels/linear.h"
 #include "model/paged_attention.h"
 #include "partitioning/shard_loader.h"
 
@@ -98,20 +100,6 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   return m;
 }
 
-at::Tensor LlamaModel::RmsNorm(const at::Tensor& x, const at::Tensor& weight) const {
-  // As in HF: normalise in f32, cast back, then scale.
-  at::Tensor xf = x.to(at::kFloat);
-  at::Tensor normed = xf * at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + cfg_.rms_norm_eps);
-  return normed.to(dtype_) * weight;
-}
-
-at::Tensor LlamaModel::Rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const {
-  // Rotate-half convention: (x1, x2) -> (x1 cos - x2 sin, x2 cos + x1 sin).
-  const int64_t half = x.size(-1) / 2;
-  at::Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
-  return at::cat({x1 * cos - x2 * sin, x2 * cos + x1 * sin}, -1);
-}
-
 absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   // Vocab-parallel: this rank owns rows [start, start + vocab.tp).
   const int64_t per_rank = plan_.vocab_per_rank();
@@ -148,46 +136,65 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
   at::Tensor logits;
   absl::Status st = CatchTorchErrors("forward", [&]() -> absl::Status {
     std::vector<int64_t> ids64(step.token_ids.begin(), step.token_ids.end());
-    std::vector<int64_t> pos64(step.positions.begin(), step.positions.end());
     at::Tensor ids = at::tensor(ids64, at::kLong);
-    at::Tensor pos = at::tensor(pos64, at::kFloat);
-    // cos, sin: dtype[tokens, 1, head_dim / 2]
-    at::Tensor angles = pos.unsqueeze(1) * inv_freq_.unsqueeze(0);
-    at::Tensor cos = angles.cos().to(dtype_).unsqueeze(1);
-    at::Tensor sin = angles.sin().to(dtype_).unsqueeze(1);
+    // cos, sin: f32[tokens, head_dim / 2], rounded through the compute dtype
+    // as Hugging Face does (cos.to(x.dtype)).
+    const int64_t half = d / 2;
+    at::Tensor cos = at::empty({T, half}, at::kFloat), sin = at::empty({T, half}, at::kFloat);
+    {
+      const float* inv = inv_freq_.data_ptr<float>();
+      float* cp = cos.data_ptr<float>();
+      float* sp = sin.data_ptr<float>();
+      const bool bf16 = dtype_ == at::kBFloat16;
+      for (int64_t t = 0; t < T; ++t) {
+        const float pos = static_cast<float>(step.positions[t]);
+        for (int64_t i = 0; i < half; ++i) {
+          const float angle = pos * inv[i];
+          float c = std::cos(angle), sn = std::sin(angle);
+          if (bf16) {
+            c = static_cast<float>(c10::BFloat16(c));
+            sn = static_cast<float>(c10::BFloat16(sn));
+          }
+          cp[t * half + i] = c;
+          sp[t * half + i] = sn;
+        }
+      }
+    }
+    const double eps = cfg_.rms_norm_eps;
 
     SHARDLM_ASSIGN_OR_RETURN(at::Tensor x, Embed(ids));  // dtype[tokens, hidden.tp]
+    x = x.contiguous();
     for (size_t li = 0; li < layers_.size(); ++li) {
       const Layer& L = layers_[li];
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, comm_->AllGather(x, 1));  // dtype[tokens, hidden]
-      h = RmsNorm(h, L.input_norm);
-      at::Tensor qkv = L.qkv_bias.defined() ? at::linear(h, L.qkv, L.qkv_bias) : at::linear(h, L.qkv);
+      h = kernels::RmsNorm(h, L.input_norm, eps);
+      // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
+      // normed (Qwen3) and rotated in place, then read through views.
+      at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
+      if (L.q_norm.defined()) {
+        kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, eps);
+        kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, eps);
+      }
+      kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
       at::Tensor q = qkv.narrow(1, 0, hq * d).view({T, hq, d});
       at::Tensor k = qkv.narrow(1, hq * d, hkv * d).view({T, hkv, d});
       at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).view({T, hkv, d});
-      if (L.q_norm.defined()) {
-        q = RmsNorm(q, L.q_norm);
-        k = RmsNorm(k, L.k_norm);
-      }
-      q = Rotary(q, cos, sin);
-      k = Rotary(k, cos, sin);
       at::Tensor k_layer = pool.k().select(0, li), v_layer = pool.v().select(0, li);
-      WriteKv(k, v.contiguous(), k_layer, v_layer, batch);
+      WriteKv(k, v, k_layer, v_layer, batch);
       at::Tensor attn = PagedAttention(q, k_layer, v_layer, batch).view({T, hq * d});
-      at::Tensor partial = at::linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
+      at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, comm_->ReduceScatter(partial, 1));
-      x = x + reduced;
+      kernels::AddInPlace(x, reduced);
 
       SHARDLM_ASSIGN_OR_RETURN(h, comm_->AllGather(x, 1));
-      h = RmsNorm(h, L.post_norm);
-      at::Tensor gu = at::linear(h, L.gate_up);  // dtype[tokens, 2 * intermediate.tp]
-      const int64_t inter = gu.size(1) / 2;
-      at::Tensor act = at::silu(gu.narrow(1, 0, inter)) * gu.narrow(1, inter, inter);
-      partial = at::linear(act, L.down);
+      h = kernels::RmsNorm(h, L.post_norm, eps);
+      at::Tensor gu = kernels::Linear(h, L.gate_up);  // dtype[tokens, 2 * intermediate.tp]
+      partial = kernels::Linear(kernels::SiluMul(gu), L.down);
       SHARDLM_ASSIGN_OR_RETURN(reduced, comm_->ReduceScatter(partial, 1));
-      x = x + reduced;
+      kernels::AddInPlace(x, reduced);
     }
-    // Only the rows that need a distribution go through the head.
+    // Only the rows that need a distribution go through the head, and only
+    // rank 0 (which samples) receives the full vocabulary.
     std::vector<int64_t> rows;
     for (const SampleRow& r : step.rows) rows.push_back(r.row);
     if (rows.empty()) {
@@ -196,9 +203,9 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
     }
     at::Tensor sel = x.index_select(0, at::tensor(rows, at::kLong));
     SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, comm_->AllGather(sel, 1));
-    h = RmsNorm(h, final_norm_);
-    at::Tensor local = at::linear(h, lm_head_).to(at::kFloat);  // f32[rows, vocab.tp]
-    SHARDLM_ASSIGN_OR_RETURN(logits, comm_->AllGather(local, 1));
+    h = kernels::RmsNorm(h, final_norm_, eps);
+    at::Tensor local = kernels::Linear(h, lm_head_).to(at::kFloat);  // f32[rows, vocab.tp]
+    SHARDLM_ASSIGN_OR_RETURN(logits, comm_->Gather(local, 1, /*root=*/0));
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);

@@ -36,7 +36,8 @@ class LlamaModel {
                                                           Communicator* comm);
 
   // Runs the step's tokens through every layer, writing their K/V into `pool`,
-  // and returns f32[rows, vocab]: full logits for step.rows, in order.
+  // and returns f32[rows, vocab] on rank 0: full logits for step.rows, in
+  // order. Other ranks (which do not sample) get an empty tensor.
   absl::StatusOr<at::Tensor> Forward(const StepInput& step, KvPool& pool);
 
   const ModelConfig& config() const { return cfg_; }
@@ -60,9 +61,6 @@ class LlamaModel {
   LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm)
       : cfg_(cfg), plan_(plan), dtype_(dtype), comm_(comm) {}
 
-  at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight) const;
-  // q: dtype[tokens, heads, head_dim], positions: int64[tokens]
-  at::Tensor Rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) const;
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
 
   ModelConfig cfg_;

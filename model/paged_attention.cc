@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -61,50 +62,69 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
   out.narrow(0, run.begin, n).copy_(at::matmul(probs, values).permute({1, 0, 2}));
 }
 
+// Decode rows (and short chunks): one task per (row, KV head) computes all
+// `group` query heads that share that KV head, so each key and value row is
+// read once per group rather than once per query head (GQA).
 template <typename T>
 void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                      at::Tensor& out, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
   const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = k_layer.size(2);
   const int64_t group = heads / kv_heads;
+  const int64_t q_row = q.stride(0), q_head = q.stride(1);
   const T* qp = q.data_ptr<T>();
   const T* kp = k_layer.data_ptr<T>();
   const T* vp = v_layer.data_ptr<T>();
   T* op = out.data_ptr<T>();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  at::parallel_for(0, tokens * heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, qf(d), acc(d);
+  at::parallel_for(0, tokens * kv_heads, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, qf(group * d), acc(group * d), max_score(group), denom(group);
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = row_list[item / heads], h = item % heads, kvh = h / group;
+      const int64_t t = row_list[item / kv_heads], kvh = item % kv_heads;
       const int64_t seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
       const int64_t first = b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
-      const T* qrow = qp + (t * heads + h) * d;
-      for (int64_t i = 0; i < d; ++i) qf[i] = static_cast<float>(qrow[i]) * scale;
-      scores.resize(p - first + 1);
-      float max_score = -std::numeric_limits<float>::infinity();
-      for (int64_t j = first; j <= p; ++j) {
-        const T* krow = kp + (SlotOf(b, seq, j) * kv_heads + kvh) * d;
-        float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-        for (int64_t i = 0; i < d; ++i) s += qf[i] * static_cast<float>(krow[i]);
-        scores[j - first] = s;
-        max_score = std::max(max_score, s);
+      const int64_t n = p - first + 1;
+      for (int64_t g = 0; g < group; ++g) {
+        const T* qrow = qp + t * q_row + (kvh * group + g) * q_head;
+        for (int64_t i = 0; i < d; ++i) qf[g * d + i] = static_cast<float>(qrow[i]) * scale;
       }
-      float denom = 0.0f;
-      for (float& s : scores) {
-        s = std::exp(s - max_score);
-        denom += s;
+      scores.resize(group * n);
+      std::fill(max_score.begin(), max_score.end(), -std::numeric_limits<float>::infinity());
+      for (int64_t j = 0; j < n; ++j) {
+        const T* krow = kp + (SlotOf(b, seq, first + j) * kv_heads + kvh) * d;
+        for (int64_t g = 0; g < group; ++g) {
+          const float* qg = qf.data() + g * d;
+          float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+          for (int64_t i = 0; i < d; ++i) s += qg[i] * static_cast<float>(krow[i]);
+          scores[g * n + j] = s;
+          max_score[g] = std::max(max_score[g], s);
+        }
+      }
+      for (int64_t g = 0; g < group; ++g) {
+        float sum = 0.0f;
+        for (int64_t j = 0; j < n; ++j) {
+          float& s = scores[g * n + j];
+          s = std::exp(s - max_score[g]);
+          sum += s;
+        }
+        denom[g] = sum;
       }
       std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = first; j <= p; ++j) {
-        const T* vrow = vp + (SlotOf(b, seq, j) * kv_heads + kvh) * d;
-        const float w = scores[j - first];
+      for (int64_t j = 0; j < n; ++j) {
+        const T* vrow = vp + (SlotOf(b, seq, first + j) * kv_heads + kvh) * d;
+        for (int64_t g = 0; g < group; ++g) {
+          const float w = scores[g * n + j];
+          float* ag = acc.data() + g * d;
 #pragma omp simd
-        for (int64_t i = 0; i < d; ++i) acc[i] += w * static_cast<float>(vrow[i]);
+          for (int64_t i = 0; i < d; ++i) ag[i] += w * static_cast<float>(vrow[i]);
+        }
       }
-      T* orow = op + (t * heads + h) * d;
-      const float inv = 1.0f / denom;
-      for (int64_t i = 0; i < d; ++i) orow[i] = static_cast<T>(acc[i] * inv);
+      for (int64_t g = 0; g < group; ++g) {
+        T* orow = op + (t * heads + kvh * group + g) * d;
+        const float inv = 1.0f / denom[g];
+        for (int64_t i = 0; i < d; ++i) orow[i] = static_cast<T>(acc[g * d + i] * inv);
+      }
     }
   });
 }
@@ -114,6 +134,24 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
 void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::Tensor& v_layer,
              const AttentionBatch& b) {
   const int64_t tokens = k.size(0);
+  const int64_t row_elems = k_layer.size(2) * k_layer.size(3);
+  const bool direct = k.scalar_type() == k_layer.scalar_type() && v.scalar_type() == v_layer.scalar_type() &&
+                      k.stride(2) == 1 && v.stride(2) == 1 && k.stride(1) == k.size(2) &&
+                      v.stride(1) == v.size(2) && k.size(1) * k.size(2) == row_elems;
+  if (direct) {
+    // One memcpy per token and tensor: k[t] and v[t] are rows of the qkv projection.
+    const int64_t bytes = row_elems * k.element_size();
+    auto* kd = static_cast<char*>(k_layer.data_ptr());
+    auto* vd = static_cast<char*>(v_layer.data_ptr());
+    const auto* ks = static_cast<const char*>(k.data_ptr());
+    const auto* vs = static_cast<const char*>(v.data_ptr());
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t slot = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
+      std::memcpy(kd + slot * bytes, ks + t * k.stride(0) * k.element_size(), bytes);
+      std::memcpy(vd + slot * bytes, vs + t * v.stride(0) * v.element_size(), bytes);
+    }
+    return;
+  }
   std::vector<int64_t> slots(tokens);
   for (int64_t t = 0; t < tokens; ++t) {
     slots[t] = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
@@ -128,8 +166,9 @@ void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::
 
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                           const AttentionBatch& batch) {
-  at::Tensor qc = q.contiguous();
-  at::Tensor out = at::empty_like(qc);
+  // q may be a view into the qkv projection: rows strided, heads contiguous.
+  at::Tensor qc = (q.stride(2) == 1 && q.stride(1) == q.size(2)) ? q : q.contiguous();
+  at::Tensor out = at::empty(qc.sizes(), qc.options());
   // Long runs of one sequence's rows (prompt chunks) use matrix products;
   // the rest (decodes, short chunks) the per-row kernel.
   const int64_t tokens = qc.size(0);

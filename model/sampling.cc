@@ -60,26 +60,33 @@ int32_t Draw(std::vector<float>& logits, const SampleRow& row) {
     cand.resize(p.top_k);
   }
   const bool need_order = p.top_p < 1.0f;
-  if (need_order) std::sort(cand.begin(), cand.end(), by_logit);
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int32_t c : cand) max_logit = std::max(max_logit, logits[c]);
-  std::vector<double> prob(cand.size());
-  double total = 0.0;
-  for (size_t i = 0; i < cand.size(); ++i) {
-    prob[i] = std::exp(static_cast<double>(logits[cand[i]] - max_logit));
-    total += prob[i];
-  }
+  auto weight = [&](int32_t c) { return std::exp(static_cast<double>(logits[c] - max_logit)); };
   size_t keep = cand.size();
   if (need_order) {
-    double cum = 0.0;
-    for (size_t i = 0; i < cand.size(); ++i) {
-      cum += prob[i] / total;
-      if (cum >= p.top_p) {
-        keep = i + 1;
+    // top-p: the smallest most-likely prefix whose mass reaches p. Only that
+    // prefix is ordered: the top 64 first, then 4x more while the mass falls
+    // short, so the whole vocabulary is never sorted.
+    double total = 0.0;
+    for (int32_t c : cand) total += weight(c);
+    for (size_t batch = std::min<size_t>(64, cand.size());; batch = std::min(cand.size(), batch * 4)) {
+      std::partial_sort(cand.begin(), cand.begin() + batch, cand.end(), by_logit);
+      double cum = 0.0;
+      keep = 0;
+      for (size_t i = 0; i < batch && keep == 0; ++i) {
+        cum += weight(cand[i]) / total;
+        if (cum >= p.top_p) keep = i + 1;
+      }
+      if (keep > 0) break;
+      if (batch == cand.size()) {
+        keep = batch;
         break;
       }
     }
   }
+  std::vector<double> prob(keep);
+  for (size_t i = 0; i < keep; ++i) prob[i] = weight(cand[i]);
   // min-p: drop tokens below min_p x the most likely one (whose weight is 1).
   const double floor = p.min_p > 0 ? p.min_p : 0.0;
   double kept_total = 0.0;

@@ -21,6 +21,9 @@ class TimedCommunicator final : public Communicator {
   absl::StatusOr<at::Tensor> ReduceScatter(const at::Tensor& partial, int64_t dim) override {
     return Time([&] { return inner_->ReduceScatter(partial, dim); });
   }
+  absl::StatusOr<at::Tensor> Gather(const at::Tensor& shard, int64_t dim, int root) override {
+    return Time([&] { return inner_->Gather(shard, dim, root); });
+  }
   absl::Status AllReduce(at::Tensor& tensor) override {
     return Time([&] { return inner_->AllReduce(tensor); });
   }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "collectives/gloo_communicator.h"
+#include "collectives/shm_communicator.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/health_service.h"
@@ -320,6 +321,14 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
         continue;
       }
       inner = std::move(*comm);
+      if (options.shared_memory_collectives) {
+        ShmOptions shm;
+        shm.prefix = gloo.prefix;
+        shm.timeout = gloo.timeout;
+        inner = MaybeUseSharedMemory(rank, *store, std::move(inner), shm);
+      }
+      LOG(INFO) << "worker rank " << rank.rank << ": collectives over "
+                << (IsSharedMemory(*inner) ? "shared memory" : "Gloo");
     }
     if (worker == nullptr) {
       auto timed_comm = std::make_unique<TimedCommunicator>(std::move(inner));

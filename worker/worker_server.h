@@ -41,6 +41,7 @@ struct WorkerProcessOptions {
   int64_t register_timeout_ms = 120000;
   int64_t coordinator_lost_ms = 5000;  // exit after this long without the coordinator
   int rank = 0;                        // the rank this worker claims
+  bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its
   // channel to the coordinator (null: plaintext).

@@ -1,0 +1,28 @@
+// What this machine can do at best, measured in the same run as the figures
+// compared with it (bench/engine_bench.cc, bench/kernels_bench.cc):
+//
+//   ReadBandwidth()      bytes/s one streaming read of a 1 GiB buffer reaches
+//                        with every compute thread (each byte read once: the
+//                        floor of a decode step is weight bytes / this, not a
+//                        memcpy's bytes copied, which moves each byte twice);
+//   ReferenceGemvBytesPerSecond(dtype)
+//                        a plain C GEMV (llama2.c's loop: a dot product per
+//                        output row, rows split across threads, f32
+//                        accumulation) over a weight as large as the model's:
+//                        what simple code achieves;
+//   GemmFlops(dtype)     ATen's GEMM (OpenBLAS f32, oneDNN bf16) on large
+//                        products: the compute ceiling for prefill and large
+//                        batches.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+
+namespace shardlm::bench {
+
+double ReadBandwidth();
+double ReferenceGemvBytesPerSecond(at::ScalarType dtype, int64_t weight_bytes);
+double GemmFlops(at::ScalarType dtype);
+
+}  // namespace shardlm::bench

@@ -1,0 +1,150 @@
+#include "kernels/fused.h"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+
+namespace shardlm::kernels {
+namespace {
+
+// Rows per parallel task: element-wise work is tiny, so only large steps
+// (prefill) are split across threads.
+int64_t Grain(int64_t row_elems) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(1, row_elems)); }
+
+template <typename Fn>
+void DispatchDtype(at::ScalarType t, Fn&& fn) {
+  if (t == at::kFloat) {
+    fn(float{});
+  } else {
+    TORCH_CHECK(t == at::kBFloat16, "kernels support f32 and bf16, got ", t);
+    fn(c10::BFloat16{});
+  }
+}
+
+template <typename T>
+void NormRow(const T* x, const T* w, T* out, int64_t dim, float eps) {
+  float ss = 0.0f;
+  for (int64_t i = 0; i < dim; ++i) {
+    const float v = static_cast<float>(x[i]);
+    ss += v * v;
+  }
+  const float r = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+  for (int64_t i = 0; i < dim; ++i) {
+    // Cast to the dtype, then scale in it (as HF's `weight * x.to(dtype)`).
+    const T normed = static_cast<T>(static_cast<float>(x[i]) * r);
+    out[i] = static_cast<T>(static_cast<float>(normed) * static_cast<float>(w[i]));
+  }
+}
+
+}  // namespace
+
+at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && weight.is_contiguous() && weight.numel() == x.size(1),
+              "rms_norm: x ", x.sizes(), " weight ", weight.sizes());
+  at::Tensor out = at::empty(x.sizes(), x.options());
+  const int64_t rows = x.size(0), dim = x.size(1), ld = x.stride(0);
+  DispatchDtype(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* xp = x.data_ptr<T>();
+    const T* wp = weight.data_ptr<T>();
+    T* op = out.data_ptr<T>();
+    at::parallel_for(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) NormRow(xp + r * ld, wp, op + r * dim, dim, static_cast<float>(eps));
+    });
+  });
+  return out;
+}
+
+void RmsNormHeadsInPlace(at::Tensor& x, int64_t first_head, int64_t heads, int64_t head_dim,
+                         const at::Tensor& weight, double eps) {
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && (first_head + heads) * head_dim <= x.size(1) &&
+                  weight.numel() == head_dim,
+              "rms_norm heads: x ", x.sizes(), " heads ", first_head, "+", heads, " of ", head_dim);
+  const int64_t rows = x.size(0), ld = x.stride(0);
+  DispatchDtype(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    T* xp = x.data_ptr<T>();
+    const T* wp = weight.data_ptr<T>();
+    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        for (int64_t h = first_head; h < first_head + heads; ++h) {
+          T* row = xp + r * ld + h * head_dim;
+          NormRow(row, wp, row, head_dim, static_cast<float>(eps));  // reads a value before writing it
+        }
+      }
+    });
+  });
+}
+
+void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Tensor& cos,
+                   const at::Tensor& sin) {
+  const int64_t half = head_dim / 2, rows = x.size(0), ld = x.stride(0);
+  TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && heads * head_dim <= x.size(1) && cos.is_contiguous() &&
+                  sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == rows * half &&
+                  sin.numel() == rows * half,
+              "rotary: x ", x.sizes(), " cos ", cos.sizes());
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  DispatchDtype(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    T* xp = x.data_ptr<T>();
+    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const float* c = cp + r * half;
+        const float* s = sp + r * half;
+        for (int64_t h = 0; h < heads; ++h) {
+          T* v = xp + r * ld + h * head_dim;
+          for (int64_t i = 0; i < half; ++i) {
+            const float x1 = static_cast<float>(v[i]), x2 = static_cast<float>(v[i + half]);
+            v[i] = static_cast<T>(x1 * c[i] - x2 * s[i]);
+            v[i + half] = static_cast<T>(x2 * c[i] + x1 * s[i]);
+          }
+        }
+      }
+    });
+  });
+}
+
+void AddInPlace(at::Tensor& x, const at::Tensor& y) {
+  TORCH_CHECK(x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel() &&
+                  x.scalar_type() == y.scalar_type(),
+              "add: x ", x.sizes(), " y ", y.sizes());
+  const int64_t n = x.numel();
+  DispatchDtype(x.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    T* xp = x.data_ptr<T>();
+    const T* yp = y.data_ptr<T>();
+    at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) xp[i] = static_cast<T>(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
+    });
+  });
+}
+
+at::Tensor SiluMul(const at::Tensor& gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0, "silu_mul: ",
+              gate_up.sizes());
+  const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
+  at::Tensor out = at::empty({rows, inter}, gate_up.options());
+  DispatchDtype(gate_up.scalar_type(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* gp = gate_up.data_ptr<T>();
+    T* op = out.data_ptr<T>();
+    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const T* g = gp + r * 2 * inter;
+        const T* u = g + inter;
+        T* o = op + r * inter;
+        for (int64_t i = 0; i < inter; ++i) {
+          const float gv = static_cast<float>(g[i]);
+          // silu rounded to the dtype, then the product (HF: act_fn(gate) * up).
+          const T act = static_cast<T>(gv / (1.0f + std::exp(-gv)));
+          o[i] = static_cast<T>(static_cast<float>(act) * static_cast<float>(u[i]));
+        }
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace shardlm::kernels

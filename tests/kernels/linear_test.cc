@@ -1,0 +1,127 @@
+// kernels::Linear and every GEMV variant this CPU runs, against ATen's
+// linear in double precision; the fused element-wise kernels against ATen
+// compositions of the same formulas.
+#include "kernels/linear.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <tuple>
+
+#include "kernels/cpu/gemv.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/fused.h"
+
+namespace shardlm::kernels {
+namespace {
+
+class IsaGuard {
+ public:
+  explicit IsaGuard(Isa isa) : previous_(SetIsaForTesting(isa)) {}
+  ~IsaGuard() { SetIsaForTesting(previous_); }
+
+ private:
+  Isa previous_;
+};
+
+using Case = std::tuple<Isa, at::ScalarType>;
+class GemvTest : public ::testing::TestWithParam<Case> {};
+
+// Rows 1..9 (every specialisation and one past the GEMV limit), k with and
+// without a vector tail, with and without bias.
+TEST_P(GemvTest, MatchesAtenLinear) {
+  const auto [isa, dtype] = GetParam();
+  if (isa > DetectedIsa()) GTEST_SKIP() << IsaName(isa) << " not on this CPU";
+  IsaGuard guard(isa);
+  for (int64_t m = 1; m <= 9; ++m) {
+    for (int64_t k : {37, 768}) {
+      for (bool with_bias : {false, true}) {
+  at::manual_seed(m * 1000 + k);
+  const int64_t n = 77;  // not a multiple of any row group
+  at::Tensor x = at::randn({m, k}).to(dtype), w = at::randn({n, k}).to(dtype);
+  at::Tensor bias = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
+  at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble),
+                               with_bias ? bias.to(at::kDouble) : at::Tensor());
+  at::Tensor got = Linear(x, w, bias);
+  ASSERT_EQ(got.scalar_type(), dtype);
+  ASSERT_EQ(got.sizes(), want.sizes());
+  const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+  // bf16 output rounding: relative 2^-8 of values up to ~4 sqrt(k).
+  const double tol = dtype == at::kFloat ? 1e-4 : 0.01 * std::sqrt(static_cast<double>(k)) + 0.05;
+  EXPECT_LT(err, tol) << IsaName(isa) << " m=" << m << " k=" << k << " bias " << with_bias;
+      }
+    }
+  }
+}
+
+// The raw kernels on a row range of a strided activation: rows outside the
+// range are left alone (each thread writes only its own).
+TEST(GemvRawTest, RowRangeOfStridedActivations) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > DetectedIsa()) continue;
+    const int64_t m = 5, k = 100;
+    at::Tensor wide = at::randn({m, k + 5});
+    at::Tensor x = wide.narrow(1, 0, k);
+    at::Tensor w = at::randn({40, k});
+    at::Tensor y = at::zeros({m, 40});
+    GemvArgs<float> a{x.data_ptr<float>(), x.stride(0), w.data_ptr<float>(), nullptr, y.data_ptr<float>(), 40, m, k};
+    GemvF32(isa)(a, 3, 37);
+    at::Tensor want = at::linear(x, w);
+    EXPECT_TRUE(at::allclose(y.narrow(1, 3, 34), want.narrow(1, 3, 34), 1e-4, 1e-4)) << IsaName(isa);
+    EXPECT_EQ(y.narrow(1, 0, 3).abs().sum().item<float>(), 0.0f);
+    EXPECT_EQ(y.narrow(1, 37, 3).abs().sum().item<float>(), 0.0f);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, GemvTest,
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+
+TEST(FusedTest, RmsNormMatchesHuggingFaceFormula) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::Tensor x = at::randn({5, 64}).to(dtype), w = at::randn({64}).to(dtype);
+    at::Tensor xf = x.to(at::kFloat);
+    at::Tensor want = (xf * at::rsqrt(xf.pow(2).mean(-1, true) + 1e-6)).to(dtype) * w;
+    at::Tensor got = RmsNorm(x, w, 1e-6);
+    EXPECT_TRUE(at::allclose(got.to(at::kFloat), want.to(at::kFloat), 1e-2, 1e-5)) << dtype;
+  }
+}
+
+TEST(FusedTest, RotaryHeadsNormAddAndSiluMul) {
+  const int64_t rows = 3, heads = 4, d = 16, half = d / 2;
+  at::Tensor x = at::randn({rows, heads * d + 8});
+  at::Tensor cos = at::rand({rows, half}), sin = at::rand({rows, half});
+  at::Tensor v = x.narrow(1, 0, heads * d).view({rows, heads, d});
+  at::Tensor x1 = v.narrow(2, 0, half), x2 = v.narrow(2, half, half);
+  at::Tensor c = cos.unsqueeze(1), s = sin.unsqueeze(1);
+  at::Tensor want = at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  at::Tensor tail = x.narrow(1, heads * d, 8).clone();
+  RotaryInPlace(x, heads, d, cos, sin);
+  EXPECT_TRUE(at::allclose(x.narrow(1, 0, heads * d).view({rows, heads, d}), want, 1e-5, 1e-6));
+  EXPECT_TRUE(at::equal(x.narrow(1, heads * d, 8), tail));  // columns past the heads untouched
+
+  at::Tensor y = at::randn({rows, 3 * d}), nw = at::randn({d});
+  at::Tensor head1 = y.narrow(1, d, d);
+  at::Tensor want_norm = head1 * at::rsqrt(head1.pow(2).mean(-1, true) + 1e-5) * nw;
+  RmsNormHeadsInPlace(y, 1, 1, d, nw, 1e-5);
+  EXPECT_TRUE(at::allclose(y.narrow(1, d, d), want_norm, 1e-4, 1e-5));
+
+  at::Tensor a = at::randn({rows, 10}), b = at::randn({rows, 10});
+  at::Tensor sum = a + b;
+  AddInPlace(a, b);
+  EXPECT_TRUE(at::allclose(a, sum));
+
+  at::Tensor gu = at::randn({rows, 20});
+  EXPECT_TRUE(at::allclose(SiluMul(gu), at::silu(gu.narrow(1, 0, 10)) * gu.narrow(1, 10, 10), 1e-5, 1e-6));
+}
+
+TEST(IsaTest, EnvironmentAndTestingCapNeverRaiseAboveTheCpu) {
+  const Isa before = SetIsaForTesting(Isa::kAvx512);
+  EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectedIsa()));
+  SetIsaForTesting(Isa::kScalar);
+  EXPECT_EQ(ActiveIsa(), Isa::kScalar);
+  SetIsaForTesting(before);
+}
+
+}  // namespace
+}  // namespace shardlm::kernels

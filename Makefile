@@ -24,7 +24,8 @@ test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD)/shardlm_bench --model-dir $(BUILD)/bench-model --tp 1,2
+	$(BUILD)/shardlm_kernels_bench
+	$(BUILD)/shardlm_bench --model-dir $(BUILD)/bench-model --tp 1,2,4
 
 fuzz: setup
 	bash scripts/fuzz.sh

@@ -139,7 +139,12 @@ def run(binary, workdir):
         procs.append(coord)
         workers = []
         for rank, host in enumerate(("w0", "w1")):
+            # Each "host" also gets its own /dev/shm (a private tmpfs in a
+            # mount namespace), as separate machines have: the workers must
+            # find that shared memory is not shared and use Gloo over TCP.
             w = LoggedProcess(net.exec_args(host, [
+                "unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount -t tmpfs -o size=64m tmpfs /dev/shm && exec "$0" "$@"',
                 binary, "worker", "--coordinator", "%s:50052" % caddr, "--model", model, "--rank", rank,
                 "--listen", "%s:50053" % net.addr(host), "--advertise-host", net.addr(host),
                 "--internal-token-file", token, "--coordinator-lost-ms", 120000]),
@@ -148,6 +153,9 @@ def run(binary, workdir):
             workers.append(w)
         formed = coord.wait_for(r"shardlm serving", 90)
         chk.check(formed, "the group forms across the bridge")
+        for rank, w in enumerate(workers):
+            chk.check(w.wait_for(r"collectives over Gloo", 10),
+                      "worker %d on its own host chose Gloo, not shared memory" % rank)
         if not formed:
             print(coord.text()[-1500:])
             return chk

@@ -24,8 +24,8 @@
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/logging.h"
-#include "coordinator/engine.h"
 #include "common/random_token.h"
+#include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
@@ -264,7 +264,8 @@ int Main(int argc, char** argv) {
     BenchTensorParallel(dir, exe, tps, tp_batches, steps, "f32");
   }
   if (rows.empty()) return 0;
-  std::printf("\n| dtype | weights MB | floor ms | plain C GEMV ms | GEMM GFLOP/s |\n|---|---|---|---|---|\n");
+  std::printf(
+      "\n| dtype | weights MB | floor ms | plain C GEMV ms | GEMM GFLOP/s |\n|---|---|---|---|---|\n");
   std::vector<std::tuple<std::string, double, double>> limits;  // dtype, floor ms, GEMM flop/s
   for (const auto& [d, bytes] : weight_bytes) {
     const at::ScalarType t = d == "bf16" ? at::kBFloat16 : at::kFloat;
@@ -276,7 +277,8 @@ int Main(int argc, char** argv) {
                 gemm / 1e9);
   }
   std::printf(
-      "\n| dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | step / floor "
+      "\n| dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | step "
+      "/ floor "
       "| decode GFLOP/s | vs GEMM |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {

@@ -38,10 +38,11 @@ int Main(int argc, char** argv) {
   ParseIdList("rows", f.GetString("rows"), &rows).IgnoreError();
   const int64_t k = f.GetInt("k");
   const double bw = bench::ReadBandwidth();
-  std::printf("isa %s, %d threads, read bandwidth %.1f GB/s\n", kernels::IsaName(kernels::ActiveIsa()).c_str(),
-              at::get_num_threads(), bw / 1e9);
-  std::printf("\n| dtype | rows | weight MB | kernels::Linear ms | at::linear ms | floor ms | Linear / floor | "
-              "Linear GFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+  std::printf("isa %s, %d threads, read bandwidth %.1f GB/s\n",
+              kernels::IsaName(kernels::ActiveIsa()).c_str(), at::get_num_threads(), bw / 1e9);
+  std::printf(
+      "\n| dtype | rows | weight MB | kernels::Linear ms | at::linear ms | floor ms | Linear / floor | "
+      "Linear GFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     // Several matrices, as a model's layers: [4 * k, k] each, together `mb` MB in f32.
     const int64_t elem = dtype == at::kFloat ? 4 : 2;
@@ -64,14 +65,14 @@ int Main(int argc, char** argv) {
       const double mine = time([&](const at::Tensor& w) { kernels::Linear(x, w); });
       const double aten = time([&](const at::Tensor& w) { at::linear(x, w); });
       const double floor = bytes / bw;
-      std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2fx | %.1f |\n", dtype == at::kFloat ? "f32" : "bf16", m,
-                  bytes / 1e6, mine * 1e3, aten * 1e3, floor * 1e3, mine / floor,
-                  2.0 * m * bytes / elem / mine / 1e9);
+      std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2fx | %.1f |\n",
+                  dtype == at::kFloat ? "f32" : "bf16", m, bytes / 1e6, mine * 1e3, aten * 1e3, floor * 1e3,
+                  mine / floor, 2.0 * m * bytes / elem / mine / 1e9);
       std::fflush(stdout);
     }
   }
-  std::printf("\nATen GEMM (1024x2048x2048): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n", bench::GemmFlops(at::kFloat) / 1e9,
-              bench::GemmFlops(at::kBFloat16) / 1e9);
+  std::printf("\nATen GEMM (1024x2048x2048): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
+              bench::GemmFlops(at::kFloat) / 1e9, bench::GemmFlops(at::kBFloat16) / 1e9);
   return 0;
 }
 

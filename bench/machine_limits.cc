@@ -50,9 +50,8 @@ double ReadBandwidth() {
     const int threads = at::get_num_threads();
     std::vector<float> part(threads, 0.0f);
     auto t0 = Clock::now();
-    at::parallel_for(0, n, n / threads, [&](int64_t b, int64_t e) {
-      part[at::get_thread_num()] += sum(buf.data() + b, e - b);
-    });
+    at::parallel_for(0, n, n / threads,
+                     [&](int64_t b, int64_t e) { part[at::get_thread_num()] += sum(buf.data() + b, e - b); });
     best = std::max(best, n * sizeof(float) / Seconds(t0));
     for (float p : part) sink = sink + p;
   }

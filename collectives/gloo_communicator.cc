@@ -16,8 +16,8 @@
 
 #include <cstring>
 #include <map>
-#include <stdexcept>
 #include <mutex>
+#include <stdexcept>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,7 +118,8 @@ class GlooCommunicator final : public Communicator {
         if (!buf->waitSend(ctx_->getTimeout())) throw std::runtime_error("timed out sending to the root");
         return;
       }
-      std::memcpy(static_cast<char*>(gathered.data_ptr()) + root * src.nbytes(), src.data_ptr(), src.nbytes());
+      std::memcpy(static_cast<char*>(gathered.data_ptr()) + root * src.nbytes(), src.data_ptr(),
+                  src.nbytes());
       auto buf = ctx_->createUnboundBuffer(gathered.data_ptr(), gathered.nbytes());
       for (int r = 0; r < n; ++r) {
         if (r != root) buf->recv(r, slot, r * src.nbytes(), src.nbytes());

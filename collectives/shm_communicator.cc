@@ -87,7 +87,8 @@ class ShmCommunicator final : public Communicator {
 
   absl::StatusOr<at::Tensor> Gather(const at::Tensor& shard, int64_t dim, int root) override {
     if (root < 0 || root >= rank_.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat("gather root ", root, " outside world size ", rank_.world_size));
+      return absl::InvalidArgumentError(
+          absl::StrCat("gather root ", root, " outside world size ", rank_.world_size));
     }
     return GatherTo(shard, dim, root);
   }
@@ -97,8 +98,8 @@ class ShmCommunicator final : public Communicator {
     at::Tensor src = partial.contiguous();
     const Split sp = SplitAt(src, dim);
     if (sp.size % n != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: dimension ", sp.dim, " of size ", sp.size,
-                                                     " does not divide by world size ", n));
+      return absl::InvalidArgumentError(absl::StrCat("reduce-scatter: dimension ", sp.dim, " of size ",
+                                                     sp.size, " does not divide by world size ", n));
     }
     const int64_t row_bytes = sp.size * sp.inner * src.element_size();
     const bool supported = src.scalar_type() == at::kFloat || src.scalar_type() == at::kBFloat16;
@@ -107,22 +108,17 @@ class ShmCommunicator final : public Communicator {
     std::vector<int64_t> out_shape(src.sizes().begin(), src.sizes().end());
     out_shape[sp.dim] = part;
     at::Tensor out = at::empty(out_shape, src.options());
-    std::lock_guard<std::mutex> lock(mu_);
-    const int64_t rows_per_op = slot_bytes_ / row_bytes;
-    for (int64_t o0 = 0; o0 < sp.outer; o0 += rows_per_op) {
-      const int64_t rows = std::min(rows_per_op, sp.outer - o0);
-      const uint32_t op = ++op_;
-      std::memcpy(Slot(op, rank_.rank), static_cast<const char*>(src.data_ptr()) + o0 * row_bytes, rows * row_bytes);
-      absl::Status st = Exchange(op, "reduce-scatter");
-      if (!st.ok()) return st;
-      // Sum this rank's columns over every rank's slot, in rank order, in f32.
-      const int64_t cols = part * sp.inner, first = rank_.rank * part * sp.inner, width = sp.size * sp.inner;
-      if (src.scalar_type() == at::kFloat) {
-        Reduce<float>(op, rows, cols, first, width, out.data_ptr<float>() + o0 * cols);
-      } else {
-        Reduce<c10::BFloat16>(op, rows, cols, first, width, out.data_ptr<c10::BFloat16>() + o0 * cols);
-      }
-    }
+    // Sum this rank's columns over every rank's slot, in rank order, in f32.
+    const int64_t cols = part * sp.inner, first = rank_.rank * part * sp.inner, width = sp.size * sp.inner;
+    absl::Status st =
+        Rounds(src, sp.outer, row_bytes, "reduce-scatter", [&](uint32_t op, int64_t o0, int64_t rows) {
+          if (src.scalar_type() == at::kFloat) {
+            Reduce<float>(op, rows, cols, first, width, out.data_ptr<float>() + o0 * cols);
+          } else {
+            Reduce<c10::BFloat16>(op, rows, cols, first, width, out.data_ptr<c10::BFloat16>() + o0 * cols);
+          }
+        });
+    if (!st.ok()) return st;
     return out;
   }
 
@@ -131,7 +127,9 @@ class ShmCommunicator final : public Communicator {
   absl::Status Barrier() override { return fallback_->Barrier(); }
 
  private:
-  char* Slot(uint32_t op, int rank) const { return data_ + ((op & 1u) * rank_.world_size + rank) * slot_bytes_; }
+  char* Slot(uint32_t op, int rank) const {
+    return data_ + ((op & 1u) * rank_.world_size + rank) * slot_bytes_;
+  }
 
   template <typename T>
   void Reduce(uint32_t op, int64_t rows, int64_t cols, int64_t first, int64_t width, T* out) const {
@@ -163,24 +161,39 @@ class ShmCommunicator final : public Communicator {
       shape[sp.dim] = sp.size * n;
       out = at::empty(shape, src.options());
     }
+    absl::Status st =
+        Rounds(src, sp.outer, row_bytes, root < 0 ? "all-gather" : "gather",
+               [&](uint32_t op, int64_t o0, int64_t rows) {
+                 if (!keep) return;
+                 char* dst = static_cast<char*>(out.data_ptr());
+                 for (int r = 0; r < n; ++r) {
+                   const char* from = Slot(op, r);
+                   for (int64_t o = 0; o < rows; ++o) {
+                     std::memcpy(dst + ((o0 + o) * n + r) * row_bytes, from + o * row_bytes, row_bytes);
+                   }
+                 }
+               });
+    if (!st.ok()) return st;
+    return keep ? absl::StatusOr<at::Tensor>(out) : absl::StatusOr<at::Tensor>(at::Tensor());
+  }
+
+  // Moves `outer` rows of `row_bytes` each through the slots, as many per op
+  // as a slot holds: this rank's rows go into its slot, every rank arrives,
+  // then read(op, first_row, rows) takes what it needs from all slots.
+  template <typename Read>
+  absl::Status Rounds(const at::Tensor& src, int64_t outer, int64_t row_bytes, const char* what, Read read) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t rows_per_op = slot_bytes_ / row_bytes;
-    for (int64_t o0 = 0; o0 < sp.outer; o0 += rows_per_op) {
-      const int64_t rows = std::min(rows_per_op, sp.outer - o0);
+    for (int64_t o0 = 0; o0 < outer; o0 += rows_per_op) {
+      const int64_t rows = std::min(rows_per_op, outer - o0);
       const uint32_t op = ++op_;
-      std::memcpy(Slot(op, rank_.rank), static_cast<const char*>(src.data_ptr()) + o0 * row_bytes, rows * row_bytes);
-      absl::Status st = Exchange(op, root < 0 ? "all-gather" : "gather");
+      std::memcpy(Slot(op, rank_.rank), static_cast<const char*>(src.data_ptr()) + o0 * row_bytes,
+                  rows * row_bytes);
+      absl::Status st = Exchange(op, what);
       if (!st.ok()) return st;
-      if (!keep) continue;
-      char* dst = static_cast<char*>(out.data_ptr());
-      for (int r = 0; r < n; ++r) {
-        const char* from = Slot(op, r);
-        for (int64_t o = 0; o < rows; ++o) {
-          std::memcpy(dst + ((o0 + o) * n + r) * row_bytes, from + o * row_bytes, row_bytes);
-        }
-      }
+      read(op, o0, rows);
     }
-    return keep ? absl::StatusOr<at::Tensor>(out) : absl::StatusOr<at::Tensor>(at::Tensor());
+    return absl::OkStatus();
   }
 
   // Announces this rank's slot for `op` and waits until every rank has.
@@ -229,7 +242,8 @@ class ShmCommunicator final : public Communicator {
     syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->arrivals), FUTEX_WAIT, seen, &ts, nullptr, 0);
   }
   void Wake() {
-    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->arrivals), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+    syscall(SYS_futex, reinterpret_cast<uint32_t*>(&header_->arrivals), FUTEX_WAKE, INT_MAX, nullptr, nullptr,
+            0);
   }
 
   // A rank holds a write lock on byte `rank` of the segment while it lives.
@@ -270,7 +284,9 @@ bool LockOwnByte(int fd, int rank) {
 
 }  // namespace
 
-bool IsSharedMemory(const Communicator& comm) { return dynamic_cast<const ShmCommunicator*>(&comm) != nullptr; }
+bool IsSharedMemory(const Communicator& comm) {
+  return dynamic_cast<const ShmCommunicator*>(&comm) != nullptr;
+}
 
 std::unique_ptr<Communicator> MaybeUseSharedMemory(RankInfo rank, gloo::rendezvous::Store& store,
                                                    std::unique_ptr<Communicator> fallback,
@@ -309,9 +325,16 @@ std::unique_ptr<Communicator> MaybeUseSharedMemory(RankInfo rank, gloo::rendezvo
       if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size == bytes) {
         base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
       }
+      // The name ends in rank 0's nonce; a segment that does not hold it is not this group's.
+      if (base != MAP_FAILED &&
+          std::to_string(static_cast<Header*>(base)->nonce) != name.substr(name.rfind('-') + 1)) {
+        munmap(base, bytes);
+        base = MAP_FAILED;
+      }
       if (base == MAP_FAILED) {
         why = name.empty() ? "rank 0 made no segment"
-                           : absl::StrCat("cannot map ", name, " (", fd < 0 ? std::strerror(errno) : "size differs", ")");
+                           : absl::StrCat("cannot map ", name, " (",
+                                          fd < 0 ? std::strerror(errno) : "size differs", ")");
       }
     }
     const bool mine_ok = base != MAP_FAILED && LockOwnByte(fd, rank.rank);

@@ -107,23 +107,24 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
 }
 
 void AddInPlace(at::Tensor& x, const at::Tensor& y) {
-  TORCH_CHECK(x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel() &&
-                  x.scalar_type() == y.scalar_type(),
-              "add: x ", x.sizes(), " y ", y.sizes());
+  TORCH_CHECK(
+      x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel() && x.scalar_type() == y.scalar_type(),
+      "add: x ", x.sizes(), " y ", y.sizes());
   const int64_t n = x.numel();
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
     const T* yp = y.data_ptr<T>();
     at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) xp[i] = static_cast<T>(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
+      for (int64_t i = b; i < e; ++i)
+        xp[i] = static_cast<T>(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
     });
   });
 }
 
 at::Tensor SiluMul(const at::Tensor& gate_up) {
-  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0, "silu_mul: ",
-              gate_up.sizes());
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
+              "silu_mul: ", gate_up.sizes());
   const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
   DispatchDtype(gate_up.scalar_type(), [&](auto tag) {

@@ -4,8 +4,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace shardlm {

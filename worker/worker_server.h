@@ -39,8 +39,8 @@ struct WorkerProcessOptions {
   std::string listen = "127.0.0.1:0";        // port 0: any free port
   std::string advertise_host = "127.0.0.1";  // how the coordinator reaches this worker
   int64_t register_timeout_ms = 120000;
-  int64_t coordinator_lost_ms = 5000;  // exit after this long without the coordinator
-  int rank = 0;                        // the rank this worker claims
+  int64_t coordinator_lost_ms = 5000;     // exit after this long without the coordinator
+  int rank = 0;                           // the rank this worker claims
   bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its

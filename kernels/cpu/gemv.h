@@ -29,7 +29,7 @@ constexpr int64_t kMaxGemvRows = 8;
 // T is float or uint16_t (bf16 bits) for x, w, bias and y alike.
 template <typename T>
 struct GemvArgs {
-  const T* x;     // T[m, ldx]
+  const T* x;  // T[m, ldx]
   int64_t ldx;
   const T* w;     // T[n, k]
   const T* bias;  // T[n] or nullptr

@@ -134,7 +134,8 @@ TEST(ShmFailureTest, AnExitedPeerIsUnavailableNamingIt) {
   EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("failed on rank 0 of 2")));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
   // Broken for good: the group re-forms.
-  EXPECT_THAT(c0->ReduceScatter(at::ones({2, 4}), 1).status(), StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 exited")));
+  EXPECT_THAT(c0->ReduceScatter(at::ones({2, 4}), 1).status(),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1 exited")));
 }
 
 TEST(ShmFailureTest, ASilentPeerTimesOut) {
@@ -145,8 +146,8 @@ TEST(ShmFailureTest, ASilentPeerTimesOut) {
   t1.join();
   ASSERT_TRUE(IsSharedMemory(*c0));
   auto got = c0->ReduceScatter(at::ones({2, 4}), 1);  // rank 1 is alive but never calls
-  EXPECT_THAT(got.status(),
-              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("timed out after 300 ms waiting for rank 1")));
+  EXPECT_THAT(got.status(), StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                     HasSubstr("timed out after 300 ms waiting for rank 1")));
 }
 
 }  // namespace

@@ -36,19 +36,19 @@ TEST_P(GemvTest, MatchesAtenLinear) {
   for (int64_t m = 1; m <= 9; ++m) {
     for (int64_t k : {37, 768}) {
       for (bool with_bias : {false, true}) {
-  at::manual_seed(m * 1000 + k);
-  const int64_t n = 77;  // not a multiple of any row group
-  at::Tensor x = at::randn({m, k}).to(dtype), w = at::randn({n, k}).to(dtype);
-  at::Tensor bias = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
-  at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble),
-                               with_bias ? bias.to(at::kDouble) : at::Tensor());
-  at::Tensor got = Linear(x, w, bias);
-  ASSERT_EQ(got.scalar_type(), dtype);
-  ASSERT_EQ(got.sizes(), want.sizes());
-  const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
-  // bf16 output rounding: relative 2^-8 of values up to ~4 sqrt(k).
-  const double tol = dtype == at::kFloat ? 1e-4 : 0.01 * std::sqrt(static_cast<double>(k)) + 0.05;
-  EXPECT_LT(err, tol) << IsaName(isa) << " m=" << m << " k=" << k << " bias " << with_bias;
+        at::manual_seed(m * 1000 + k);
+        const int64_t n = 77;  // not a multiple of any row group
+        at::Tensor x = at::randn({m, k}).to(dtype), w = at::randn({n, k}).to(dtype);
+        at::Tensor bias = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
+        at::Tensor want =
+            at::linear(x.to(at::kDouble), w.to(at::kDouble), with_bias ? bias.to(at::kDouble) : at::Tensor());
+        at::Tensor got = Linear(x, w, bias);
+        ASSERT_EQ(got.scalar_type(), dtype);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        const double err = (got.to(at::kDouble) - want).abs().max().item<double>();
+        // bf16 output rounding: relative 2^-8 of values up to ~4 sqrt(k).
+        const double tol = dtype == at::kFloat ? 1e-4 : 0.01 * std::sqrt(static_cast<double>(k)) + 0.05;
+        EXPECT_LT(err, tol) << IsaName(isa) << " m=" << m << " k=" << k << " bias " << with_bias;
       }
     }
   }
@@ -64,7 +64,8 @@ TEST(GemvRawTest, RowRangeOfStridedActivations) {
     at::Tensor x = wide.narrow(1, 0, k);
     at::Tensor w = at::randn({40, k});
     at::Tensor y = at::zeros({m, 40});
-    GemvArgs<float> a{x.data_ptr<float>(), x.stride(0), w.data_ptr<float>(), nullptr, y.data_ptr<float>(), 40, m, k};
+    GemvArgs<float> a{
+        x.data_ptr<float>(), x.stride(0), w.data_ptr<float>(), nullptr, y.data_ptr<float>(), 40, m, k};
     GemvF32(isa)(a, 3, 37);
     at::Tensor want = at::linear(x, w);
     EXPECT_TRUE(at::allclose(y.narrow(1, 3, 34), want.narrow(1, 3, 34), 1e-4, 1e-4)) << IsaName(isa);

@@ -135,6 +135,16 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+  f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);
+  f.String("policy",
+           "scheduling: continuous (admit at every step) or static (batch to completion; a baseline)", false,
+           "continuous", {"continuous", "static"});
+  f.Int("max-queued-requests", "requests waiting at most; past it new ones get RESOURCE_EXHAUSTED", 1024, 1,
+        1 << 24);
+  f.Int("max-queued-tokens", "prompt tokens waiting at most; past it new requests get RESOURCE_EXHAUSTED",
+        1 << 20, 1, int64_t{1} << 40);
+  f.Float("max-handle-share", "share of the KV cache that kept ChunkResult handles may pin", 0.5, 0.0, 1.0,
+          /*min_exclusive=*/true);
   f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
   f.Int("step-timeout-ms", "a step's deadline: this plus --step-timeout-per-token-ms per token", 60000, 1000,
         3600000);
@@ -252,6 +262,11 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
+  eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
+  eo.policy = f.GetString("policy");
+  eo.max_queued_requests = static_cast<int32_t>(f.GetInt("max-queued-requests"));
+  eo.max_queued_tokens = f.GetInt("max-queued-tokens");
+  eo.max_handle_share = f.GetFloat("max-handle-share");
   eo.metrics = &metrics;
   EngineLoop loop(std::make_unique<Engine>(g, *cfg, initial.num_blocks, initial.block_size, eo),
                   [g] { return g->state(); });

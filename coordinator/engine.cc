@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
@@ -28,9 +29,28 @@ const char* FinishReasonName(FinishReason r) {
   return "none";
 }
 
+namespace {
+
+Scheduler::Options SchedulerOptions(const Engine::Options& o) {
+  Scheduler::Options s;
+  CHECK(Scheduler::ParsePolicy(o.policy, &s.policy).ok()) << "unknown policy " << o.policy;
+  s.max_num_seqs = o.max_num_seqs;
+  s.max_batch_tokens = o.max_batch_tokens;
+  s.max_queued_requests = o.max_queued_requests;
+  s.max_queued_tokens = o.max_queued_tokens;
+  return s;
+}
+
+}  // namespace
+
 Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
                Options options)
-    : executor_(executor), cfg_(cfg), block_size_(block_size), options_(options), allocator_(num_blocks) {}
+    : executor_(executor),
+      cfg_(cfg),
+      block_size_(block_size),
+      options_(options),
+      allocator_(num_blocks),
+      scheduler_(SchedulerOptions(options)) {}
 
 absl::Status Engine::Validate(const GenerateRequest& r) const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };
@@ -112,6 +132,22 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
 absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
   absl::Status st = Validate(request);
   if (!st.ok()) return st;
+  if (request.keep_handle && !request.transient_handle) {
+    // Kept handles may pin only a share of the cache, so that they cannot
+    // starve the requests that run.
+    int64_t prefix_len = 0;
+    if (!request.prefix_handle.empty()) prefix_len = handles_.at(request.prefix_handle).tokens.size();
+    const int64_t total = prefix_len + static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
+    const int64_t adds = BlocksFor(total, block_size_) - prefix_len / block_size_;  // full blocks are shared
+    const int64_t cap = static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
+    const int64_t held = HandleBlocks();
+    if (held + adds > cap) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("kept ChunkResult handles hold ", held, " KV blocks and this one would add up to ",
+                       adds, ", over the limit of ", cap, " (--max-handle-share ", options_.max_handle_share,
+                       " of ", allocator_.num_blocks(), " blocks); release handles you no longer need"));
+    }
+  }
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   if (!request.has_seed) request.sampling.seed = seed_rng_();
@@ -131,11 +167,17 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
     seq->result.prompt_top.resize(request.prompt.size());
   }
   seq->request = std::move(request);
+  // Scoring rows carry a full-vocabulary distribution each: keep chunks small.
+  if (seq->request.score_prompt) seq->max_chunk = kMaxScoredRowsPerStep;
   seq->arrival = seq->request.arrival != std::chrono::steady_clock::time_point{}
                      ? seq->request.arrival
                      : std::chrono::steady_clock::now();
+  if (absl::Status queued = scheduler_.Enqueue(seq.get()); !queued.ok()) {
+    Evict(*seq);  // the handle's blocks it shared
+    return queued;
+  }
   const int64_t id = seq->id;
-  running_.push_back(std::move(seq));
+  seqs_[id] = std::move(seq);
   UpdateGauges();
   return id;
 }
@@ -155,25 +197,40 @@ std::vector<std::pair<int64_t, GenerateResult>> Engine::TakeFinished() {
   return out;
 }
 
-bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if ((*it)->id != id) continue;
-    Finish(**it, reason, std::move(status));
-    running_.erase(it);
-    UpdateGauges();
-    return true;
-  }
-  return false;
-}
-
-void Engine::FailAll(const absl::Status& status) {
-  for (auto& seq : running_) Finish(*seq, FinishReason::kNone, status);
-  running_.clear();
+void Engine::FinishAndErase(Sequence& seq, FinishReason reason, absl::Status status) {
+  scheduler_.Remove(&seq);
+  Finish(seq, reason, std::move(status));
+  seqs_.erase(seq.id);
   UpdateGauges();
 }
 
+bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return false;
+  Sequence& seq = *it->second;
+  if (seq.in_flight) {
+    // The workers are writing its blocks: end it when the step is applied.
+    if (!seq.end_requested) {
+      seq.end_requested = true;
+      seq.end_reason = reason;
+      seq.end_status = std::move(status);
+    }
+    return true;
+  }
+  FinishAndErase(seq, reason, std::move(status));
+  return true;
+}
+
+void Engine::FailAll(const absl::Status& status) {
+  while (!seqs_.empty()) {
+    Sequence& seq = *seqs_.begin()->second;
+    CHECK(!seq.in_flight) << "Engine::FailAll with a step executing";
+    FinishAndErase(seq, FinishReason::kNone, status);
+  }
+}
+
 void Engine::Reset(int32_t num_blocks, const std::string& why) {
-  CHECK(running_.empty()) << "Engine::Reset with requests running";
+  CHECK(seqs_.empty()) << "Engine::Reset with requests running";
   constexpr size_t kMaxLostHandles = 100000;
   for (auto& [id, handle] : handles_) {
     lost_handles_[id] = why;
@@ -194,9 +251,29 @@ bool Engine::Cancel(int64_t id) {
   return EndRunning(id, FinishReason::kNone, absl::CancelledError("request cancelled"));
 }
 
-void Engine::Preempt(Sequence& seq) {
-  ++preemptions_;
-  if (options_.metrics) options_.metrics->preemptions->Add();
+void Engine::Admit(SchedSeq& s) {
+  Sequence& seq = static_cast<Sequence&>(s);
+  // Scoring needs logits at every prompt position, so it computes them all.
+  // Once per admission: after its first step the sequence publishes instead.
+  if (options_.prefix_caching && !seq.request.score_prompt && !seq.started &&
+      seq.num_computed == static_cast<int32_t>(seq.blocks.size()) * block_size_) {
+    LookupPrefix(seq);
+  }
+}
+
+int32_t Engine::BlocksShort(const SchedSeq& s, int32_t tokens) const {
+  const Sequence& seq = static_cast<const Sequence&>(s);
+  return std::max(0, BlocksFor(tokens, block_size_) - static_cast<int32_t>(seq.blocks.size()));
+}
+
+int32_t Engine::HandleBlocks() const {
+  std::unordered_set<int32_t> blocks;
+  for (const auto& [id, h] : handles_) blocks.insert(h.blocks.begin(), h.blocks.end());
+  return static_cast<int32_t>(blocks.size());
+}
+
+void Engine::Evict(SchedSeq& s) {
+  Sequence& seq = static_cast<Sequence&>(s);
   seq.started = false;
   allocator_.Release(seq.blocks);
   seq.blocks.clear();
@@ -208,22 +285,10 @@ void Engine::Preempt(Sequence& seq) {
   seq.num_computed = 0;  // recomputed from its tokens when it runs again
 }
 
-bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Sequence*>& in_step) {
-  const int32_t need = BlocksFor(tokens, block_size_) - static_cast<int32_t>(seq.blocks.size());
-  if (need <= 0) return true;
-  while (allocator_.num_free() < need) {
-    // Preempt the newest other sequence holding blocks.
-    Sequence* victim = nullptr;
-    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-      const bool busy = std::find(in_step.begin(), in_step.end(), it->get()) != in_step.end();
-      if (it->get() != &seq && !busy && !(*it)->blocks.empty()) {
-        victim = it->get();
-        break;
-      }
-    }
-    if (victim == nullptr) return false;
-    Preempt(*victim);
-  }
+void Engine::Grow(SchedSeq& s, int32_t tokens) {
+  Sequence& seq = static_cast<Sequence&>(s);
+  const int32_t need = BlocksShort(seq, tokens);
+  if (need <= 0) return;
   auto ids = allocator_.Allocate(need);
   CHECK(ids.ok()) << ids.status();
   if (seq.cow_src >= 0) {
@@ -231,7 +296,6 @@ bool Engine::EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Seque
     seq.cow_src = -1;
   }
   seq.blocks.insert(seq.blocks.end(), ids->begin(), ids->end());
-  return true;
 }
 
 void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
@@ -239,6 +303,20 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   seq.copies.clear();
   if (seq.cow_src >= 0) allocator_.Release(seq.cow_src);
   seq.cow_src = -1;
+  if (status.ok() && seq.request.keep_handle && !seq.request.transient_handle) {
+    // Submit checked the share; concurrent keeps may have used it up since.
+    const int64_t cap = static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
+    std::unordered_set<int32_t> held;
+    for (const auto& [id, h] : handles_) held.insert(h.blocks.begin(), h.blocks.end());
+    const size_t before = held.size();
+    held.insert(seq.blocks.begin(), seq.blocks.end());
+    if (static_cast<int64_t>(held.size()) > cap) {
+      status = absl::ResourceExhaustedError(absl::StrCat(
+          "kept ChunkResult handles would hold ", held.size(), " KV blocks (", before,
+          " before this one), over the limit of ", cap, " (--max-handle-share ", options_.max_handle_share,
+          " of ", allocator_.num_blocks(), " blocks); release handles you no longer need"));
+    }
+  }
   if (status.ok() && seq.request.keep_handle) {
     Handle h;
     h.owner = seq.request.owner;
@@ -272,40 +350,39 @@ bool Engine::IsStop(const Sequence& seq, int32_t token) const {
   return std::find(cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end(), token) != cfg_.eos_token_ids.end();
 }
 
-absl::Status Engine::Step() {
+std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
   ExpireHandles();
-  StepInput step;
-  std::vector<Sequence*> in_step;
-  // For each row: the sequence it belongs to and, for scoring rows, the prompt index scored.
-  struct RowOwner {
-    Sequence* seq;
-    int32_t scored_index;  // -1 for a sampling row
-  };
-  std::vector<RowOwner> owners;
-  int64_t budget = options_.max_batch_tokens;
-  // Sequences are visited in arrival order: decodes of older requests first,
-  // then prompt chunks, so a long prompt never starves running decodes.
-  std::vector<Sequence*> order;
-  for (auto& s : running_) order.push_back(s.get());
-  std::stable_partition(order.begin(), order.end(), [](Sequence* s) {
-    return s->num_computed + 1 == static_cast<int32_t>(s->tokens.size());
-  });
-  for (Sequence* seq : order) {
-    // Scoring needs logits at every prompt position, so it computes them all.
-    if (options_.prefix_caching && !seq->request.score_prompt && seq->num_computed == 0 &&
-        seq->blocks.empty()) {
-      LookupPrefix(*seq);
+  const int64_t preemptions_before = scheduler_.preemptions();
+  const std::vector<Scheduler::Work> work = scheduler_.Schedule(*this);
+  if (options_.metrics) {
+    for (int64_t i = preemptions_counted_; i < scheduler_.preemptions(); ++i)
+      options_.metrics->preemptions->Add();
+  }
+  preemptions_counted_ = scheduler_.preemptions();
+  if (work.empty()) {
+    if (!seqs_.empty() && scheduler_.preemptions() == preemptions_before) {
+      // Nothing could be scheduled, nothing was preempted to try again: the
+      // oldest request does not fit even alone (handles hold the rest).
+      Sequence& seq = *seqs_.begin()->second;
+      const int64_t tokens = static_cast<int64_t>(seq.tokens.size());
+      FinishAndErase(seq, FinishReason::kNone,
+                     absl::ResourceExhaustedError(absl::StrCat(
+                         "KV cache too small for the request: it needs ", BlocksFor(tokens, block_size_),
+                         " blocks of ", block_size_, " tokens, ", allocator_.num_available(), " of ",
+                         allocator_.num_blocks(), " are free and ", HandleBlocks(),
+                         " are held by ChunkResult handles (release unused handles)")));
     }
-    const int32_t need = static_cast<int32_t>(seq->tokens.size()) - seq->num_computed;
-    // Scoring rows carry a full-vocabulary distribution each: keep chunks small.
-    const int64_t limit =
-        seq->request.score_prompt ? std::min<int64_t>(budget, kMaxScoredRowsPerStep) : budget;
-    const int32_t take = static_cast<int32_t>(std::min<int64_t>(need, limit));
-    if (take <= 0) continue;
-    if (!EnsureBlocks(*seq, seq->num_computed + take, in_step)) continue;  // retried next step
-    budget -= take;
+    UpdateGauges();
+    return nullptr;
+  }
+  auto plan = std::make_unique<PlannedStep>();
+  StepInput& step = plan->input;
+  for (const Scheduler::Work& w : work) {
+    Sequence* seq = static_cast<Sequence*>(w.seq);
+    const int32_t take = w.tokens;
     const int32_t seq_index = static_cast<int32_t>(step.block_tables.size());
-    in_step.push_back(seq);
+    plan->in_step.push_back(seq);
+    seq->in_flight = true;
     const int32_t first_row = static_cast<int32_t>(step.token_ids.size());
     for (int32_t i = 0; i < take; ++i) {
       const int32_t pos = seq->num_computed + i;
@@ -322,7 +399,7 @@ absl::Status Engine::Step() {
         row.target = seq->tokens[pos + 1];
         row.params = &seq->request.sampling;  // top-n alternatives at this position
         step.rows.push_back(row);
-        owners.push_back({seq, scored});
+        plan->owners.push_back({seq, scored});
       }
     }
     const bool reaches_end = seq->num_computed + take == static_cast<int32_t>(seq->tokens.size());
@@ -332,7 +409,7 @@ absl::Status Engine::Step() {
       row.seq = seq_index;
       row.params = &seq->request.sampling;
       step.rows.push_back(row);
-      owners.push_back({seq, kNextTopRow});
+      plan->owners.push_back({seq, kNextTopRow});
     }
     if (reaches_end && seq->request.max_new_tokens > 0) {
       SampleRow row;
@@ -344,7 +421,7 @@ absl::Status Engine::Step() {
       row.generated = &seq->result.tokens;
       row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size());
       step.rows.push_back(row);
-      owners.push_back({seq, -1});
+      plan->owners.push_back({seq, -1});
     }
     step.block_tables.push_back(seq->blocks);
     step.request_ids.push_back(seq->request.request_id);
@@ -352,48 +429,40 @@ absl::Status Engine::Step() {
     seq->started = true;
     step.block_copies.insert(step.block_copies.end(), seq->copies.begin(), seq->copies.end());
   }
-  // Sequences done before this step (only prompt scoring, nothing to generate).
-  if (step.token_ids.empty()) {
-    if (!running_.empty()) {
-      // Nothing could be scheduled: no sequence fits even after preemption.
-      Sequence& seq = *running_.front();
-      int32_t held_by_handles = 0;
-      for (const auto& [id, h] : handles_) held_by_handles += static_cast<int32_t>(h.blocks.size());
-      const int64_t tokens = static_cast<int64_t>(seq.tokens.size());
-      Finish(seq, FinishReason::kNone,
-             absl::ResourceExhaustedError(absl::StrCat(
-                 "KV cache too small for the request: it needs ", (tokens + block_size_ - 1) / block_size_,
-                 " blocks of ", block_size_, " tokens, ", allocator_.num_available(), " of ",
-                 allocator_.num_blocks(), " are free and ", held_by_handles,
-                 " are held by ChunkResult handles (release unused handles)")));
-      running_.pop_front();
-      UpdateGauges();
-    }
-    return absl::OkStatus();
-  }
   ++steps_;
-  const auto step_start = std::chrono::steady_clock::now();
-  auto results = executor_->Execute(step);
+  UpdateGauges();
+  return plan;
+}
+
+absl::StatusOr<std::vector<RowResult>> Engine::ExecuteStep(const PlannedStep& plan) {
+  const auto start = std::chrono::steady_clock::now();
+  auto results = executor_->Execute(plan.input);
   if (options_.metrics) {
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - step_start;
+    // The metrics are atomics: counting here needs no lock.
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     options_.metrics->steps->Add();
-    options_.metrics->step_tokens->Add(static_cast<double>(step.token_ids.size()));
+    options_.metrics->step_tokens->Add(static_cast<double>(plan.input.token_ids.size()));
     options_.metrics->step_duration->Observe(took.count());
   }
+  return results;
+}
+
+absl::Status Engine::Step() {
+  std::unique_ptr<PlannedStep> plan = PlanStep();
+  if (!plan) return absl::OkStatus();
+  return ApplyStep(*plan, ExecuteStep(*plan));
+}
+
+absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
+  for (Sequence* seq : plan.in_step) seq->in_flight = false;
   if (!results.ok()) {
     // Fail the work in flight, keep the engine usable.
-    for (Sequence* seq : in_step) Finish(*seq, FinishReason::kNone, results.status());
-    running_.erase(std::remove_if(running_.begin(), running_.end(),
-                                  [&](const std::unique_ptr<Sequence>& s) {
-                                    return std::find(in_step.begin(), in_step.end(), s.get()) !=
-                                           in_step.end();
-                                  }),
-                   running_.end());
-    UpdateGauges();
+    for (Sequence* seq : plan.in_step) FinishAndErase(*seq, FinishReason::kNone, results.status());
     return results.status();
   }
-  for (size_t k = 0; k < in_step.size(); ++k) {
-    Sequence* seq = in_step[k];
+  const StepInput& step = plan.input;
+  for (size_t k = 0; k < plan.in_step.size(); ++k) {
+    Sequence* seq = plan.in_step[k];
     seq->num_computed +=
         static_cast<int32_t>(std::count(step.seq_of_token.begin(), step.seq_of_token.end(), k));
     for (const auto& [src, dst] : seq->copies) allocator_.Release(src);  // copied now
@@ -405,18 +474,19 @@ absl::Status Engine::Step() {
       options_.metrics->prompt_tokens->Add(static_cast<double>(seq->request.prompt.size()));
     }
   }
-  for (size_t i = 0; i < owners.size(); ++i) {
-    Sequence* seq = owners[i].seq;
+  for (size_t i = 0; i < plan.owners.size(); ++i) {
+    Sequence* seq = plan.owners[i].seq;
+    if (seq->end_requested) continue;  // cancelled or stopped while executing
     const RowResult& r = (*results)[i];
     std::vector<TopLogprob> top;
     for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
-    if (owners[i].scored_index == kNextTopRow) {
+    if (plan.owners[i].scored_index == kNextTopRow) {
       seq->result.next_top = std::move(top);
       continue;
     }
-    if (owners[i].scored_index >= 0) {
-      seq->result.prompt_scores[owners[i].scored_index] = r.target_logprob;
-      seq->result.prompt_top[owners[i].scored_index] = std::move(top);
+    if (plan.owners[i].scored_index >= 0) {
+      seq->result.prompt_scores[plan.owners[i].scored_index] = r.target_logprob;
+      seq->result.prompt_top[plan.owners[i].scored_index] = std::move(top);
       continue;
     }
     if (seq->result.tokens.empty()) {
@@ -436,16 +506,15 @@ absl::Status Engine::Step() {
       seq->result.finish_reason = FinishReason::kLength;
     }
   }
-  // Retire finished sequences: generation done, or a scoring-only prompt fully computed.
-  for (auto it = running_.begin(); it != running_.end();) {
-    Sequence& seq = **it;
+  // Retire what ended: cancelled or stopped meanwhile, generation done, or a
+  // scoring-only prompt fully computed.
+  for (Sequence* seq : plan.in_step) {
     const bool scored_only =
-        seq.request.max_new_tokens == 0 && seq.num_computed == static_cast<int32_t>(seq.tokens.size());
-    if (seq.result.finish_reason != FinishReason::kNone || scored_only) {
-      Finish(seq, scored_only ? FinishReason::kLength : seq.result.finish_reason);
-      it = running_.erase(it);
-    } else {
-      ++it;
+        seq->request.max_new_tokens == 0 && seq->num_computed == static_cast<int32_t>(seq->tokens.size());
+    if (seq->end_requested) {
+      FinishAndErase(*seq, seq->end_reason, seq->end_status);
+    } else if (seq->result.finish_reason != FinishReason::kNone || scored_only) {
+      FinishAndErase(*seq, scored_only ? FinishReason::kLength : seq->result.finish_reason);
     }
   }
   UpdateGauges();
@@ -455,10 +524,8 @@ absl::Status Engine::Step() {
 void Engine::UpdateGauges() const {
   ServiceMetrics* m = options_.metrics;
   if (m == nullptr) return;
-  int32_t started = 0;
-  for (const auto& seq : running_) started += seq->started;
-  m->requests_running->Set(started);
-  m->requests_waiting->Set(static_cast<double>(running_.size()) - started);
+  m->requests_running->Set(static_cast<double>(scheduler_.running().size()));
+  m->requests_waiting->Set(static_cast<double>(scheduler_.waiting().size()));
   m->kv_blocks_used->Set(allocator_.num_referenced());
   m->kv_blocks_free->Set(allocator_.num_available() - allocator_.num_cached());
   m->kv_blocks_cached->Set(allocator_.num_cached());

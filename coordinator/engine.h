@@ -1,11 +1,17 @@
 // The coordinator's engine: request state, iteration-level (Orca) continuous
 // batching over a paged KV cache, and stopping.
 //
-// Every Step() builds one batch: one token for each decoding sequence plus
-// chunks of waiting prompts, under a token budget and the free-block count.
-// Finished sequences leave at once and free their blocks; new requests join
-// at the next step. When blocks run out, the newest sequence is preempted
-// (its blocks freed, recomputed later) rather than failing.
+// A request is validated and queued; the Scheduler (coordinator/scheduler.h)
+// picks each step's work: one token for each decoding sequence plus chunks of
+// prompts, under a token budget, --max-num-seqs and the free blocks, with
+// preemption when blocks run out (docs/scheduler.md). The engine turns that
+// choice into a StepInput, has the executor run it, and applies the results.
+// Finished sequences leave at once and free their blocks.
+//
+// A step is three calls so that a caller can run the middle one without its
+// lock (EngineLoop): PlanStep and ApplyStep change state, ExecuteStep reads
+// only the plan. A request cancelled or stopped while its step is executing
+// ends when that step is applied.
 //
 //   Engine engine(worker.get(), worker->config(), worker->num_blocks(), worker->block_size(), {});
 //   SHARDLM_ASSIGN_OR_RETURN(int64_t id, engine.Submit(std::move(request)));
@@ -26,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/scheduler.h"
 #include "kv/block_allocator.h"
 #include "model/model_config.h"
 #include "model/step.h"
@@ -55,6 +62,9 @@ struct GenerateRequest {
   bool score_prompt = false;  // fill GenerateResult::prompt_scores (and prompt_top)
   bool next_top = false;      // fill GenerateResult::next_top after the prompt
   bool keep_handle = false;   // keep the KV as a handle (GenerateResult::handle)
+  // The handle is the service's own and lives briefly (n > 1 samples'
+  // shared prompt): not counted against Options::max_handle_share.
+  bool transient_handle = false;
   // Who asks (an API key's id; empty without keys): a handle is visible to
   // its owner only, to anyone else it is NOT_FOUND.
   std::string owner;
@@ -83,13 +93,22 @@ struct GenerateResult {
   absl::Status status;
 };
 
-class Engine {
+class Engine : private KvSpace {
  public:
+  struct PlannedStep;
   struct Options {
-    int64_t max_batch_tokens = 2048;    // tokens per step (prompt chunks + decodes)
-    int64_t handle_ttl_ms = 600000;     // a handle not released expires after this
-    bool prefix_caching = true;         // reuse full blocks of identical token prefixes
-    ServiceMetrics* metrics = nullptr;  // counted into when set
+    int64_t max_batch_tokens = 2048;  // tokens per step (prompt chunks + decodes)
+    int32_t max_num_seqs = 256;       // sequences running at once (admitted from the queue)
+    // "continuous": admit from the queue at every step (iteration-level);
+    // "static": admit a batch only when the running set is empty, run it to
+    // completion (the baseline the benchmarks compare against).
+    std::string policy = "continuous";
+    int32_t max_queued_requests = 1024;   // waiting requests; past it Submit is RESOURCE_EXHAUSTED
+    int64_t max_queued_tokens = 1 << 20;  // prompt tokens of waiting requests; likewise
+    double max_handle_share = 0.5;        // kept handles may pin at most this share of the blocks
+    int64_t handle_ttl_ms = 600000;       // a handle not released expires after this
+    bool prefix_caching = true;           // reuse full blocks of identical token prefixes
+    ServiceMetrics* metrics = nullptr;    // counted into when set
   };
 
   struct Stats {
@@ -97,7 +116,8 @@ class Engine {
     int32_t free_blocks = 0;        // free or evictable cache
     int32_t cached_blocks = 0;      // evictable prefix cache
     int32_t referenced_blocks = 0;  // held by sequences or handles
-    int32_t running = 0;
+    int32_t running = 0;            // admitted sequences
+    int32_t waiting = 0;            // queued sequences
     int32_t handles = 0;
     int64_t prefix_cache_hits = 0;  // blocks reused by lookup
   };
@@ -105,17 +125,28 @@ class Engine {
   Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
          Options options);
 
-  // Validates (InvalidArgument naming the field and the limit) and queues.
+  // Validates (InvalidArgument naming the field and the limit) and queues;
+  // ResourceExhausted past the queue limits or the handle share.
   absl::StatusOr<int64_t> Submit(GenerateRequest request);
-  // One scheduler iteration. An executor failure fails the work in flight.
+  // One scheduler iteration: PlanStep, ExecuteStep, ApplyStep. An executor
+  // failure fails the work in flight.
   absl::Status Step();
-  bool Idle() const { return running_.empty(); }
+  // The next step's batch, or null when nothing can run now (a request the
+  // cache cannot hold even alone is failed here).
+  std::unique_ptr<PlannedStep> PlanStep();
+  // Runs the plan on the executor. Reads only `plan`: safe to call while
+  // other threads use the engine under the caller's lock.
+  absl::StatusOr<std::vector<RowResult>> ExecuteStep(const PlannedStep& plan);
+  // Applies the results (tokens, finished requests, deferred cancellations).
+  absl::Status ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results);
+  bool Idle() const { return seqs_.empty(); }
   // The result of a finished request (once), or nullopt.
   std::optional<GenerateResult> TakeResult(int64_t id);
   // Every finished request's result (each once), by id.
   std::vector<std::pair<int64_t, GenerateResult>> TakeFinished();
-  // Stops a queued or running request now and frees its blocks; its result
-  // carries CANCELLED. False if the id is not running.
+  // Stops a queued or running request now and frees its blocks (after the
+  // step executing it, if any); its result carries CANCELLED. False if the id
+  // is not queued or running.
   bool Cancel(int64_t id);
   // Ends a running request now with FinishReason::kStop, as if a stop token
   // had come (e.g. a stop string matched); a kept handle is kept. False if
@@ -145,16 +176,15 @@ class Engine {
   int32_t num_blocks() const { return allocator_.num_blocks(); }
   const ModelConfig& config() const { return cfg_; }
   int64_t steps() const { return steps_; }
-  int64_t preemptions() const { return preemptions_; }
+  int64_t preemptions() const { return scheduler_.preemptions(); }
 
  private:
-  struct Sequence {
-    int64_t id = 0;
+  struct Sequence : SchedSeq {
+    int32_t length() const override { return static_cast<int32_t>(tokens.size()); }
     GenerateRequest request;
     std::vector<int32_t> tokens;   // prefix handle's tokens, prompt, then generated
     std::vector<int32_t> context;  // prefix + prompt: what penalties look back on
     int32_t prompt_offset = 0;     // index of the first prompt token in `tokens`
-    int32_t num_computed = 0;      // tokens whose K/V are in the cache
     std::vector<int32_t> blocks;
     std::vector<uint64_t> hashes;                     // prefix hash through each published full block
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write (src, dst) before the next step
@@ -162,6 +192,10 @@ class Engine {
     bool started = false;         // has been in a step since arrival or its last preemption
     bool prompt_counted = false;  // its prompt tokens are in the metrics
     bool prefix_counted = false;  // its prefix-cache lookup is in the metrics
+    // Cancel or Stop while its step was executing: ends when it is applied.
+    bool end_requested = false;
+    FinishReason end_reason = FinishReason::kNone;
+    absl::Status end_status;
     std::chrono::steady_clock::time_point arrival, first_token;
     GenerateResult result;
   };
@@ -173,10 +207,31 @@ class Engine {
     int64_t expiry_ms = 0;
   };
 
-  // Grows `seq`'s block table to hold `tokens` tokens, preempting newer
-  // sequences not in this step when needed. False if that cannot make room.
-  bool EnsureBlocks(Sequence& seq, int64_t tokens, const std::vector<Sequence*>& in_step);
-  void Preempt(Sequence& seq);
+  // For each row of a planned step: the sequence it belongs to and, for
+  // scoring rows, the prompt index scored.
+  struct RowOwner {
+    Sequence* seq;
+    int32_t scored_index;  // -1 for a sampling row
+  };
+
+ public:
+  struct PlannedStep {
+    StepInput input;
+    std::vector<Sequence*> in_step;
+    std::vector<RowOwner> owners;
+  };
+
+ private:
+  // KvSpace, for the scheduler.
+  void Admit(SchedSeq& seq) override;
+  int32_t BlocksShort(const SchedSeq& seq, int32_t tokens) const override;
+  int32_t FreeBlocks() const override { return allocator_.num_available(); }
+  void Grow(SchedSeq& seq, int32_t tokens) override;
+  void Evict(SchedSeq& seq) override;
+  // Blocks held by ChunkResult handles (each counted once).
+  int32_t HandleBlocks() const;
+  // Finishes `seq` and forgets it (its result goes to done_).
+  void FinishAndErase(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
   // Shares the handle's blocks with `seq` (copying the partly filled last one).
   absl::Status Attach(Sequence& seq, const Handle& handle);
   // Takes cached full blocks for `seq`'s leading tokens (automatic prefix caching).
@@ -196,7 +251,8 @@ class Engine {
   int32_t block_size_;
   Options options_;
   BlockAllocator allocator_;
-  std::deque<std::unique_ptr<Sequence>> running_;  // arrival order
+  Scheduler scheduler_;
+  std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // queued and running, by id
   std::map<int64_t, GenerateResult> done_;
   std::map<std::string, Handle> handles_;
   // Handles dropped by Reset, with why (bounded: the oldest are forgotten).
@@ -205,7 +261,7 @@ class Engine {
   absl::Status HandleNotFound(const std::string& what, const std::string& handle) const;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
-  int64_t preemptions_ = 0;
+  int64_t preemptions_counted_ = 0;  // into the metrics
   std::mt19937_64 seed_rng_{std::random_device{}()};
 };
 

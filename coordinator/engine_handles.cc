@@ -39,23 +39,34 @@ absl::Status Engine::Attach(Sequence& seq, const Handle& handle) {
 }
 
 void Engine::LookupPrefix(Sequence& seq) {
+  // The next block is a copy of a handle's partly filled one: nothing to look up.
+  if (seq.cow_src >= 0) return;
+  const int32_t before = seq.num_computed;
+  // Hashes of the blocks it holds already (shared from a handle): the
+  // lookup goes on after them, so a handle plus a shared suffix hits too.
+  uint64_t h = seq.hashes.empty() ? 0 : seq.hashes.back();
+  for (size_t i = seq.hashes.size(); i < seq.blocks.size(); ++i) {
+    h = PrefixHash(h, seq.tokens.data() + i * block_size_, block_size_);
+    seq.hashes.push_back(h);
+  }
   // At least the last token must be computed (its logits are needed).
   const int32_t max_blocks = (static_cast<int32_t>(seq.tokens.size()) - 1) / block_size_;
-  uint64_t h = 0;
-  for (int32_t i = 0; i < max_blocks; ++i) {
-    h = PrefixHash(h, seq.tokens.data() + i * block_size_, block_size_);
-    const int32_t block = allocator_.Lookup(h);
+  for (int32_t i = static_cast<int32_t>(seq.blocks.size()); i < max_blocks; ++i) {
+    const int32_t* tokens = seq.tokens.data() + i * block_size_;
+    h = PrefixHash(h, tokens, block_size_);
+    const int32_t block = allocator_.Lookup(h, i == 0 ? -1 : seq.blocks[i - 1], tokens, block_size_);
     if (block < 0) break;
     seq.blocks.push_back(block);
     seq.hashes.push_back(h);
   }
-  seq.num_computed = static_cast<int32_t>(seq.blocks.size()) * block_size_;
+  seq.num_computed = std::max(seq.num_computed, static_cast<int32_t>(seq.blocks.size()) * block_size_);
   if (options_.metrics && !seq.prefix_counted) {
     seq.prefix_counted = true;  // once per request: not again after a preemption or a failed allocation
-    options_.metrics->prefix_cache_queries->Add(static_cast<double>(seq.tokens.size()));
-    options_.metrics->prefix_cache_hits->Add(seq.num_computed);
+    options_.metrics->prefix_cache_queries->Add(static_cast<double>(seq.tokens.size() - before));
+    options_.metrics->prefix_cache_hits->Add(seq.num_computed - before);
   }
-  seq.result.cached_tokens = std::max(seq.result.cached_tokens, seq.num_computed - seq.prompt_offset);
+  // Reused tokens: the handle's (counted by Attach) and the cache's.
+  seq.result.cached_tokens = std::max(seq.result.cached_tokens, seq.num_computed);
 }
 
 void Engine::PublishBlocks(Sequence& seq) {
@@ -63,8 +74,10 @@ void Engine::PublishBlocks(Sequence& seq) {
       std::min<int32_t>(seq.num_computed / block_size_, static_cast<int32_t>(seq.blocks.size()));
   for (int32_t i = static_cast<int32_t>(seq.hashes.size()); i < full; ++i) {
     const uint64_t parent = i == 0 ? 0 : seq.hashes[i - 1];
-    seq.hashes.push_back(PrefixHash(parent, seq.tokens.data() + i * block_size_, block_size_));
-    allocator_.Publish(seq.blocks[i], seq.hashes.back());
+    const int32_t* tokens = seq.tokens.data() + i * block_size_;
+    seq.hashes.push_back(PrefixHash(parent, tokens, block_size_));
+    allocator_.Publish(seq.blocks[i], seq.hashes.back(), i == 0 ? -1 : seq.blocks[i - 1], tokens,
+                       block_size_);
   }
 }
 
@@ -120,7 +133,8 @@ Engine::Stats Engine::stats() const {
   s.free_blocks = allocator_.num_available();
   s.cached_blocks = allocator_.num_cached();
   s.referenced_blocks = allocator_.num_referenced();
-  s.running = static_cast<int32_t>(running_.size());
+  s.running = static_cast<int32_t>(scheduler_.running().size());
+  s.waiting = static_cast<int32_t>(scheduler_.waiting().size());
   s.handles = static_cast<int32_t>(handles_.size());
   s.prefix_cache_hits = allocator_.cache_hits();
   return s;

@@ -14,6 +14,10 @@ EngineLoop::EngineLoop(std::unique_ptr<Engine> engine, std::function<GroupState(
 absl::Status EngineLoop::FollowGroup() {
   if (!group_) return absl::OkStatus();
   const GroupState g = group_();
+  if (in_flight_) {
+    // The loop thread follows the group once the step in flight is applied.
+    return g.serving ? absl::OkStatus() : g.failure;
+  }
   if (g.epoch != epoch_ && g.serving) {
     // Formed again: whatever ran on the old group is gone with its KV.
     engine_->FailAll(absl::UnavailableError("the tensor-parallel group was formed again"));
@@ -129,13 +133,24 @@ void EngineLoop::Run() {
       engine_->ExpireHandles();
       continue;
     }
-    absl::Status st = engine_->Step();
+    std::unique_ptr<Engine::PlannedStep> plan = engine_->PlanStep();
+    Deliver();  // a request the cache cannot hold fails while planning
+    if (!plan) {
+      lock.unlock();
+      std::this_thread::yield();
+      lock.lock();
+      continue;
+    }
+    // The workers run the step without the lock: Submit, Cancel, GetStats
+    // and the handle calls go on meanwhile (docs/scheduler.md).
+    in_flight_ = true;
+    lock.unlock();
+    auto results = engine_->ExecuteStep(*plan);
+    lock.lock();
+    in_flight_ = false;
+    absl::Status st = engine_->ApplyStep(*plan, std::move(results));
     if (!st.ok()) LOG(WARNING) << "engine step failed: " << st;
     Deliver();
-    // Let submitters and cancellers in between steps.
-    lock.unlock();
-    std::this_thread::yield();
-    lock.lock();
   }
 }
 

@@ -1,6 +1,7 @@
 // Runs an Engine on its own thread so that many RPC handlers can share it.
 //
-// Handlers submit requests (validated at once, before queueing) and get
+// The lock is held while a step is planned and applied, not while the
+// workers execute it. Handlers submit requests (validated at once, before queueing) and get
 // their tokens through the request's on_token and the result through on_done,
 // both called on the loop thread: keep them short (push into a queue). A
 // client that goes away cancels its request, which frees its blocks at once.
@@ -66,6 +67,7 @@ class EngineLoop {
   std::condition_variable cv_;
   std::map<int64_t, DoneFn> waiting_;
   bool stop_ = false;
+  bool in_flight_ = false;  // a step is on the workers (the lock is free meanwhile)
   std::thread thread_;
 };
 

@@ -103,9 +103,14 @@ grpc::Status InferenceService::GenerateImpl(grpc::ServerContext* ctx, const pb::
                                             CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
-  return StreamGenerate(
+  grpc::Status st = StreamGenerate(
       *req, owner, call, [writer](const pb::GenerateResponse& msg) { return writer->Write(msg); },
       [ctx] { return ctx->IsCancelled(); });
+  if (st.error_code() == grpc::StatusCode::CANCELLED) {
+    absl::Status why = CallGone(*ctx);  // say DEADLINE_EXCEEDED when that was the reason
+    if (!why.ok()) return ToGrpcStatus(why);
+  }
+  return st;
 }
 
 grpc::Status InferenceService::StreamGenerate(const pb::GenerateRequest& request, const std::string& owner,
@@ -168,12 +173,15 @@ grpc::Status InferenceService::StreamGenerate(const pb::GenerateRequest& request
     pre.prompt = base.prompt;
     pre.max_new_tokens = 0;
     pre.keep_handle = true;
+    pre.transient_handle = true;  // released as soon as the samples hold its blocks
     // Validate the samples' own limits before doing any work.
     absl::Status st = loop_->Validate(base);
     if (!st.ok()) return ToGrpcStatus(st);
     std::vector<GenerateRequest> one;
     one.push_back(std::move(pre));
-    auto pre_result = RunAll(std::move(one), owner);
+    auto pre_result = RunAll(std::move(one), owner, [&gone] {
+      return gone() ? absl::CancelledError("the client went away") : absl::OkStatus();
+    });
     if (!pre_result.ok()) return ToGrpcStatus(pre_result.status());
     shared_handle = (*pre_result)[0].handle;
     prompt_tokens = (*pre_result)[0].prefix_tokens + static_cast<int32_t>(base.prompt.size());

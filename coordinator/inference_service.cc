@@ -23,6 +23,15 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 
 }  // namespace
 
+absl::Status CallGone(const grpc::ServerContext& ctx) {
+  if (!ctx.IsCancelled()) return absl::OkStatus();
+  if (ctx.deadline() <= std::chrono::system_clock::now()) {
+    return absl::DeadlineExceededError(
+        "the call's deadline passed; its work was stopped and its blocks freed");
+  }
+  return absl::CancelledError("the client cancelled; its work was stopped and its blocks freed");
+}
+
 grpc::Status InferenceService::Admit(const grpc::ServerContext& ctx, std::string* owner) const {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
@@ -100,8 +109,9 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
   return std::vector<int32_t>();
 }
 
-absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector<GenerateRequest> requests,
-                                                                     const std::string& owner) {
+absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(
+    std::vector<GenerateRequest> requests, const std::string& owner,
+    const std::function<absl::Status()>& gone) {
   struct Waiter {
     std::mutex mu;
     std::condition_variable cv;
@@ -111,7 +121,7 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
   auto w = std::make_shared<Waiter>();
   w->results.resize(requests.size());
   absl::Status failure;
-  size_t submitted = 0;
+  std::vector<int64_t> ids;
   for (size_t i = 0; i < requests.size() && failure.ok(); ++i) {
     auto id = loop_->Submit(std::move(requests[i]), [w, i](GenerateResult r) {
       std::lock_guard<std::mutex> lock(w->mu);
@@ -125,10 +135,26 @@ absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(std::vector
           absl::StrCat(requests.size() > 1 ? absl::StrCat("chunks[", i, "]: ") : "", id.status().message()));
       break;
     }
-    ++submitted;
+    ids.push_back(*id);
   }
+  const size_t submitted = ids.size();
+  if (!failure.ok()) {
+    for (int64_t id : ids) loop_->Cancel(id);  // the rest would be thrown away
+  }
+  // Wait in slices, checking that the client is still there: a client that
+  // left (or whose deadline passed) cancels its requests, which end within a step.
   std::unique_lock<std::mutex> lock(w->mu);
-  w->cv.wait(lock, [&] { return w->done == submitted; });
+  bool cancelled = false;
+  while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->done == submitted; })) {
+    if (cancelled) continue;
+    absl::Status left = gone();
+    if (left.ok()) continue;
+    cancelled = true;
+    if (failure.ok()) failure = left;
+    lock.unlock();
+    for (int64_t id : ids) loop_->Cancel(id);
+    lock.lock();
+  }
   std::vector<GenerateResult> out;
   for (size_t i = 0; i < submitted; ++i) {
     if (failure.ok() && !w->results[i]->status.ok()) failure = w->results[i]->status;
@@ -189,7 +215,7 @@ grpc::Status InferenceService::PrefillImpl(grpc::ServerContext* ctx, const pb::P
   int64_t tokens = 0;
   for (const GenerateRequest& r : requests) tokens += static_cast<int64_t>(r.prompt.size());
   call.SetTokens(tokens, 0, 0);
-  auto results = RunAll(std::move(requests), owner);
+  auto results = RunAll(std::move(requests), owner, [ctx] { return CallGone(*ctx); });
   if (!results.ok()) return ToGrpcStatus(results.status());
   int64_t cached = 0;
   for (const GenerateResult& r : *results) {
@@ -215,7 +241,7 @@ grpc::Status InferenceService::ScoreImpl(grpc::ServerContext* ctx, const pb::Sco
   call.SetTokens(static_cast<int64_t>(r.prompt.size()), 0, 0);
   std::vector<GenerateRequest> one;
   one.push_back(std::move(r));
-  auto results = RunAll(std::move(one), owner);
+  auto results = RunAll(std::move(one), owner, [ctx] { return CallGone(*ctx); });
   if (!results.ok()) return ToGrpcStatus(results.status());
   const GenerateResult& res = (*results)[0];
   resp->mutable_token_ids()->Add(res.prompt.begin(), res.prompt.end());
@@ -299,6 +325,7 @@ grpc::Status InferenceService::GetStatsImpl(grpc::ServerContext* ctx, const pb::
   resp->set_cached_blocks(s.cached_blocks);
   resp->set_referenced_blocks(s.referenced_blocks);
   resp->set_running(s.running);
+  resp->set_waiting(s.waiting);
   resp->set_handles(s.handles);
   resp->set_prefix_cache_hits(s.prefix_cache_hits);
   resp->set_ranks(info_.tp);

@@ -84,9 +84,12 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
                                                  const std::string& field) const;
   // Submits and waits for each request; on any failure releases the handles
-  // the others kept and returns that failure.
+  // the others kept and returns that failure. `gone` is polled while waiting:
+  // once it fails (client cancelled, deadline passed) the requests are
+  // cancelled and its status is returned.
   absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
-                                                     const std::string& owner);
+                                                     const std::string& owner,
+                                                     const std::function<absl::Status()>& gone);
   // The handlers behind the public methods, which wrap each in a CallRecord.
   grpc::Status GenerateImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
                             grpc::ServerWriter<::shardlm::v1::GenerateResponse>* out, CallRecord& call);
@@ -115,6 +118,10 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   std::atomic<bool> draining_{false};
   ServiceMetrics* metrics_ = nullptr;
 };
+
+// OK while the call's client waits; CANCELLED once it cancelled or went
+// away, DEADLINE_EXCEEDED once its deadline passed.
+absl::Status CallGone(const grpc::ServerContext& ctx);
 
 // Appends `top` (most likely first) to `out`.
 void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);

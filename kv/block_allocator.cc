@@ -9,6 +9,10 @@ BlockAllocator::BlockAllocator(int32_t num_blocks)
     : ref_counts_(num_blocks, 0),
       hash_of_(num_blocks, 0),
       published_(num_blocks, false),
+      generation_(num_blocks, 0),
+      parent_of_(num_blocks, -1),
+      parent_generation_(num_blocks, 0),
+      tokens_of_(num_blocks),
       lru_pos_(num_blocks) {
   free_.reserve(num_blocks);
   for (int32_t b = num_blocks - 1; b >= 0; --b) free_.push_back(b);
@@ -28,7 +32,10 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int32_t n) {
   }
   std::vector<int32_t> ids(free_.end() - n, free_.end());
   free_.resize(free_.size() - n);
-  for (int32_t b : ids) ref_counts_[b] = 1;
+  for (int32_t b : ids) {
+    ref_counts_[b] = 1;
+    ++generation_[b];  // new contents: blocks published after it no longer follow it
+  }
   return ids;
 }
 
@@ -51,18 +58,30 @@ void BlockAllocator::Release(const std::vector<int32_t>& blocks) {
   for (int32_t b : blocks) Release(b);
 }
 
-void BlockAllocator::Publish(int32_t block, uint64_t prefix_hash) {
+void BlockAllocator::Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens,
+                             int32_t count) {
   CHECK_GT(ref_counts_.at(block), 0) << "publishing free block " << block;
   if (published_[block] || by_hash_.count(prefix_hash)) return;
   by_hash_[prefix_hash] = block;
   hash_of_[block] = prefix_hash;
   published_[block] = true;
+  parent_of_[block] = parent;
+  parent_generation_[block] = parent >= 0 ? generation_.at(parent) : 0;
+  tokens_of_[block].assign(tokens, tokens + count);
 }
 
-int32_t BlockAllocator::Lookup(uint64_t prefix_hash) {
+int32_t BlockAllocator::Lookup(uint64_t prefix_hash, int32_t parent, const int32_t* tokens, int32_t count) {
   auto it = by_hash_.find(prefix_hash);
   if (it == by_hash_.end()) return -1;
   const int32_t block = it->second;
+  const std::vector<int32_t>& own = tokens_of_[block];
+  const bool same = parent_of_[block] == parent &&
+                    (parent < 0 || parent_generation_[block] == generation_.at(parent)) &&
+                    own.size() == static_cast<size_t>(count) && std::equal(own.begin(), own.end(), tokens);
+  if (!same) {
+    ++hash_collisions_;
+    return -1;
+  }
   if (ref_counts_[block] == 0) lru_.erase(lru_pos_[block]);
   ++ref_counts_[block];
   ++cache_hits_;
@@ -72,6 +91,7 @@ int32_t BlockAllocator::Lookup(uint64_t prefix_hash) {
 void BlockAllocator::Unpublish(int32_t block) {
   by_hash_.erase(hash_of_[block]);
   published_[block] = false;
+  tokens_of_[block].clear();
 }
 
 uint64_t PrefixHash(uint64_t parent, const int32_t* tokens, int32_t count) {

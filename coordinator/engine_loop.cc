@@ -41,6 +41,7 @@ EngineLoop::~EngineLoop() {
   }
   cv_.notify_all();
   thread_.join();
+  for (auto& fn : outbox_) fn();
   // Anything still waiting is told so.
   for (auto& [id, done] : waiting_) {
     GenerateResult r;
@@ -53,6 +54,14 @@ absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_do
   std::lock_guard<std::mutex> lock(mu_);  // validation reads the handle table
   if (stop_) return absl::UnavailableError("server shutting down");
   if (absl::Status down = FollowGroup(); !down.ok()) return down;
+  if (request.on_token) {
+    // Called by the engine under the lock: queue the call for the loop
+    // thread, which makes it with the lock released.
+    request.on_token = [this, fn = std::move(request.on_token)](int32_t token, float logprob,
+                                                                const std::vector<TopLogprob>& top) {
+      outbox_.push_back([fn, token, logprob, top] { fn(token, logprob, top); });
+    };
+  }
   auto id = engine_->Submit(std::move(request));
   if (!id.ok()) return id.status();
   waiting_[*id] = std::move(on_done);
@@ -111,31 +120,48 @@ int32_t EngineLoop::num_free_blocks() {
 }
 
 void EngineLoop::Deliver() {
+  bool any = false;
   for (auto& [id, result] : engine_->TakeFinished()) {
     auto it = waiting_.find(id);
     if (it == waiting_.end()) continue;
-    it->second(std::move(result));
+    outbox_.push_back(
+        [done = std::move(it->second), r = std::move(result)]() mutable { done(std::move(r)); });
     waiting_.erase(it);
+    any = true;
+  }
+  if (any) cv_.notify_all();  // the loop thread hands them over
+}
+
+void EngineLoop::Dispatch(std::unique_lock<std::mutex>& lock) {
+  while (!outbox_.empty()) {
+    std::vector<std::function<void()>> calls;
+    calls.swap(outbox_);
+    lock.unlock();
+    for (auto& fn : calls) fn();
+    lock.lock();
   }
 }
 
 void EngineLoop::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    Dispatch(lock);
     if (!FollowGroup().ok()) {
       // The group is down: nothing can run until it is formed again.
-      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !outbox_.empty(); });
       continue;
     }
     if (engine_->Idle()) {
       // Idle: wake up now and then so expired handles free their blocks.
-      cv_.wait_for(lock, std::chrono::seconds(1));
+      cv_.wait_for(lock, std::chrono::seconds(1),
+                   [&] { return stop_ || !outbox_.empty() || !engine_->Idle(); });
       engine_->ExpireHandles();
       continue;
     }
     std::unique_ptr<Engine::PlannedStep> plan = engine_->PlanStep();
     Deliver();  // a request the cache cannot hold fails while planning
     if (!plan) {
+      Dispatch(lock);
       lock.unlock();
       std::this_thread::yield();
       lock.lock();
@@ -152,6 +178,7 @@ void EngineLoop::Run() {
     if (!st.ok()) LOG(WARNING) << "engine step failed: " << st;
     Deliver();
   }
+  Dispatch(lock);
 }
 
 }  // namespace shardlm

@@ -1,10 +1,12 @@
 // Runs an Engine on its own thread so that many RPC handlers can share it.
 //
 // The lock is held while a step is planned and applied, not while the
-// workers execute it. Handlers submit requests (validated at once, before queueing) and get
-// their tokens through the request's on_token and the result through on_done,
-// both called on the loop thread: keep them short (push into a queue). A
-// client that goes away cancels its request, which frees its blocks at once.
+// workers execute it. Handlers submit requests (validated at once, before
+// queueing) and get their tokens through the request's on_token and the
+// result through on_done, both called on the loop thread, in order, with the
+// lock released (so they may call Submit, Cancel or Stop): keep them short.
+// A client that goes away cancels its request, which frees its blocks at
+// once (after the step executing it, if any).
 //
 // With a tensor-parallel group the loop follows its state: while the group
 // is down every request fails at once with its failure (UNAVAILABLE naming
@@ -22,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
@@ -56,7 +59,9 @@ class EngineLoop {
 
  private:
   void Run();
-  void Deliver();  // hands finished results to their callbacks; mu_ held
+  void Deliver();  // queues finished results for their callbacks; mu_ held
+  // Makes the queued callbacks, with the lock released meanwhile.
+  void Dispatch(std::unique_lock<std::mutex>& lock);
   // Follows the group's state; its failure while it is down. mu_ held.
   absl::Status FollowGroup();
 
@@ -66,6 +71,7 @@ class EngineLoop {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<int64_t, DoneFn> waiting_;
+  std::vector<std::function<void()>> outbox_;  // callbacks for the loop thread to make, in order
   bool stop_ = false;
   bool in_flight_ = false;  // a step is on the workers (the lock is free meanwhile)
   std::thread thread_;

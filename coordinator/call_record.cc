@@ -21,7 +21,7 @@ bool SaneId(const std::string& s) {
 
 }  // namespace
 
-CallRecord::CallRecord(grpc::ServerContext* ctx, const char* method, ServiceMetrics* metrics)
+CallRecord::CallRecord(grpc::ServerContextBase* ctx, const char* method, ServiceMetrics* metrics)
     : method_(method), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-request-id");

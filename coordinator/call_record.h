@@ -29,7 +29,7 @@ namespace shardlm {
 class CallRecord {
  public:
   // `metrics` may be null (no counters; the log line is still written).
-  CallRecord(grpc::ServerContext* ctx, const char* method, ServiceMetrics* metrics);
+  CallRecord(grpc::ServerContextBase* ctx, const char* method, ServiceMetrics* metrics);
   // A call from another front end (the OpenAI HTTP API): `client_id` is the
   // client's x-request-id header (may be empty); the caller echoes id().
   CallRecord(const std::string& client_id, const char* method, ServiceMetrics* metrics);

@@ -23,7 +23,7 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 
 }  // namespace
 
-absl::Status CallGone(const grpc::ServerContext& ctx) {
+absl::Status CallGone(const grpc::ServerContextBase& ctx) {
   if (!ctx.IsCancelled()) return absl::OkStatus();
   if (ctx.deadline() <= std::chrono::system_clock::now()) {
     return absl::DeadlineExceededError(
@@ -32,7 +32,7 @@ absl::Status CallGone(const grpc::ServerContext& ctx) {
   return absl::CancelledError("the client cancelled; its work was stopped and its blocks freed");
 }
 
-grpc::Status InferenceService::Admit(const grpc::ServerContext& ctx, std::string* owner) const {
+grpc::Status InferenceService::Admit(const grpc::ServerContextBase& ctx, std::string* owner) const {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");
   if (it == md.end()) return AdmitKey(nullptr, owner);

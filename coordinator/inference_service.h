@@ -33,7 +33,10 @@ inline constexpr int kMaxStopStrings = 8;
 inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxPrefillChunks = 64;
 
-class InferenceService final : public ::shardlm::v1::Inference::Service {
+// Generate runs on gRPC's callback API (a reactor per stream, no thread
+// held while it waits for tokens); the unary methods are synchronous.
+class InferenceService final
+    : public ::shardlm::v1::Inference::WithCallbackMethod_Generate<::shardlm::v1::Inference::Service> {
  public:
   InferenceService(EngineLoop* loop, const Tokenizer* tokenizer, ServedModel info)
       : loop_(loop), tokenizer_(tokenizer), info_(std::move(info)) {}
@@ -58,12 +61,25 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
   // UNAVAILABLE while draining, UNAUTHENTICATED without a valid key; sets
   // *owner to the caller's key (empty when keys are off).
   grpc::Status AdmitKey(const std::string* authorization, std::string* owner) const;
+  // Admits a call: UNAVAILABLE while draining, UNAUTHENTICATED without a
+  // valid key; sets *owner to the caller's key (empty when keys are off).
+  grpc::Status Admit(const grpc::ServerContextBase& ctx, std::string* owner) const;
+  // Token ids of a prompt; text gets special tokens only when it starts a sequence.
+  absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
+                                                 const std::string& field) const;
+  // Submits and waits for each request; on any failure releases the handles
+  // the others kept and returns that failure. `gone` is polled while waiting:
+  // once it fails (client cancelled, deadline passed) the requests are
+  // cancelled and its status is returned.
+  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
+                                                     const std::string& owner,
+                                                     const std::function<absl::Status()>& gone);
   const Tokenizer* tokenizer() const { return tokenizer_; }
   EngineLoop* loop() const { return loop_; }
   ServiceMetrics* metrics() const { return metrics_; }
 
-  grpc::Status Generate(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
-                        grpc::ServerWriter<::shardlm::v1::GenerateResponse>* writer) override;
+  grpc::ServerWriteReactor<::shardlm::v1::GenerateResponse>* Generate(
+      grpc::CallbackServerContext* ctx, const ::shardlm::v1::GenerateRequest* req) override;
   grpc::Status Prefill(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
                        ::shardlm::v1::PrefillResponse* resp) override;
   grpc::Status Score(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
@@ -80,19 +96,7 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
                         ::shardlm::v1::Stats* resp) override;
 
  private:
-  // Token ids of a prompt; text gets special tokens only when it starts a sequence.
-  absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
-                                                 const std::string& field) const;
-  // Submits and waits for each request; on any failure releases the handles
-  // the others kept and returns that failure. `gone` is polled while waiting:
-  // once it fails (client cancelled, deadline passed) the requests are
-  // cancelled and its status is returned.
-  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
-                                                     const std::string& owner,
-                                                     const std::function<absl::Status()>& gone);
   // The handlers behind the public methods, which wrap each in a CallRecord.
-  grpc::Status GenerateImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GenerateRequest* req,
-                            grpc::ServerWriter<::shardlm::v1::GenerateResponse>* out, CallRecord& call);
   grpc::Status PrefillImpl(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
                            ::shardlm::v1::PrefillResponse* out, CallRecord& call);
   grpc::Status ScoreImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
@@ -107,10 +111,6 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
                                 ::shardlm::v1::ModelInfo* out, CallRecord& call);
   grpc::Status GetStatsImpl(grpc::ServerContext* ctx, const ::shardlm::v1::GetStatsRequest* req,
                             ::shardlm::v1::Stats* out, CallRecord& call);
-  // Admits a call: UNAVAILABLE while draining, UNAUTHENTICATED without a
-  // valid key; sets *owner to the caller's key (empty when keys are off).
-  grpc::Status Admit(const grpc::ServerContext& ctx, std::string* owner) const;
-
   EngineLoop* loop_;
   const Tokenizer* tokenizer_;  // may be null: token-id prompts only
   ServedModel info_;
@@ -121,7 +121,7 @@ class InferenceService final : public ::shardlm::v1::Inference::Service {
 
 // OK while the call's client waits; CANCELLED once it cancelled or went
 // away, DEADLINE_EXCEEDED once its deadline passed.
-absl::Status CallGone(const grpc::ServerContext& ctx);
+absl::Status CallGone(const grpc::ServerContextBase& ctx);
 
 // Appends `top` (most likely first) to `out`.
 void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);

@@ -15,6 +15,8 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer):
                    could have finished; nothing runs and no block or handle is held after); a
                    cancelled Score ends CANCELLED likewise; Prefill with keep past
                    --max-handle-share gets RESOURCE_EXHAUSTED naming it
+  many_streams     1000 Generate streams open at once (one runs, the rest queue) cost the server
+                   fewer than 100 threads; cancelling them frees everything
 
 Usage:
   /usr/bin/python3 tests/integration/load_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
@@ -230,7 +232,48 @@ def deadlines(ctx, chk):
         srv.stop()
 
 
-CASES = [("concurrency_64", concurrency_64), ("queue_limit", queue_limit), ("deadlines", deadlines)]
+def threads_of(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    return -1
+
+
+def many_streams(ctx, chk):
+    srv = ctx.serve("many", 1, "--max-num-seqs", 1, "--max-queued-requests", 2000)
+    ch, st, _ = ops.stub(srv.port)
+    try:
+        idle_threads = threads_of(srv.proc.pid)
+        req = pb.GenerateRequest(prompt=pb.Prompt(token_ids=pb.TokenIds(ids=[11, 12, 13])), max_new_tokens=4,
+                                 sampling=pb.SamplingParams(temperature=0), ignore_eos=True)
+        calls = [st.Generate(req, timeout=120) for _ in range(1000)]
+        deadline = time.time() + 20
+        s = st.GetStats(pb.GetStatsRequest(), timeout=10)
+        while s.running + s.waiting < 900 and time.time() < deadline:
+            time.sleep(0.1)
+            s = st.GetStats(pb.GetStatsRequest(), timeout=10)
+        open_threads = threads_of(srv.proc.pid)
+        chk.check(s.running + s.waiting >= 900, "%d streams open at once (running %d, waiting %d)" %
+                  (s.running + s.waiting, s.running, s.waiting))
+        chk.check(open_threads - idle_threads < 100, "the server's threads: %d idle, %d with the streams open" %
+                  (idle_threads, open_threads))
+        first = [t for r in calls[0] for t in r.token_ids]
+        chk.check(len(first) == 4, "the first stream ends with its 4 tokens")
+        for c in calls:
+            c.cancel()
+        s = idle_stats(st, seconds=30)
+        chk.check(s.running == 0 and s.waiting == 0 and s.referenced_blocks == 0,
+                  "cancelling them frees everything: running %d waiting %d referenced %d" %
+                  (s.running, s.waiting, s.referenced_blocks))
+        chk.check(greedy_ids(st, [11, 12, 13], 4) == first, "the server still answers the same")
+    finally:
+        ch.close()
+        srv.stop()
+
+
+CASES = [("concurrency_64", concurrency_64), ("queue_limit", queue_limit), ("deadlines", deadlines),
+         ("many_streams", many_streams)]
 
 if __name__ == "__main__":
     sys.exit(ops.run_main(__doc__, CASES, "load"))

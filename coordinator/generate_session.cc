@@ -1,0 +1,324 @@
+#include "coordinator/generate_session.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "coordinator/inference_service.h"
+#include "tokenizer/incremental_detokenizer.h"
+
+namespace shardlm {
+
+namespace pb = ::shardlm::v1;
+
+// One sample's text: detokenized, with stop strings cut.
+class SampleText {
+ public:
+  SampleText(const Tokenizer* tok, const std::vector<std::string>& stops) : stops_(stops) {
+    if (tok != nullptr) detok_ = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);
+  }
+  // Adds a token; returns the text that may be sent now. Sets stopped().
+  std::string Add(int32_t token) {
+    if (!detok_ || stopped_) return "";
+    return Push(detok_->Append(token));
+  }
+  std::string Finish() {
+    if (!detok_ || stopped_) return "";
+    std::string out = Push(detok_->Finish());
+    out += held_;
+    held_.clear();
+    return out;
+  }
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::string Push(const std::string& piece) {
+    held_ += piece;
+    for (const std::string& s : stops_) {
+      const size_t at = held_.find(s);
+      if (at != std::string::npos) {
+        stopped_ = true;
+        std::string out = held_.substr(0, at);
+        held_.clear();
+        return out;
+      }
+    }
+    // Hold back the longest tail that is the start of a stop string.
+    size_t keep = 0;
+    for (const std::string& s : stops_) {
+      for (size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len) {
+        if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
+          keep = len;
+          break;
+        }
+      }
+    }
+    std::string out = held_.substr(0, held_.size() - keep);
+    held_.erase(0, held_.size() - keep);
+    return out;
+  }
+
+  std::vector<std::string> stops_;
+  std::unique_ptr<IncrementalDetokenizer> detok_;
+  std::string held_;
+  bool stopped_ = false;
+};
+
+namespace {
+
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+}  // namespace
+
+void GenerateSession::Channel::Push(Event e) {
+  std::function<void()> wake;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!abandoned) {
+      events.push_back(std::move(e));
+      wake = notify;
+    }
+  }
+  if (wake) {
+    wake();
+  } else if (e.done && !e.done->handle.empty()) {
+    loop->ReleaseHandle(e.done->handle, owner).IgnoreError();  // nobody will take it
+  }
+}
+
+GenerateSession::GenerateSession(InferenceService* service, std::string owner, CallRecord* call)
+    : service_(service), owner_(std::move(owner)), call_(call) {
+  channel_->loop = service_->loop();
+  channel_->owner = owner_;
+}
+
+GenerateSession::~GenerateSession() {
+  if (!ended_) Abandon();
+}
+
+grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::function<void()> notify) {
+  req_ = request;
+  const pb::GenerateRequest* req = &req_;
+  n_ = req->n() == 0 ? 1 : req->n();
+  if (n_ < 1 || n_ > kMaxSamples) {
+    return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
+  }
+  if (req->stop_size() > kMaxStopStrings) {
+    return ToGrpcStatus(
+        Invalid(absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
+  }
+  for (int i = 0; i < req->stop_size(); ++i) {
+    if (req->stop(i).empty() || req->stop(i).size() > kMaxStopStringBytes) {
+      return ToGrpcStatus(
+          Invalid(absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
+    }
+  }
+  const Tokenizer* tokenizer = service_->tokenizer();
+  if (req->stop_size() > 0 && tokenizer == nullptr) {
+    return ToGrpcStatus(Invalid("stop strings need a tokenizer.json in the model"));
+  }
+  auto prompt = service_->PromptIds(req->prompt(), req->prefix_handle().empty(), "prompt");
+  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+
+  GenerateRequest& base = base_;
+  base.owner = owner_;
+  base.request_id = call_->id();
+  base.arrival = call_->start();
+  base.prefix_handle = req->prefix_handle();
+  base.prompt = *prompt;
+  const pb::SamplingParams& sp = req->sampling();
+  base.sampling.temperature = sp.has_temperature() ? sp.temperature() : 1.0f;
+  base.sampling.top_k = sp.top_k();
+  base.sampling.top_p = sp.has_top_p() ? sp.top_p() : 1.0f;
+  base.sampling.min_p = sp.min_p();
+  base.sampling.repetition_penalty = sp.has_repetition_penalty() ? sp.repetition_penalty() : 1.0f;
+  base.sampling.presence_penalty = sp.presence_penalty();
+  base.sampling.frequency_penalty = sp.frequency_penalty();
+  for (const auto& [id, bias] : sp.logit_bias()) base.sampling.logit_bias.emplace_back(id, bias);
+  base.sampling.num_top_logprobs = req->top_logprobs();
+  base.has_seed = sp.has_seed();
+  base.sampling.seed = sp.seed();
+  base.max_new_tokens = req->max_new_tokens();
+  base.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
+  base.ignore_eos = req->ignore_eos();
+  base.keep_handle = req->return_chunk_result();
+
+  for (int s = 0; s < n_; ++s) {
+    texts_.push_back(std::make_unique<SampleText>(
+        tokenizer, std::vector<std::string>(req->stop().begin(), req->stop().end())));
+  }
+  finish_.assign(n_, "");
+  stopping_.assign(n_, false);
+  sent_tokens_.assign(n_, 0);
+  results_.resize(n_);
+  {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    channel_->notify = std::move(notify);
+  }
+  if (n_ == 1) return ToGrpcStatus(SubmitSamples());
+
+  // n > 1: prefill the prompt once into a hidden handle the samples share.
+  // Validate the samples' own limits before doing any work.
+  absl::Status st = service_->loop()->Validate(base);
+  if (!st.ok()) return ToGrpcStatus(st);
+  GenerateRequest pre;
+  pre.owner = owner_;
+  pre.request_id = call_->id();
+  pre.arrival = call_->start();
+  pre.prefix_handle = base.prefix_handle;
+  pre.prompt = base.prompt;
+  pre.max_new_tokens = 0;
+  pre.keep_handle = true;
+  pre.transient_handle = true;  // released as soon as the samples hold its blocks
+  auto id = service_->loop()->Submit(std::move(pre), [channel = channel_](GenerateResult result) {
+    channel->Push(Event{-1, -1, 0, {}, std::move(result)});
+  });
+  if (!id.ok()) return ToGrpcStatus(id.status());
+  ids_.push_back(*id);
+  return grpc::Status::OK;
+}
+
+absl::Status GenerateSession::SubmitSamples() {
+  samples_submitted_ = true;
+  ids_.clear();
+  for (int s = 0; s < n_; ++s) {
+    GenerateRequest r = base_;
+    if (n_ > 1) {
+      r.prefix_handle = shared_handle_;
+      r.prompt.clear();
+      if (base_.has_seed) r.sampling.seed = base_.sampling.seed + s;  // distinct, reproducible
+    }
+    std::shared_ptr<Channel> channel = channel_;
+    r.on_token = [channel, s](int32_t token, float logprob, const std::vector<TopLogprob>& top) {
+      channel->Push(Event{s, token, logprob, top, std::nullopt});
+    };
+    auto id = service_->loop()->Submit(std::move(r), [channel, s](GenerateResult result) {
+      channel->Push(Event{s, -1, 0, {}, std::move(result)});
+    });
+    if (!id.ok()) return id.status();
+    ids_.push_back(*id);
+  }
+  if (!shared_handle_.empty()) {
+    // The samples hold its blocks now.
+    service_->loop()->ReleaseHandle(shared_handle_, owner_).IgnoreError();
+    shared_handle_.clear();
+  }
+  return absl::OkStatus();
+}
+
+void GenerateSession::Abandon() {
+  if (ended_) return;
+  ended_ = true;
+  EngineLoop* loop = service_->loop();
+  std::deque<Event> rest;
+  {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    channel_->abandoned = true;  // results still to come release their own handles
+    channel_->notify = nullptr;
+    rest.swap(channel_->events);
+  }
+  for (int64_t id : ids_) loop->Cancel(id);
+  // Release every handle a finished sample kept (its result may still wait
+  // in the channel), so nothing stays pinned until its expiry.
+  for (Event& e : rest) {
+    if (e.done && !e.done->handle.empty()) loop->ReleaseHandle(e.done->handle, owner_).IgnoreError();
+  }
+  for (auto& r : results_) {
+    if (r && !r->handle.empty()) loop->ReleaseHandle(r->handle, owner_).IgnoreError();
+  }
+  if (!shared_handle_.empty()) loop->ReleaseHandle(shared_handle_, owner_).IgnoreError();
+}
+
+bool GenerateSession::End(const absl::Status& status, grpc::Status* out) {
+  Abandon();
+  *out = ToGrpcStatus(status);
+  return true;
+}
+
+bool GenerateSession::Drain(std::vector<pb::GenerateResponse>* out, grpc::Status* status) {
+  if (ended_) return true;
+  std::deque<Event> batch;
+  {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    batch.swap(channel_->events);
+  }
+  // One message per sample with news, in sample order.
+  std::vector<std::optional<pb::GenerateResponse>> msgs(n_);
+  for (Event& e : batch) {
+    if (e.sample < 0) {  // the shared prefill of n > 1
+      if (!e.done->status.ok()) return End(e.done->status, status);
+      shared_handle_ = e.done->handle;
+      prompt_tokens_ = e.done->prefix_tokens + static_cast<int32_t>(base_.prompt.size());
+      cached_tokens_ = e.done->cached_tokens;
+      if (absl::Status st = SubmitSamples(); !st.ok()) return End(st, status);
+      continue;
+    }
+    if (!finish_[e.sample].empty()) continue;
+    if (stopping_[e.sample] && !e.done) continue;  // tokens past the stop string
+    auto& msg = msgs[e.sample];
+    if (!msg) {
+      msg.emplace();
+      msg->set_sample(e.sample);
+    }
+    if (e.done) {
+      if (!e.done->status.ok()) {
+        if (!e.done->handle.empty()) service_->loop()->ReleaseHandle(e.done->handle, owner_).IgnoreError();
+        return End(e.done->status, status);
+      }
+      msg->mutable_text()->append(texts_[e.sample]->Finish());
+      finish_[e.sample] = stopping_[e.sample] ? "stop" : FinishReasonName(e.done->finish_reason);
+      results_[e.sample] = std::move(e.done);
+      ++finished_;
+      continue;
+    }
+    msg->add_token_ids(e.token);
+    msg->add_logprobs(e.logprob);
+    ++sent_tokens_[e.sample];
+    if (req_.top_logprobs() > 0) FillTop(e.top, msg->add_top_logprobs());
+    msg->mutable_text()->append(texts_[e.sample]->Add(e.token));
+    if (texts_[e.sample]->stopped()) {
+      // End the sample now (keeping its handle when asked); its result follows.
+      service_->loop()->Stop(ids_[e.sample]);
+      stopping_[e.sample] = true;
+    }
+  }
+  for (auto& msg : msgs) {
+    if (!msg) continue;
+    if (first_) {
+      msg->mutable_prompt_token_ids()->Add(base_.prompt.begin(), base_.prompt.end());
+      first_ = false;
+    }
+    out->push_back(std::move(*msg));
+  }
+  if (!samples_submitted_ || finished_ < n_) return false;
+
+  pb::GenerateResponse last;
+  int32_t generated = 0;
+  for (int s = 0; s < n_; ++s) {
+    pb::SampleResult* sr = last.add_results();
+    sr->set_sample(s);
+    sr->set_finish_reason(finish_[s]);
+    generated += sent_tokens_[s];
+    if (results_[s]) {
+      if (n_ == 1) {
+        prompt_tokens_ = results_[s]->prefix_tokens + static_cast<int32_t>(results_[s]->prompt.size());
+        cached_tokens_ = results_[s]->cached_tokens;
+      }
+      if (req_.return_chunk_result())
+        FillChunkResult(*results_[s], /*generated=*/true, sr->mutable_chunk_result());
+    }
+  }
+  last.mutable_usage()->set_prompt_tokens(prompt_tokens_);
+  last.mutable_usage()->set_cached_tokens(cached_tokens_);
+  last.mutable_usage()->set_generated_tokens(generated);
+  call_->SetTokens(prompt_tokens_, cached_tokens_, generated);
+  if (first_) last.mutable_prompt_token_ids()->Add(base_.prompt.begin(), base_.prompt.end());
+  out->push_back(std::move(last));
+  ended_ = true;  // the handles kept now belong to the client
+  {
+    std::lock_guard<std::mutex> lock(channel_->mu);
+    channel_->notify = nullptr;
+  }
+  *status = grpc::Status::OK;
+  return true;
+}
+
+}  // namespace shardlm

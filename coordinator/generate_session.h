@@ -1,0 +1,108 @@
+// One Generate call's work, apart from how its messages travel: n samples of
+// one prompt, stop strings, text deltas, the closing usage message. The gRPC
+// stream (a callback reactor, coordinator/generate_call.cc) and the OpenAI
+// HTTP API (a blocking writer) both drive it.
+//
+// With n > 1 the prompt is prefilled once into a hidden handle, and each
+// sample continues from it (its full blocks shared, the partly filled one
+// copied), so the prompt's KV is computed and stored once. The samples are
+// submitted when that prefill's result arrives.
+//
+// Stop strings are matched on each sample's detokenized text. Text that could
+// still turn into a stop string is held back, so a client never sees part of
+// one; the sample is stopped (its blocks freed) as soon as one appears.
+//
+// Nothing here blocks: the engine's callbacks queue events and call `notify`;
+// the driver then calls Drain, which turns them into messages.
+//
+//   GenerateSession session(service, owner, &call);
+//   grpc::Status st = session.Start(request, [&] { wake_the_driver(); });
+//   // on each wake:
+//   std::vector<pb::GenerateResponse> msgs;
+//   grpc::Status final;
+//   bool ended = session.Drain(&msgs, &final);  // send msgs; if ended, finish with `final`
+//   // the client left:
+//   session.Abandon();
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/call_record.h"
+#include "coordinator/engine.h"
+#include "coordinator/engine_loop.h"
+#include "shardlm/v1/inference.pb.h"
+
+namespace shardlm {
+
+class InferenceService;
+class SampleText;
+
+class GenerateSession {
+ public:
+  GenerateSession(InferenceService* service, std::string owner, CallRecord* call);
+  ~GenerateSession();  // abandons work still running
+
+  // Checks the request and submits its work; `notify` is called (from the
+  // engine loop's thread, any time until this session is destroyed) when
+  // events wait for Drain. An error means nothing runs.
+  grpc::Status Start(const ::shardlm::v1::GenerateRequest& request, std::function<void()> notify);
+  // Appends the messages ready to send, in order. True once the stream has
+  // ended: *status is then its status; when OK the last message appended is
+  // the closing one (finish reasons, usage).
+  bool Drain(std::vector<::shardlm::v1::GenerateResponse>* out, grpc::Status* status);
+  // The client left: cancels what runs and releases the handles samples
+  // kept. Drain then reports nothing more.
+  void Abandon();
+
+ private:
+  struct Event {
+    int sample = 0;  // -1: the shared prefill of n > 1
+    int32_t token = -1;
+    float logprob = 0;
+    std::vector<TopLogprob> top;
+    std::optional<GenerateResult> done;
+  };
+  // Engine callbacks hold this, not the session: it outlives an abandoned call.
+  struct Channel {
+    EngineLoop* loop = nullptr;
+    std::string owner;
+    std::mutex mu;
+    std::deque<Event> events;
+    std::function<void()> notify;
+    bool abandoned = false;  // later results only release the handles they kept
+    void Push(Event e);
+  };
+
+  // Submits the samples (from the shared handle when n > 1).
+  absl::Status SubmitSamples();
+  // Ends with `status` after cancelling the work; returns true for Drain.
+  bool End(const absl::Status& status, grpc::Status* out);
+
+  InferenceService* service_;
+  std::string owner_;
+  CallRecord* call_;
+  ::shardlm::v1::GenerateRequest req_;
+  int n_ = 1;
+  GenerateRequest base_;
+  std::shared_ptr<Channel> channel_ = std::make_shared<Channel>();
+  std::string shared_handle_;
+  bool samples_submitted_ = false;
+  std::vector<int64_t> ids_;
+  std::vector<std::unique_ptr<SampleText>> texts_;
+  std::vector<std::string> finish_;
+  std::vector<bool> stopping_;  // a stop string appeared; waiting for the result
+  std::vector<int32_t> sent_tokens_;
+  std::vector<std::optional<GenerateResult>> results_;
+  int finished_ = 0;
+  bool first_ = true;
+  bool ended_ = false;
+  int32_t prompt_tokens_ = 0, cached_tokens_ = 0;
+};
+
+}  // namespace shardlm

@@ -57,11 +57,8 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
   return s;
 }
 
-namespace {
-
 using json = nlohmann::json;
 
-// Flags shared by the commands that run the model.
 void AddModelFlags(FlagSet& f) {
   f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json)");
   f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model");
@@ -74,19 +71,9 @@ void AddModelFlags(FlagSet& f) {
   f.Bool("json", "print one JSON object");
 }
 
-// An engine over a checkpoint, plus its tokenizer when present. Without
-// --tp the model runs in this process; with --tp N on N worker processes.
-struct LocalModel {
-  std::unique_ptr<RankWorker> worker;  // in-process
-  std::unique_ptr<WorkerGroup> group;  // --tp
-  std::unique_ptr<Engine> engine;
-  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
-};
-
-absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
+absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine::Options eo) {
   LocalModel m;
   const std::string dir = f.GetString("model");
-  Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   if (f.Has("tp")) {
     SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
@@ -119,6 +106,8 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env) {
   }
   return m;
 }
+
+namespace {
 
 // --model or --server, exactly one.
 absl::Status CheckTarget(const FlagSet& f) {

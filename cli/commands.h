@@ -3,12 +3,17 @@
 #pragma once
 
 #include <atomic>
+#include <memory>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "cli/flags.h"
 #include "common/grpc_security.h"
+#include "coordinator/engine.h"
+#include "coordinator/worker_group.h"
+#include "tokenizer/tokenizer.h"
+#include "worker/rank_worker.h"
 
 namespace shardlm {
 
@@ -37,7 +42,24 @@ struct InternalSecurity {
 // InvalidArgument unless --insecure-internal was given.
 absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token);
 
+// Flags shared by the commands that run the model: --model, --server,
+// --prompt, --prompt-ids, --dtype, --kv-cache-mb, --max-batch-tokens, --tp, --json.
+void AddModelFlags(FlagSet& f);
+
+// An engine over a checkpoint, plus its tokenizer when present. Without
+// --tp the model runs in this process; with --tp N on N worker processes.
+struct LocalModel {
+  std::unique_ptr<RankWorker> worker;  // in-process
+  std::unique_ptr<WorkerGroup> group;  // --tp
+  std::unique_ptr<Engine> engine;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
+};
+// Opens --model (on --tp workers when given) with `options`; the flags set
+// max_batch_tokens.
+absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine::Options options = {});
+
 int RunGenerate(int argc, char** argv, const CliEnv& env);
+int RunBatch(int argc, char** argv, const CliEnv& env);
 int RunScore(int argc, char** argv, const CliEnv& env);
 int RunPrefill(int argc, char** argv, const CliEnv& env);
 int RunTokenize(int argc, char** argv, const CliEnv& env);

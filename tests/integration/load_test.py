@@ -16,6 +16,9 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer):
                    could have finished; nothing runs and no block or handle is held after); a
                    cancelled Score ends CANCELLED likewise; Prefill with keep past
                    --max-handle-share gets RESOURCE_EXHAUSTED naming it
+  batch_mode       `shardlm batch` on a JSONL file: lines in input order, bad lines reported with
+                   their line number (exit 1), greedy lines equal `generate --json`, the static
+                   policy and --server mode give the same lines
   many_streams     1000 Generate streams opened at once (one runs, the rest queue; at least 800
                    open together) cost the server fewer than 100 threads; cancelling them
                    frees everything
@@ -276,7 +279,55 @@ def many_streams(ctx, chk):
         srv.stop()
 
 
-CASES = [("concurrency_64", concurrency_64), ("queue_limit", queue_limit), ("deadlines", deadlines),
+def batch_mode(ctx, chk):
+    """`shardlm batch` in-process (both policies) and against a server."""
+    import json
+    import subprocess
+    lines = ['{"prompt": "The harbour committee met", "max_new_tokens": 8, "temperature": 0, "ignore_eos": true}',
+             '{"prompt_ids": [11, 12, 13, 14], "max_new_tokens": 6, "temperature": 0, "ignore_eos": true}',
+             'not json',
+             '',
+             '{"prompt_ids": [11, 999999], "max_new_tokens": 4}',
+             '{"prompt": "Once upon a time", "max_new_tokens": 12, "temperature": 0.8, "seed": 5}',
+             '{"prompt": "x", "bogus": 1}']
+    lines += ['{"prompt_ids": [%d, 20, 30], "max_new_tokens": %d, "temperature": 0, "ignore_eos": true}' %
+              (40 + i, 10 if i % 8 else 40) for i in range(16)]
+    inp = ctx.dir("batch_in.jsonl")
+    with open(inp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+    def run(name, *extra):
+        out = ctx.dir(name + ".jsonl")
+        p = subprocess.run([ctx.binary, "batch", "--input", inp, "--output", out] + [str(x) for x in extra],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=300)
+        with open(out) as f:
+            return p.returncode, [json.loads(x) for x in f], p.stderr.decode()
+
+    rc, cont, err = run("continuous", "--model", ctx.model, "--max-num-seqs", 4)
+    chk.check(rc == 1 and "3 of 22 lines failed" in err, "exit 1 naming the failed count: %r" % err[-200:])
+    chk.check([r["index"] for r in cont] == list(range(22)), "one output line per input line, in order")
+    chk.check(cont[2]["error"] == "line 3: not a JSON object" and "line 5:" in cont[3]["error"] and
+              "999999" in cont[3]["error"] and 'unknown key "bogus"' in cont[5]["error"],
+              "bad lines name their line number and why: %s" % [cont[i].get("error") for i in (2, 3, 5)])
+    gen = subprocess.run([ctx.binary, "generate", "--model", ctx.model, "--prompt", "The harbour committee met",
+                          "--max-new-tokens", "8", "--temperature", "0", "--ignore-eos", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=120)
+    want = json.loads(gen.stdout.decode().strip().splitlines()[-1])["token_ids"]
+    chk.check(cont[0]["token_ids"] == want, "a greedy line equals `generate --json`")
+    chk.check(all(len(cont[i]["token_ids"]) == (10 if (i - 6) % 8 else 40) for i in range(6, 22)),
+              "every line has its max_new_tokens")
+    rc, stat, _ = run("static", "--model", ctx.model, "--max-num-seqs", 4, "--policy", "static")
+    chk.check(stat == cont, "--policy static gives the same lines")
+    srv = ctx.serve("batch_server", 1)
+    try:
+        rc, remote, _ = run("remote", "--server", "127.0.0.1:%d" % srv.port, "--concurrency", 8)
+        chk.check(remote == cont, "--server gives the same lines: %s" %
+                  [i for i, (a, b) in enumerate(zip(remote, cont)) if a != b][:5])
+    finally:
+        srv.stop()
+
+
+CASES = [("batch_mode", batch_mode), ("concurrency_64", concurrency_64), ("queue_limit", queue_limit), ("deadlines", deadlines),
          ("many_streams", many_streams)]
 
 if __name__ == "__main__":

@@ -1,421 +1,202 @@
-// `shardlm batch`: a JSONL file of prompts through one engine at full
-// throughput (seed 000's offline mode), or through a running server.
+// `shardlm batch`: runs a JSON-lines file of prompts at full throughput and
+// writes one result line per input line, in input order.
 //
-//   shardlm batch --model DIR [--tp N] --input prompts.jsonl --output results.jsonl
-//       [--max-num-seqs 8] [--policy continuous|static] [--json-summary s.json]
+//   shardlm batch --model DIR --input prompts.jsonl --output results.jsonl
+//       --max-num-seqs 64 --policy continuous --json-summary summary.json
+//   shardlm batch --server localhost:50051 --concurrency 64 --input p.jsonl --output r.jsonl
 //
-// Input, one JSON object a line: "prompt" (text, needs tokenizer.json) or
-// "prompt_ids"; optional "max_new_tokens" (16), "ignore_eos", "stop" (strings),
-// "stop_token_ids", and the API's sampling fields at the top level
-// ("temperature", "top_p", "top_k", "min_p", "seed", "repetition_penalty",
-// "presence_penalty", "frequency_penalty"). Output, one line per input line
-// in input order: {"index", "token_ids", "text", "finish_reason"}, or
-// {"index", "error": "line N: ..."} for a line that could not run (the others
-// go on; the exit code is then 1). Blank lines are skipped and not numbered
-// in the output, but error messages give the file's line number.
-//
-// In-process, every line is submitted to one Engine at once (its queue limits
-// lifted) and the engine steps until idle, so the scheduler, not the file
-// order, decides what runs together. Progress goes to stderr: one redrawn
-// line on a terminal, a plain line every 2 s otherwise.
-#include <unistd.h>
+// In-process every line goes to one Engine, which is stepped until all are
+// done; with --server each line is one Generate stream. The formats, the
+// error lines and the summary are in docs/batch_and_loadgen.md.
+#include "cli/batch.h"
 
-#include <chrono>
-#include <cstdio>
+#include <algorithm>
 #include <fstream>
-#include <limits>
-#include <map>
-#include <mutex>
-#include <nlohmann/json.hpp>
-#include <optional>
-#include <thread>
+#include <iostream>
 
 #include "absl/strings/str_cat.h"
-#include "cli/commands.h"
-#include "cli/remote_client.h"
+#include "absl/strings/str_format.h"
+#include "cli/api_client.h"
 #include "common/status.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace shardlm {
+
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
 
-struct Item {
-  int line = 0; // in the file, from 1
-  std::string error;
-  PromptSpec prompt;
-  GenerateRequest request;
-  std::vector<std::string> stop;
-  // Results.
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::string finish;
-};
-
-// Parses one line into `item` (request fields), or sets item.error.
-void ParseLine(const std::string &text, Item &item) {
-  auto fail = [&](const std::string &why) {
-    item.error = absl::StrCat("line ", item.line, ": ", why);
-  };
-  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return fail("not a JSON object");
-  GenerateRequest &r = item.request;
-  r.sampling.temperature = 1.0f;
-  bool has_prompt = false;
-  try {
-    for (auto &[key, v] : j.items()) {
-      if (key == "prompt") {
-        if (!v.is_string())
-          return fail("\"prompt\" must be a string");
-        item.prompt.is_text = true;
-        item.prompt.text = v.get<std::string>();
-        has_prompt = true;
-      } else if (key == "prompt_ids") {
-        if (!v.is_array())
-          return fail("\"prompt_ids\" must be an array of token ids");
-        for (auto &id : v) {
-          if (!id.is_number_integer())
-            return fail("\"prompt_ids\" must hold integers");
-          const int64_t x = id.get<int64_t>();
-          if (x < 0 || x > std::numeric_limits<int32_t>::max())
-            return fail("\"prompt_ids\" holds a negative or huge id");
-          item.prompt.ids.push_back(static_cast<int32_t>(x));
-        }
-        has_prompt = true;
-      } else if (key == "max_new_tokens") {
-        if (!v.is_number_integer())
-          return fail("\"max_new_tokens\" must be an integer");
-        const int64_t x = v.get<int64_t>();
-        if (x < 0 || x > (1 << 20))
-          return fail("\"max_new_tokens\" must be in [0, 1048576]");
-        r.max_new_tokens = static_cast<int32_t>(x);
-      } else if (key == "ignore_eos") {
-        if (!v.is_boolean())
-          return fail("\"ignore_eos\" must be true or false");
-        r.ignore_eos = v.get<bool>();
-      } else if (key == "stop") {
-        if (v.is_string())
-          v = json::array({v});
-        if (!v.is_array())
-          return fail("\"stop\" must be a string or an array of strings");
-        for (auto &s : v) {
-          if (!s.is_string() || s.get<std::string>().empty())
-            return fail("\"stop\" must hold non-empty strings");
-          item.stop.push_back(s.get<std::string>());
-        }
-      } else if (key == "stop_token_ids") {
-        if (!v.is_array())
-          return fail("\"stop_token_ids\" must be an array");
-        for (auto &id : v) {
-          if (!id.is_number_integer())
-            return fail("\"stop_token_ids\" must hold integers");
-          r.stop_token_ids.push_back(id.get<int32_t>());
-        }
-      } else if (key == "seed") {
-        if (!v.is_number_integer() || v.get<int64_t>() < 0)
-          return fail("\"seed\" must be an integer >= 0");
-        r.has_seed = true;
-        r.sampling.seed = v.get<uint64_t>();
-      } else if (key == "top_k") {
-        if (!v.is_number_integer())
-          return fail("\"top_k\" must be an integer");
-        r.sampling.top_k = v.get<int32_t>();
-      } else if (key == "temperature" || key == "top_p" || key == "min_p" ||
-                 key == "repetition_penalty" || key == "presence_penalty" ||
-                 key == "frequency_penalty") {
-        if (!v.is_number())
-          return fail(absl::StrCat("\"", key, "\" must be a number"));
-        const float x = v.get<float>();
-        if (key == "temperature")
-          r.sampling.temperature = x;
-        if (key == "top_p")
-          r.sampling.top_p = x;
-        if (key == "min_p")
-          r.sampling.min_p = x;
-        if (key == "repetition_penalty")
-          r.sampling.repetition_penalty = x;
-        if (key == "presence_penalty")
-          r.sampling.presence_penalty = x;
-        if (key == "frequency_penalty")
-          r.sampling.frequency_penalty = x;
-      } else {
-        return fail(absl::StrCat("unknown key \"", key, "\""));
-      }
-    }
-  } catch (const json::exception &e) {
-    return fail(e.what());
-  }
-  if (!has_prompt)
-    return fail("needs \"prompt\" or \"prompt_ids\"");
+// A result line, its keys in the documented order.
+std::string Dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-class Progress {
-public:
-  explicit Progress(size_t total)
-      : total_(total), tty_(isatty(STDERR_FILENO) == 1), start_(Clock::now()) {}
-  void Update(size_t done, int64_t tokens, bool last = false) {
-    const auto now = Clock::now();
-    if (!last && now - shown_ < (tty_ ? std::chrono::milliseconds(200)
-                                      : std::chrono::seconds(2)))
-      return;
-    shown_ = now;
-    const double secs = std::chrono::duration<double>(now - start_).count();
-    const double rate = secs > 0 ? tokens / secs : 0;
-    const double eta = done > 0 ? secs * (total_ - done) / done : 0;
-    std::fprintf(stderr, "%s%zu/%zu requests  %.1f tok/s  ETA %.0f s%s",
-                 tty_ ? "\r" : "", done, total_, rate, eta,
-                 tty_ && !last ? "   " : "\n");
-    std::fflush(stderr);
+absl::StatusOr<std::vector<BatchLine>> ReadLines(const std::string& path) {
+  std::ifstream file;
+  std::istream* in = &std::cin;
+  if (path != "-") {
+    file.open(path, std::ios::binary);
+    if (!file) return absl::NotFoundError("--input: cannot read '" + path + "'");
+    in = &file;
   }
-
-private:
-  size_t total_;
-  bool tty_;
-  Clock::time_point start_, shown_{};
-};
-
-// Runs the valid items on one local engine.
-absl::Status RunLocal(const FlagSet &f, const CliEnv &env,
-                      std::vector<Item> &items, Progress &progress,
-                      int64_t *prompt_tokens) {
-  Engine::Options eo;
-  eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
-  eo.policy = f.GetString("policy");
-  eo.max_queued_requests =
-      std::numeric_limits<int32_t>::max(); // the whole file queues at once
-  eo.max_queued_tokens = std::numeric_limits<int64_t>::max();
-  SHARDLM_ASSIGN_OR_RETURN(LocalModel m, OpenModel(f, env, eo));
-  Engine &engine = *m.engine;
-  std::map<int64_t, Item *> by_id;
-  std::map<int64_t, std::unique_ptr<IncrementalDetokenizer>> detok;
-  std::vector<int64_t> to_stop; // stop strings matched during a step
-  int64_t out_tokens = 0;
-  for (Item &item : items) {
-    if (!item.error.empty())
-      continue;
-    if (item.prompt.is_text) {
-      if (!m.tokenizer) {
-        item.error = absl::StrCat(
-            "line ", item.line,
-            ": \"prompt\" needs tokenizer.json; give \"prompt_ids\"");
-        continue;
-      }
-      auto ids =
-          m.tokenizer->Encode(item.prompt.text, /*add_special_tokens=*/true);
-      if (!ids.ok()) {
-        item.error = absl::StrCat("line ", item.line,
-                                  ": prompt: ", ids.status().message());
-        continue;
-      }
-      item.request.prompt = *ids;
-    } else {
-      item.request.prompt = item.prompt.ids;
-    }
-    if (!item.stop.empty() && !m.tokenizer) {
-      item.error =
-          absl::StrCat("line ", item.line, ": \"stop\" needs tokenizer.json");
-      continue;
-    }
-    item.request.on_token = [&, it = &item](int32_t token, float,
-                                            const std::vector<TopLogprob> &) {
-      it->tokens.push_back(token);
-      ++out_tokens;
-      if (it->stop.empty() || !it->finish.empty())
-        return;
-      it->text += detok.at(reinterpret_cast<intptr_t>(it))->Append(token);
-      for (const std::string &s : it->stop) {
-        const size_t at = it->text.find(s);
-        if (at == std::string::npos)
-          continue;
-        it->text.resize(at);
-        it->finish = "stop";
-        for (auto &[id, p] : by_id) {
-          if (p == it)
-            to_stop.push_back(id);
-        }
-        break;
-      }
-    };
-    if (!item.stop.empty()) {
-      detok[reinterpret_cast<intptr_t>(&item)] =
-          std::make_unique<IncrementalDetokenizer>(*m.tokenizer, true);
-    }
-    *prompt_tokens += static_cast<int64_t>(item.request.prompt.size());
-    auto id = engine.Submit(item.request);
-    if (!id.ok()) {
-      item.error =
-          absl::StrCat("line ", item.line, ": ", id.status().message());
-      continue;
-    }
-    by_id[*id] = &item;
+  std::vector<BatchLine> lines;
+  std::string line;
+  for (int64_t line_no = 1; std::getline(*in, line); ++line_no) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;  // blank: no request, no output
+    lines.push_back({line_no, std::move(line)});
   }
-  size_t done = 0;
-  for (const Item &item : items)
-    done += !item.error.empty();
-  while (!engine.Idle()) {
-    absl::Status st = engine.Step();
-    for (int64_t id : to_stop)
-      engine.Stop(id);
-    to_stop.clear();
-    for (auto &[id, r] : engine.TakeFinished()) {
-      Item &item = *by_id.at(id);
-      ++done;
-      if (!r.status.ok()) {
-        item.error = absl::StrCat("line ", item.line, ": ", r.status.message());
-        continue;
-      }
-      if (item.finish.empty()) {
-        item.finish = FinishReasonName(r.finish_reason);
-        if (m.tokenizer)
-          item.text =
-              m.tokenizer->Decode(r.tokens, /*skip_special_tokens=*/true);
-      }
-      item.tokens = r.tokens;
+  if (in->bad()) return absl::DataLossError("--input: error reading '" + path + "'");
+  return lines;
+}
+
+// Flags that only one of the two modes reads; given to the other, an error.
+absl::Status CheckMode(const FlagSet& f) {
+  if (f.Has("model") == f.Has("server"))
+    return absl::InvalidArgumentError("give exactly one of --model or --server");
+  const bool remote = f.Has("server");
+  static const char* kLocal[] = {"tp", "dtype", "kv-cache-mb", "max-batch-tokens", "max-num-seqs", "policy"};
+  static const char* kRemote[] = {"concurrency", "timeout-s", "tls-ca",
+                                  "tls-cert",    "tls-key",   "api-key-file"};
+  for (const char* name : remote ? kLocal : kRemote) {
+    if (f.Has(name)) {
+      return absl::InvalidArgumentError(
+          remote ? absl::StrCat("--", name, " sets up a local engine; a server has its own settings")
+                 : absl::StrCat("--", name, " goes with --server"));
     }
-    progress.Update(done, out_tokens);
-    if (!st.ok() && engine.Idle())
-      break;
   }
   return absl::OkStatus();
 }
 
-// Sends the valid items to a server, --concurrency at a time.
-void RunRemote(const FlagSet &f, std::vector<Item> &items, Progress &progress) {
-  std::mutex mu;
-  size_t next = 0, done = 0;
-  int64_t tokens = 0;
-  auto worker = [&] {
-    while (true) {
-      Item *item;
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        while (next < items.size() && !items[next].error.empty())
-          ++next;
-        if (next >= items.size())
-          return;
-        item = &items[next++];
-      }
-      auto r =
-          RemoteGenerate(f.GetString("server"), item->prompt, item->request,
-                         item->stop, [](const std::string &) {});
-      std::lock_guard<std::mutex> lock(mu);
-      if (!r.ok()) {
-        item->error =
-            absl::StrCat("line ", item->line, ": ", r.status().message());
-      } else {
-        item->tokens = r->first.tokens;
-        item->text = r->second;
-        item->finish = FinishReasonName(r->first.finish_reason);
-        tokens += static_cast<int64_t>(item->tokens.size());
-      }
-      progress.Update(++done, tokens);
-    }
-  };
-  std::vector<std::thread> threads;
-  for (int64_t i = 0; i < f.GetInt("concurrency"); ++i)
-    threads.emplace_back(worker);
-  for (auto &t : threads)
-    t.join();
+}  // namespace
+
+std::string BatchErrorText(const absl::Status& status) {
+  if (status.code() == absl::StatusCode::kInvalidArgument) return std::string(status.message());
+  return absl::StrCat(absl::StatusCodeToString(status.code()), ": ", status.message());
 }
 
-} // namespace
+BatchResults::BatchResults(std::FILE* out, const std::vector<BatchLine>* lines) : out_(out), lines_(lines) {}
 
-int RunBatch(int argc, char **argv, const CliEnv &env) {
+void BatchResults::Start() { progress_ = std::make_unique<Progress>("batch", lines_->size()); }
+
+double BatchResults::wall_s() const { return progress_ ? progress_->elapsed_s() : 0.0; }
+
+void BatchResults::Ok(size_t slot, const std::vector<int32_t>& token_ids, const std::string& text,
+                      const std::string& finish_reason, int64_t prompt_tokens) {
+  prompt_tokens_ += prompt_tokens;
+  output_tokens_ += static_cast<int64_t>(token_ids.size());
+  Put(slot,
+      Dump({{"index", slot}, {"token_ids", token_ids}, {"text", text}, {"finish_reason", finish_reason}}));
+}
+
+void BatchResults::Error(size_t slot, const absl::Status& status) {
+  ++failed_;
+  const int64_t line_no = (*lines_)[slot].line_no;
+  Put(slot, Dump({{"index", slot}, {"error", absl::StrCat("line ", line_no, ": ", BatchErrorText(status))}}));
+}
+
+void BatchResults::Put(size_t slot, std::string line) {
+  ++done_;
+  ready_.emplace(slot, std::move(line));
+  for (auto it = ready_.begin(); it != ready_.end() && it->first == next_; it = ready_.erase(it), ++next_) {
+    std::fputs(it->second.c_str(), out_);
+    std::fputc('\n', out_);
+  }
+}
+
+std::string BatchResults::Detail() const {
+  const double s = std::max(wall_s(), 1e-9);
+  std::string d = absl::StrFormat("%.1f output tok/s", static_cast<double>(output_tokens_) / s);
+  if (failed_ > 0) absl::StrAppend(&d, ", ", failed_, " failed");
+  return d;
+}
+
+void BatchResults::ShowProgress() {
+  if (progress_) progress_->Update(done_, Detail());
+}
+
+void BatchResults::Finish() {
+  if (progress_) progress_->Finish(done_, Detail());
+  std::fflush(out_);
+}
+
+int RunBatch(int argc, char** argv, const CliEnv& env) {
   FlagSet f("batch");
-  f.String("model", "checkpoint directory");
-  f.String("server",
-           "send the file to a running shardlm server at HOST:PORT instead");
-  f.String("input", "JSONL prompts, one object a line", true);
-  f.String("output", "JSONL results, one line per input line in input order",
-           true);
-  f.Int("tp", "tensor-parallel worker processes to start", 1, 1, 64);
+  f.String("model", "checkpoint directory: run the file on an engine in this process");
+  f.String("server", "send the file to a running shardlm server at HOST:PORT instead");
+  f.String("input", "JSON lines, one request each ('-': stdin)", /*required=*/true);
+  f.String("output", "JSON lines, one result per input line in input order ('-': stdout)", /*required=*/true);
+  f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
+  f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
-  f.Int("max-num-seqs", "sequences running at once", 256, 1, 65536);
-  f.String("policy", "scheduling: continuous or static (a baseline)", false,
+  f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);
+  f.String("policy", "scheduling: continuous (admit at every step) or static (batch to completion)", false,
            "continuous", {"continuous", "static"});
-  f.Int("concurrency", "with --server: requests in flight", 64, 1, 4096);
-  f.String("json-summary", "also write the summary as JSON to this file");
+  f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000);
+  f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true);
+  AddApiClientFlags(f);
   int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code))
-    return code;
-  if (f.Has("model") == f.Has("server"))
-    return Fail(
-        absl::InvalidArgumentError("give exactly one of --model or --server"));
-  std::ifstream in(f.GetString("input"));
-  if (!in)
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--input: cannot read ", f.GetString("input"))));
-  std::vector<Item> items;
-  std::string line;
-  for (int n = 1; std::getline(in, line); ++n) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos)
-      continue;
-    Item item;
-    item.line = n;
-    ParseLine(line, item);
-    items.push_back(std::move(item));
-  }
-  Progress progress(items.size());
-  const auto t0 = Clock::now();
-  int64_t prompt_tokens = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  if (absl::Status st = CheckMode(f); !st.ok()) return Fail(st);
+
+  auto lines = ReadLines(f.GetString("input"));
+  if (!lines.ok()) return Fail(lines.status());
+  const std::string out_path = f.GetString("output");
+  std::FILE* out = out_path == "-" ? stdout : std::fopen(out_path.c_str(), "wb");
+  if (out == nullptr) return Fail(absl::NotFoundError("--output: cannot write '" + out_path + "'"));
+  BatchResults results(out, &*lines);
+  BatchRunInfo info;
+  const absl::Status st = f.Has("server") ? RunRemoteBatch(f, env, *lines, results, &info)
+                                          : RunLocalBatch(f, env, *lines, results, &info);
+  results.Finish();
+  const bool write_failed = std::ferror(out) != 0 || (out != stdout && std::fclose(out) != 0);
+  if (write_failed) return Fail(absl::DataLossError("--output: error writing '" + out_path + "'"));
+  if (!st.ok() && results.done() < static_cast<int64_t>(lines->size())) return Fail(st);
+
+  const double wall = std::max(results.wall_s(), 1e-9);
+  const int64_t total = static_cast<int64_t>(lines->size());
+  json summary = {
+      {"mode", info.mode},
+      {"requests", total},
+      {"succeeded", total - results.failed()},
+      {"failed", results.failed()},
+      {"prompt_tokens", results.prompt_tokens()},
+      {"output_tokens", results.output_tokens()},
+      {"wall_s", wall},
+      {"load_s", info.load_s},
+      {"requests_per_s", static_cast<double>(total) / wall},
+      {"output_tokens_per_s", static_cast<double>(results.output_tokens()) / wall},
+      {"total_tokens_per_s", static_cast<double>(results.prompt_tokens() + results.output_tokens()) / wall}};
   if (f.Has("server")) {
-    RunRemote(f, items, progress);
-  } else if (absl::Status st =
-                 RunLocal(f, env, items, progress, &prompt_tokens);
-             !st.ok()) {
-    return Fail(st);
+    summary["concurrency"] = f.GetInt("concurrency");
+  } else {
+    summary["policy"] = f.GetString("policy");
+    summary["max_num_seqs"] = f.GetInt("max-num-seqs");
+    summary["engine_steps"] = info.engine_steps;
+    summary["preemptions"] = info.preemptions;
   }
-  const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::ofstream out(f.GetString("output"));
-  if (!out)
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--output: cannot write ", f.GetString("output"))));
-  int64_t out_tokens = 0;
-  int failed = 0;
-  for (size_t i = 0; i < items.size(); ++i) {
-    const Item &item = items[i];
-    json j = {{"index", i}};
-    if (!item.error.empty()) {
-      j["error"] = item.error;
-      ++failed;
-    } else {
-      j["token_ids"] = item.tokens;
-      j["text"] = item.text;
-      j["finish_reason"] = item.finish;
-      out_tokens += static_cast<int64_t>(item.tokens.size());
-    }
-    out << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-  }
-  progress.Update(items.size(), out_tokens, /*last=*/true);
-  json summary = {{"requests", items.size()},
-                  {"failed", failed},
-                  {"prompt_tokens", prompt_tokens},
-                  {"output_tokens", out_tokens},
-                  {"seconds", secs},
-                  {"requests_per_s", items.size() / secs},
-                  {"output_tokens_per_s", out_tokens / secs},
-                  {"policy", f.GetString("policy")},
-                  {"max_num_seqs", f.GetInt("max-num-seqs")}};
   std::fprintf(stderr,
-               "batch: %zu requests (%d failed), %lld prompt and %lld output "
-               "tokens in %.2f s: %.2f req/s, %.1f output tok/s\n",
-               items.size(), failed, static_cast<long long>(prompt_tokens),
-               static_cast<long long>(out_tokens), secs, items.size() / secs,
-               out_tokens / secs);
-  if (f.Has("json-summary"))
-    std::ofstream(f.GetString("json-summary")) << summary.dump(2) << "\n";
-  if (failed > 0) {
-    std::fprintf(stderr,
-                 "batch: %d of %zu lines failed; see their \"error\" in %s\n",
-                 failed, items.size(), f.GetString("output").c_str());
+               "batch: %lld requests (%lld failed), %lld prompt tokens, %lld output tokens in %.2f s: "
+               "%.2f requests/s, %.1f output tokens/s\n",
+               static_cast<long long>(total), static_cast<long long>(results.failed()),
+               static_cast<long long>(results.prompt_tokens()),
+               static_cast<long long>(results.output_tokens()), wall, static_cast<double>(total) / wall,
+               static_cast<double>(results.output_tokens()) / wall);
+  if (f.Has("json-summary")) {
+    std::ofstream js(f.GetString("json-summary"), std::ios::binary | std::ios::trunc);
+    js << summary.dump(2) << "\n";
+    if (!js.good())
+      return Fail(absl::DataLossError("--json-summary: cannot write '" + f.GetString("json-summary") + "'"));
+  }
+  if (!st.ok()) return Fail(st);  // e.g. interrupted: the lines not run say CANCELLED
+  if (results.failed() > 0) {
+    std::fprintf(stderr, "batch: %lld of %lld lines failed (their output lines hold \"error\")\n",
+                 static_cast<long long>(results.failed()), static_cast<long long>(total));
     return 1;
   }
   return 0;
 }
 
-} // namespace shardlm
+}  // namespace shardlm

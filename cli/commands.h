@@ -67,5 +67,7 @@ int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
 int RunWorker(int argc, char** argv, const CliEnv& env);
 int RunServe(int argc, char** argv, const CliEnv& env);
 int RunCoordinator(int argc, char** argv, const CliEnv& env);
+// cli/loadgen.cc: a load generator for a running server.
+int RunBench(int argc, char** argv, const CliEnv& env);
 
 }  // namespace shardlm

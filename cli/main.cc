@@ -27,7 +27,8 @@ constexpr char kUsage[] =
     "  coordinator       the coordinator alone; workers join from elsewhere\n"
     "  generate          generate text from a prompt (streams unless --json)\n"
     "  score             per-token log-probabilities of a text\n"
-    "  batch             a JSONL file of prompts at full throughput -> JSONL results\n"
+    "  batch             a JSONL file of prompts at full throughput -> JSONL results (or via --server)\n"
+    "  bench             load generator for a running server: Poisson rate or fixed concurrency\n"
     "  prefill           run a chunk on a server, keep its KV as a ChunkResult handle (JSON out)\n"
     "  tokenize          JSON lines {\"text\"} on stdin -> {\"ids\"} on stdout\n"
     "  make-tiny-model   write a random Hugging Face checkpoint for tests\n"
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   if (cmd == "generate") return shardlm::RunGenerate(argc, argv, env);
   if (cmd == "score") return shardlm::RunScore(argc, argv, env);
   if (cmd == "batch") return shardlm::RunBatch(argc, argv, env);
+  if (cmd == "bench") return shardlm::RunBench(argc, argv, env);
   if (cmd == "prefill") return shardlm::RunPrefill(argc, argv, env);
   if (cmd == "tokenize") return shardlm::RunTokenize(argc, argv, env);
   if (cmd == "make-tiny-model") return shardlm::RunMakeTinyModel(argc, argv, env);

@@ -1,6 +1,6 @@
-// One line of a `shardlm batch` input file, and the stop-string cutting of
-// its output text. Both the in-process and the --server mode parse lines
-// here, so a bad line gets the same message either way.
+// One line of a `shardlm batch` input file. Both the in-process and the
+// --server mode parse lines here, so a bad line gets the same message either
+// way. (Stop strings are cut by tokenizer/stop_text.h, as in the API.)
 //
 // A line is a JSON object (docs/batch_and_loadgen.md):
 //   {"prompt": "Once upon a time", "max_new_tokens": 32, "stop": ["\n"],
@@ -8,9 +8,6 @@
 //   {"prompt_ids": [128000, 9906, 1917], "ignore_eos": true}
 //
 //   SHARDLM_ASSIGN_OR_RETURN(BatchItem item, ParseBatchLine(line));
-//   StopText text(tokenizer, item.stop);
-//   for (int32_t id : generated) { text.Add(id); if (text.stopped()) break; }
-//   std::string out = text.Finish();
 #pragma once
 
 #include <cstdint>
@@ -20,7 +17,6 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
-#include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -42,27 +38,5 @@ const std::vector<std::string>& BatchLineKeys();
 // its message, the same in-process and from a server, is the one reported.
 // A null value counts as absent.
 absl::StatusOr<BatchItem> ParseBatchLine(const std::string& line);
-
-// A sample's text as the Generate API builds it: detokenized incrementally
-// (special tokens skipped) and cut before the first stop string found. Once
-// stopped, later tokens are ignored.
-class StopText {
- public:
-  // `tokenizer` may be null: the text is then empty.
-  StopText(const Tokenizer* tokenizer, std::vector<std::string> stops);
-  void Add(int32_t token);
-  bool stopped() const { return stopped_; }
-  // The whole text (call once, after the last token).
-  std::string Finish();
-
- private:
-  void Push(const std::string& piece);
-
-  std::vector<std::string> stops_;
-  std::unique_ptr<IncrementalDetokenizer> detok_;
-  std::string text_;  // released text
-  std::string held_;  // a tail that may be the start of a stop string
-  bool stopped_ = false;
-};
 
 }  // namespace shardlm

@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/engine.h"
+#include "tokenizer/stop_text.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {
@@ -30,6 +31,7 @@ struct Active {
   size_t slot = 0;
   int64_t id = 0;  // the engine's
   StopText text;
+  std::string released;  // the text StopText has let through so far
   size_t tokens_seen = 0;
   size_t stop_at = 0;  // tokens kept when a stop string matched
 };
@@ -49,7 +51,7 @@ absl::StatusOr<GenerateRequest> Prepare(const BatchLine& line, const Tokenizer* 
   if (!item.stop.empty() && tok == nullptr) {
     return absl::InvalidArgumentError("stop strings need a tokenizer.json in the model");
   }
-  *active = std::unique_ptr<Active>(new Active{0, 0, StopText(tok, std::move(item.stop))});
+  *active = std::unique_ptr<Active>(new Active{0, 0, StopText(tok, std::move(item.stop)), ""});
   return std::move(item.request);
 }
 
@@ -94,7 +96,7 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
         req->on_token = [ap, &to_stop](int32_t token, float, const std::vector<TopLogprob>&) {
           if (ap->text.stopped()) return;
           ++ap->tokens_seen;
-          ap->text.Add(token);
+          ap->released += ap->text.Add(token);
           if (!ap->text.stopped()) return;
           ap->stop_at = ap->tokens_seen;
           to_stop.push_back(ap->id);
@@ -128,7 +130,8 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
       } else {
         const bool stopped = a.text.stopped();
         if (stopped && r.tokens.size() > a.stop_at) r.tokens.resize(a.stop_at);
-        results.Ok(a.slot, r.tokens, a.text.Finish(), stopped ? "stop" : FinishReasonName(r.finish_reason),
+        results.Ok(a.slot, r.tokens, a.released + a.text.Finish(),
+                   stopped ? "stop" : FinishReasonName(r.finish_reason),
                    static_cast<int64_t>(r.prompt.size()));
       }
       active.erase(it);

@@ -3,64 +3,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "coordinator/inference_service.h"
-#include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/stop_text.h"
 
 namespace shardlm {
 
 namespace pb = ::shardlm::v1;
-
-// One sample's text: detokenized, with stop strings cut.
-class SampleText {
- public:
-  SampleText(const Tokenizer* tok, const std::vector<std::string>& stops) : stops_(stops) {
-    if (tok != nullptr) detok_ = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);
-  }
-  // Adds a token; returns the text that may be sent now. Sets stopped().
-  std::string Add(int32_t token) {
-    if (!detok_ || stopped_) return "";
-    return Push(detok_->Append(token));
-  }
-  std::string Finish() {
-    if (!detok_ || stopped_) return "";
-    std::string out = Push(detok_->Finish());
-    out += held_;
-    held_.clear();
-    return out;
-  }
-  bool stopped() const { return stopped_; }
-
- private:
-  std::string Push(const std::string& piece) {
-    held_ += piece;
-    for (const std::string& s : stops_) {
-      const size_t at = held_.find(s);
-      if (at != std::string::npos) {
-        stopped_ = true;
-        std::string out = held_.substr(0, at);
-        held_.clear();
-        return out;
-      }
-    }
-    // Hold back the longest tail that is the start of a stop string.
-    size_t keep = 0;
-    for (const std::string& s : stops_) {
-      for (size_t len = std::min(s.size() - 1, held_.size()); len > keep; --len) {
-        if (held_.compare(held_.size() - len, len, s, 0, len) == 0) {
-          keep = len;
-          break;
-        }
-      }
-    }
-    std::string out = held_.substr(0, held_.size() - keep);
-    held_.erase(0, held_.size() - keep);
-    return out;
-  }
-
-  std::vector<std::string> stops_;
-  std::unique_ptr<IncrementalDetokenizer> detok_;
-  std::string held_;
-  bool stopped_ = false;
-};
 
 namespace {
 
@@ -142,7 +89,7 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   base.keep_handle = req->return_chunk_result();
 
   for (int s = 0; s < n_; ++s) {
-    texts_.push_back(std::make_unique<SampleText>(
+    texts_.push_back(std::make_unique<StopText>(
         tokenizer, std::vector<std::string>(req->stop().begin(), req->stop().end())));
   }
   finish_.assign(n_, "");

@@ -41,7 +41,7 @@
 namespace shardlm {
 
 class InferenceService;
-class SampleText;
+class StopText;
 
 class GenerateSession {
  public:
@@ -94,7 +94,7 @@ class GenerateSession {
   std::string shared_handle_;
   bool samples_submitted_ = false;
   std::vector<int64_t> ids_;
-  std::vector<std::unique_ptr<SampleText>> texts_;
+  std::vector<std::unique_ptr<StopText>> texts_;
   std::vector<std::string> finish_;
   std::vector<bool> stopping_;  // a stop string appeared; waiting for the result
   std::vector<int32_t> sent_tokens_;

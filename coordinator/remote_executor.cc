@@ -157,7 +157,12 @@ std::vector<RankProbe> RemoteExecutor::Probe(std::chrono::milliseconds timeout) 
     const std::string who = absl::StrCat("rank ", r, " at ", addresses_[r]);
     if (!statuses[r].ok()) {
       out[r].reachable = out[r].ready = false;
-      out[r].timed_out = statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      // A missed keepalive is the channel's own "did not answer": the process
+      // is stopped or hung, not known dead (a loaded machine can cause it too).
+      out[r].timed_out =
+          statuses[r].error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+          (statuses[r].error_code() == grpc::StatusCode::UNAVAILABLE &&
+           statuses[r].error_message().find("keepalive watchdog timeout") != std::string::npos);
       out[r].detail =
           out[r].timed_out
               ? absl::StrCat(who, " did not answer within ", timeout.count(), " ms (stopped or hung)")

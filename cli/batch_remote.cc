@@ -9,6 +9,7 @@
 #include "cli/api_client.h"
 #include "cli/batch.h"
 #include "cli/batch_input.h"
+#include "cli/remote_client.h"
 #include "common/grpc_status.h"
 #include "common/status.h"
 
@@ -19,26 +20,13 @@ namespace {
 namespace pb = ::shardlm::v1;
 
 pb::GenerateRequest ToProto(const BatchItem& item) {
-  pb::GenerateRequest req;
-  const GenerateRequest& r = item.request;
+  pb::GenerateRequest req = GenerateRequestProto(item.request, item.stop);
   if (item.is_text) {
     req.mutable_prompt()->set_text(item.text);
   } else {
-    req.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(r.prompt.begin(), r.prompt.end());
+    req.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(item.request.prompt.begin(),
+                                                                  item.request.prompt.end());
   }
-  pb::SamplingParams* s = req.mutable_sampling();
-  s->set_temperature(r.sampling.temperature);
-  s->set_top_k(r.sampling.top_k);
-  s->set_top_p(r.sampling.top_p);
-  s->set_min_p(r.sampling.min_p);
-  s->set_repetition_penalty(r.sampling.repetition_penalty);
-  s->set_presence_penalty(r.sampling.presence_penalty);
-  s->set_frequency_penalty(r.sampling.frequency_penalty);
-  if (r.has_seed) s->set_seed(r.sampling.seed);
-  req.set_max_new_tokens(r.max_new_tokens);
-  req.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
-  req.set_ignore_eos(r.ignore_eos);
-  for (const std::string& stop : item.stop) req.add_stop(stop);
   return req;
 }
 

@@ -35,11 +35,8 @@ absl::Status Rpc(const grpc::Status& st, const std::string& server) {
 
 }  // namespace
 
-absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
-    const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
-    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text) {
+pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::vector<std::string>& stop) {
   pb::GenerateRequest req;
-  if (prompt.is_text || !prompt.ids.empty()) SetPrompt(prompt, req.mutable_prompt());
   req.set_prefix_handle(r.prefix_handle);
   for (const std::string& s : stop) req.add_stop(s);
   for (const auto& [id, bias] : r.sampling.logit_bias)
@@ -57,6 +54,14 @@ absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
   req.mutable_stop_token_ids()->Add(r.stop_token_ids.begin(), r.stop_token_ids.end());
   req.set_ignore_eos(r.ignore_eos);
   req.set_top_logprobs(r.sampling.num_top_logprobs);
+  return req;
+}
+
+absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
+    const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
+    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text) {
+  pb::GenerateRequest req = GenerateRequestProto(r, stop);
+  if (prompt.is_text || !prompt.ids.empty()) SetPrompt(prompt, req.mutable_prompt());
   auto stub = Connect(server);
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, req);

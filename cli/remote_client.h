@@ -10,6 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/engine.h"
+#include "shardlm/v1/inference.pb.h"
 
 namespace shardlm {
 
@@ -18,6 +19,12 @@ struct PromptSpec {
   std::string text;
   std::vector<int32_t> ids;
 };
+
+// The Generate message for `request` (all but the prompt): sampling, limits,
+// stop strings and ids, prefix handle. Shared by `generate --server` and
+// `batch --server`, so both send the same fields.
+::shardlm::v1::GenerateRequest GenerateRequestProto(const GenerateRequest& request,
+                                                    const std::vector<std::string>& stop);
 
 // Streams a generation; `on_text` gets each text delta as it arrives.
 // Returns the result and the whole text.

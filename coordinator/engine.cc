@@ -140,7 +140,7 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
     const int64_t total = prefix_len + static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
     const int64_t adds = BlocksFor(total, block_size_) - prefix_len / block_size_;  // full blocks are shared
     const int64_t cap = static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
-    const int64_t held = HandleBlocks();
+    const int64_t held = static_cast<int64_t>(HandleBlockSet().size());
     if (held + adds > cap) {
       return absl::ResourceExhaustedError(
           absl::StrCat("kept ChunkResult handles hold ", held, " KV blocks and this one would add up to ",
@@ -266,10 +266,10 @@ int32_t Engine::BlocksShort(const SchedSeq& s, int32_t tokens) const {
   return std::max(0, BlocksFor(tokens, block_size_) - static_cast<int32_t>(seq.blocks.size()));
 }
 
-int32_t Engine::HandleBlocks() const {
+std::unordered_set<int32_t> Engine::HandleBlockSet() const {
   std::unordered_set<int32_t> blocks;
   for (const auto& [id, h] : handles_) blocks.insert(h.blocks.begin(), h.blocks.end());
-  return static_cast<int32_t>(blocks.size());
+  return blocks;
 }
 
 void Engine::Evict(SchedSeq& s) {
@@ -306,8 +306,7 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   if (status.ok() && seq.request.keep_handle && !seq.request.transient_handle) {
     // Submit checked the share; concurrent keeps may have used it up since.
     const int64_t cap = static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
-    std::unordered_set<int32_t> held;
-    for (const auto& [id, h] : handles_) held.insert(h.blocks.begin(), h.blocks.end());
+    std::unordered_set<int32_t> held = HandleBlockSet();
     const size_t before = held.size();
     held.insert(seq.blocks.begin(), seq.blocks.end());
     if (static_cast<int64_t>(held.size()) > cap) {
@@ -354,11 +353,9 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
   ExpireHandles();
   const int64_t preemptions_before = scheduler_.preemptions();
   const std::vector<Scheduler::Work> work = scheduler_.Schedule(*this);
-  if (options_.metrics) {
-    for (int64_t i = preemptions_counted_; i < scheduler_.preemptions(); ++i)
-      options_.metrics->preemptions->Add();
+  if (options_.metrics && scheduler_.preemptions() > preemptions_before) {
+    options_.metrics->preemptions->Add(static_cast<double>(scheduler_.preemptions() - preemptions_before));
   }
-  preemptions_counted_ = scheduler_.preemptions();
   if (work.empty()) {
     if (!seqs_.empty() && scheduler_.preemptions() == preemptions_before) {
       // Nothing could be scheduled, nothing was preempted to try again: the
@@ -369,7 +366,7 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
                      absl::ResourceExhaustedError(absl::StrCat(
                          "KV cache too small for the request: it needs ", BlocksFor(tokens, block_size_),
                          " blocks of ", block_size_, " tokens, ", allocator_.num_available(), " of ",
-                         allocator_.num_blocks(), " are free and ", HandleBlocks(),
+                         allocator_.num_blocks(), " are free and ", HandleBlockSet().size(),
                          " are held by ChunkResult handles (release unused handles)")));
     }
     UpdateGauges();

@@ -28,6 +28,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -228,8 +229,8 @@ class Engine : private KvSpace {
   int32_t FreeBlocks() const override { return allocator_.num_available(); }
   void Grow(SchedSeq& seq, int32_t tokens) override;
   void Evict(SchedSeq& seq) override;
-  // Blocks held by ChunkResult handles (each counted once).
-  int32_t HandleBlocks() const;
+  // The blocks held by ChunkResult handles (each once).
+  std::unordered_set<int32_t> HandleBlockSet() const;
   // Finishes `seq` and forgets it (its result goes to done_).
   void FinishAndErase(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
   // Shares the handle's blocks with `seq` (copying the partly filled last one).
@@ -261,7 +262,6 @@ class Engine : private KvSpace {
   absl::Status HandleNotFound(const std::string& what, const std::string& handle) const;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
-  int64_t preemptions_counted_ = 0;  // into the metrics
   std::mt19937_64 seed_rng_{std::random_device{}()};
 };
 

@@ -29,7 +29,7 @@ absl::Status Engine::Attach(Sequence& seq, const Handle& handle) {
   if (start % block_size_ != 0) {
     // Copy-on-write of the partly filled block this sequence writes into
     // next. The copy's block is allocated when the sequence is scheduled
-    // (EnsureBlocks, which may preempt); until then the source is kept alive.
+    // (Grow, after the scheduler made room); until then the source is kept alive.
     allocator_.AddRef(handle.blocks[shared]);
     seq.cow_src = handle.blocks[shared];
   }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <limits>
 
 #include "kernels/cpu/gemv.h"
 
@@ -15,6 +16,12 @@ namespace {
 // narrowest projection, large enough that each streams several KB of weight.
 constexpr int64_t kRowsPerTask = 32;
 
+// Activation rows per pass of the AVX-512 kernels: each group of weight rows
+// meets every activation row of the pass, which must stay in L2 (256 rows of
+// 768 f32 features are 768 KB). Larger products go through in passes, each
+// streaming the weight again, a small cost beside 256 rows of compute.
+constexpr int64_t kRowsPerPass = 256;
+
 template <typename T, typename Fn>
 void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
   GemvArgs<T> a;
@@ -24,9 +31,14 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) : nullptr;
   a.y = reinterpret_cast<T*>(out.data_ptr());
   a.ldy = out.stride(0);
-  a.m = x.size(0);
   a.k = x.size(1);
-  at::parallel_for(0, w.size(0), kRowsPerTask, [&](int64_t b, int64_t e) { fn(a, b, e); });
+  for (int64_t i0 = 0; i0 < x.size(0); i0 += kRowsPerPass) {
+    GemvArgs<T> pass = a;
+    pass.x = a.x + i0 * a.ldx;
+    pass.y = a.y + i0 * a.ldy;
+    pass.m = std::min(kRowsPerPass, x.size(0) - i0);
+    at::parallel_for(0, w.size(0), kRowsPerTask, [&](int64_t b, int64_t e) { fn(pass, b, e); });
+  }
 }
 
 }  // namespace
@@ -36,9 +48,14 @@ int64_t GemvMaxRows(at::ScalarType dtype) {
     const char* v = std::getenv("SHARDLM_GEMV_MAX_ROWS");
     return v == nullptr ? -1L : std::strtol(v, nullptr, 10);
   }();
-  if (env >= 0) return std::min<int64_t>(env, kMaxGemvRows);
-  // Measured cut-overs (bench/kernels_bench.cc): f32 GEMV beats OpenBLAS up
-  // to 8 rows; for bf16, oneDNN's GEMM wins from 8 rows on.
+  const bool avx512 = ActiveIsa() == Isa::kAvx512;
+  if (env >= 0) return avx512 ? env : std::min<int64_t>(env, kMaxGemvRows);
+  // Measured cut-overs (bench/kernels_bench.cc, docs/cpu_kernels.md). The
+  // AVX-512 kernels read the weight once for any number of rows: in f32 they
+  // beat OpenBLAS at every size measured (up to 256 rows, 233 against 199
+  // GFLOP/s), in bf16 oneDNN's GEMM wins from 32 rows on. The AVX2 kernels
+  // stream the weight once per 8 rows: f32 up to 8, bf16 up to 4.
+  if (avx512) return dtype == at::kBFloat16 ? 16 : std::numeric_limits<int64_t>::max();
   return dtype == at::kBFloat16 ? 4 : kMaxGemvRows;
 }
 

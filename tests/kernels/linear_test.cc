@@ -27,13 +27,14 @@ class IsaGuard {
 using Case = std::tuple<Isa, at::ScalarType>;
 class GemvTest : public ::testing::TestWithParam<Case> {};
 
-// Rows 1..9 (every specialisation and one past the GEMV limit), k with and
-// without a vector tail, with and without bias.
+// Rows 1..9 (every tile size and one past the AVX2 limit), several tiles of 8
+// with tails, and more than one 256-row pass; k with and without a vector
+// tail, with and without bias.
 TEST_P(GemvTest, MatchesAtenLinear) {
   const auto [isa, dtype] = GetParam();
   if (isa > DetectedIsa()) GTEST_SKIP() << IsaName(isa) << " not on this CPU";
   IsaGuard guard(isa);
-  for (int64_t m = 1; m <= 9; ++m) {
+  for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 31, 300}) {
     for (int64_t k : {37, 768}) {
       for (bool with_bias : {false, true}) {
         at::manual_seed(m * 1000 + k);
@@ -71,6 +72,32 @@ TEST(GemvRawTest, RowRangeOfStridedActivations) {
     EXPECT_TRUE(at::allclose(y.narrow(1, 3, 34), want.narrow(1, 3, 34), 1e-4, 1e-4)) << IsaName(isa);
     EXPECT_EQ(y.narrow(1, 0, 3).abs().sum().item<float>(), 0.0f);
     EXPECT_EQ(y.narrow(1, 37, 3).abs().sum().item<float>(), 0.0f);
+  }
+}
+
+// The AVX-512 kernels take any number of activation rows in one call (tiles
+// of 8 over weight rows that stay in L1); Linear sends bf16 beyond 16 rows to
+// oneDNN, so the kernel itself is checked here at those sizes.
+TEST(GemvRawTest, Avx512AnyRowCount) {
+  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 BF16 on this CPU";
+  for (int64_t m : {9, 16, 23, 40}) {
+    const int64_t n = 50, k = 96;
+    at::manual_seed(m);
+    at::Tensor x = at::randn({m, k}).to(at::kBFloat16), w = at::randn({n, k}).to(at::kBFloat16);
+    at::Tensor bias = at::randn({n}).to(at::kBFloat16);
+    at::Tensor y = at::empty({m, n}, at::kBFloat16);
+    GemvArgs<uint16_t> a{reinterpret_cast<const uint16_t*>(x.data_ptr()),
+                         k,
+                         reinterpret_cast<const uint16_t*>(w.data_ptr()),
+                         reinterpret_cast<const uint16_t*>(bias.data_ptr()),
+                         reinterpret_cast<uint16_t*>(y.data_ptr()),
+                         n,
+                         m,
+                         k};
+    GemvBf16(Isa::kAvx512)(a, 0, n);
+    at::Tensor want = at::linear(x.to(at::kDouble), w.to(at::kDouble), bias.to(at::kDouble));
+    const double err = (y.to(at::kDouble) - want).abs().max().item<double>();
+    EXPECT_LT(err, 0.01 * std::sqrt(static_cast<double>(k)) + 0.05) << "m=" << m;
   }
 }
 

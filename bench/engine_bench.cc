@@ -27,6 +27,7 @@
 #include "common/random_token.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
+#include "kernels/linear.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
@@ -56,6 +57,7 @@ struct Row {
   double decode_tok_s;
   double step_ms;
   double coordinator_ms;  // per step: planning and applying it (the scheduler, the engine's state)
+  double projections_ms;  // per step: inside kernels::Linear (the matrix products)
 };
 
 // Decode step latency through N worker processes, split into rank 0's
@@ -239,6 +241,8 @@ int Main(int argc, char** argv) {
       auto t1 = Clock::now();
       int32_t done = 0;
       double coordinator = 0;  // seconds in PlanStep and ApplyStep
+      kernels::EnableLinearProfile(true);
+      kernels::TakeLinearProfile();
       while (!engine.Idle() && done < steps) {
         auto p0 = Clock::now();
         auto plan = engine.PlanStep();
@@ -251,9 +255,11 @@ int Main(int argc, char** argv) {
         ++done;
       }
       const double secs = Seconds(t1, Clock::now());
+      const double projections = kernels::TakeLinearProfile().seconds;
+      kernels::EnableLinearProfile(false);
       while (!engine.Idle()) engine.Step().IgnoreError();
       rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done,
-                      1e3 * coordinator / done});
+                      1e3 * coordinator / done, 1e3 * projections / done});
       std::fflush(stdout);
     }
   }
@@ -289,8 +295,9 @@ int Main(int argc, char** argv) {
   std::printf(
       "\n| dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | step "
       "/ floor "
-      "| decode GFLOP/s | vs GEMM | coordinator ms/step | coordinator share |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| decode GFLOP/s | vs GEMM | projections ms/step | outside projections | coordinator ms/step | "
+      "coordinator share |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     double floor_ms = 0, gemm = 1;
     int64_t bytes = 0;
@@ -303,10 +310,11 @@ int Main(int argc, char** argv) {
     // 2 flops per weight per token (the matrix products; attention is extra).
     const double params = static_cast<double>(bytes) / (r.dtype == "bf16" ? 2 : 4);
     const double prefill_flops = 2 * params * r.prefill_tok_s, decode_flops = 2 * params * r.decode_tok_s;
-    std::printf("| %s | %d | %.0f | %.0f | %.0f%% | %.1f | %.2f | %.2fx | %.0f | %.0f%% | %.3f | %.1f%% |\n",
-                r.dtype.c_str(), r.batch, r.prefill_tok_s, prefill_flops / 1e9, 100 * prefill_flops / gemm,
-                r.decode_tok_s, r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9,
-                100 * decode_flops / gemm, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
+    std::printf(
+        "| %s | %d | %.0f | %.0f | %.0f%% | %.1f | %.2f | %.2fx | %.0f | %.0f%% | %.2f | %.1f%% | %.3f | %.1f%% |\n",
+        r.dtype.c_str(), r.batch, r.prefill_tok_s, prefill_flops / 1e9, 100 * prefill_flops / gemm, r.decode_tok_s,
+        r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9, 100 * decode_flops / gemm, r.projections_ms,
+        100 * (r.step_ms - r.projections_ms) / r.step_ms, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
   }
   return 0;
 }

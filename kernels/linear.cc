@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <limits>
 
@@ -41,7 +43,30 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   }
 }
 
+std::atomic<bool> g_profile{false};
+std::atomic<int64_t> g_profile_calls{0}, g_profile_ns{0};
+
+at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+
 }  // namespace
+
+void EnableLinearProfile(bool on) { g_profile.store(on); }
+
+LinearProfile TakeLinearProfile() {
+  LinearProfile p;
+  p.calls = g_profile_calls.exchange(0);
+  p.seconds = static_cast<double>(g_profile_ns.exchange(0)) * 1e-9;
+  return p;
+}
+
+at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (!g_profile.load(std::memory_order_relaxed)) return LinearImpl(x, w, bias);
+  const auto t0 = std::chrono::steady_clock::now();
+  at::Tensor out = LinearImpl(x, w, bias);
+  g_profile_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
+  ++g_profile_calls;
+  return out;
+}
 
 int64_t GemvMaxRows(at::ScalarType dtype) {
   static const long env = [] {
@@ -59,7 +84,9 @@ int64_t GemvMaxRows(at::ScalarType dtype) {
   return dtype == at::kBFloat16 ? 4 : kMaxGemvRows;
 }
 
-at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+namespace {
+
+at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "linear: x ", x.sizes(), " and w ",
               w.sizes(), " do not match");
   const at::ScalarType dtype = x.scalar_type();
@@ -76,5 +103,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
   }
   return out;
 }
+
+}  // namespace
 
 }  // namespace shardlm::kernels

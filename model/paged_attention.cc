@@ -7,9 +7,17 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+
+#include "kernels/cpu/attention.h"
 
 namespace shardlm {
 namespace {
+
+float Value(float v) { return v; }
+float Value(uint16_t v) { return kernels::Bf16ToFloat(v); }
+void Store(float* p, float v) { *p = v; }
+void Store(uint16_t* p, float v) { *p = kernels::FloatToBf16(v); }
 
 int64_t SlotOf(const AttentionBatch& b, int64_t seq, int64_t pos) {
   const int32_t block = b.block_tables[seq * b.max_blocks + pos / b.block_size];
@@ -64,66 +72,96 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
 
 // Decode rows (and short chunks): one task per (row, KV head) computes all
 // `group` query heads that share that KV head, so each key and value row is
-// read once per group rather than once per query head (GQA).
+// read once per group rather than once per query head (GQA). The AVX-512
+// kernel of kernels/cpu/attention.h runs it where the CPU and head size
+// allow; this loop is the portable fallback with the same arithmetic.
+template <typename T>
+void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
+  const int64_t n = a.n, d = a.d, group = a.group;
+  float* scores = a.scratch;
+  std::vector<float> qf(group * d), acc(group * d, 0.0f), max_score(group, -std::numeric_limits<float>::infinity());
+  for (int64_t g = 0; g < group; ++g) {
+    for (int64_t i = 0; i < d; ++i) qf[g * d + i] = Value(a.q[g * a.q_head_stride + i]) * a.scale;
+  }
+  for (int64_t j = 0; j < n; ++j) {
+    const T* krow = a.k + a.slots[j] * a.kv_slot_stride;
+    for (int64_t g = 0; g < group; ++g) {
+      const float* qg = qf.data() + g * d;
+      float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+      for (int64_t i = 0; i < d; ++i) s += qg[i] * Value(krow[i]);
+      scores[g * n + j] = s;
+      max_score[g] = std::max(max_score[g], s);
+    }
+  }
+  for (int64_t g = 0; g < group; ++g) {
+    float sum = 0.0f;
+    for (int64_t j = 0; j < n; ++j) {
+      float& s = scores[g * n + j];
+      s = std::exp(s - max_score[g]);
+      sum += s;
+    }
+    const float inv = 1.0f / sum;
+    float* ag = acc.data() + g * d;
+    for (int64_t j = 0; j < n; ++j) {
+      const T* vrow = a.v + a.slots[j] * a.kv_slot_stride;
+      const float w = scores[g * n + j];
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) ag[i] += w * Value(vrow[i]);
+    }
+    for (int64_t i = 0; i < d; ++i) Store(a.out + g * a.out_head_stride + i, ag[i] * inv);
+  }
+}
+
+// T: float or uint16_t (bf16 bits), as the kernels take them.
 template <typename T>
 void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                      at::Tensor& out, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
   const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = k_layer.size(2);
   const int64_t group = heads / kv_heads;
-  const int64_t q_row = q.stride(0), q_head = q.stride(1);
-  const T* qp = q.data_ptr<T>();
-  const T* kp = k_layer.data_ptr<T>();
-  const T* vp = v_layer.data_ptr<T>();
-  T* op = out.data_ptr<T>();
+  const T* qp = static_cast<const T*>(q.data_ptr());
+  const T* kp = static_cast<const T*>(k_layer.data_ptr());
+  const T* vp = static_cast<const T*>(v_layer.data_ptr());
+  T* op = static_cast<T*>(out.data_ptr());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  void (*fast)(const kernels::DecodeAttentionArgs<T>&) = nullptr;
+  if constexpr (std::is_same_v<T, float>) {
+    fast = kernels::DecodeAttentionF32(kernels::ActiveIsa(), d);
+  } else {
+    fast = kernels::DecodeAttentionBf16(kernels::ActiveIsa(), d);
+  }
+  // Each row's key slots, shared by its KV heads.
+  std::vector<std::vector<int64_t>> slots(tokens);
+  for (int64_t r = 0; r < tokens; ++r) {
+    const int64_t t = row_list[r], seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
+    const int64_t first = b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
+    slots[r].resize(p - first + 1);
+    for (int64_t j = first; j <= p; ++j) slots[r][j - first] = SlotOf(b, seq, j);
+  }
   at::parallel_for(0, tokens * kv_heads, 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> scores, qf(group * d), acc(group * d), max_score(group), denom(group);
+    std::vector<float> scratch;
     for (int64_t item = begin; item < end; ++item) {
-      const int64_t t = row_list[item / kv_heads], kvh = item % kv_heads;
-      const int64_t seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
-      const int64_t first = b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
-      const int64_t n = p - first + 1;
-      for (int64_t g = 0; g < group; ++g) {
-        const T* qrow = qp + t * q_row + (kvh * group + g) * q_head;
-        for (int64_t i = 0; i < d; ++i) qf[g * d + i] = static_cast<float>(qrow[i]) * scale;
-      }
-      scores.resize(group * n);
-      std::fill(max_score.begin(), max_score.end(), -std::numeric_limits<float>::infinity());
-      for (int64_t j = 0; j < n; ++j) {
-        const T* krow = kp + (SlotOf(b, seq, first + j) * kv_heads + kvh) * d;
-        for (int64_t g = 0; g < group; ++g) {
-          const float* qg = qf.data() + g * d;
-          float s = 0.0f;
-#pragma omp simd reduction(+ : s)
-          for (int64_t i = 0; i < d; ++i) s += qg[i] * static_cast<float>(krow[i]);
-          scores[g * n + j] = s;
-          max_score[g] = std::max(max_score[g], s);
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        float sum = 0.0f;
-        for (int64_t j = 0; j < n; ++j) {
-          float& s = scores[g * n + j];
-          s = std::exp(s - max_score[g]);
-          sum += s;
-        }
-        denom[g] = sum;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0f);
-      for (int64_t j = 0; j < n; ++j) {
-        const T* vrow = vp + (SlotOf(b, seq, first + j) * kv_heads + kvh) * d;
-        for (int64_t g = 0; g < group; ++g) {
-          const float w = scores[g * n + j];
-          float* ag = acc.data() + g * d;
-#pragma omp simd
-          for (int64_t i = 0; i < d; ++i) ag[i] += w * static_cast<float>(vrow[i]);
-        }
-      }
-      for (int64_t g = 0; g < group; ++g) {
-        T* orow = op + (t * heads + kvh * group + g) * d;
-        const float inv = 1.0f / denom[g];
-        for (int64_t i = 0; i < d; ++i) orow[i] = static_cast<T>(acc[g * d + i] * inv);
+      const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
+      kernels::DecodeAttentionArgs<T> a;
+      a.q = qp + t * q.stride(0) + kvh * group * q.stride(1);
+      a.q_head_stride = q.stride(1);
+      a.k = kp + kvh * d;
+      a.v = vp + kvh * d;
+      a.kv_slot_stride = kv_heads * d;
+      a.slots = slots[r].data();
+      a.n = static_cast<int64_t>(slots[r].size());
+      a.out = op + (t * heads + kvh * group) * d;
+      a.out_head_stride = d;
+      a.group = group;
+      a.d = d;
+      a.scale = scale;
+      scratch.resize(group * a.n);
+      a.scratch = scratch.data();
+      if (fast != nullptr) {
+        fast(a);
+      } else {
+        PortableRow(a);
       }
     }
   });
@@ -192,7 +230,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
     AttentionKernel<float>(qc, k_layer, v_layer, out, batch, kernel_rows);
   } else {
     TORCH_CHECK(qc.scalar_type() == at::kBFloat16, "attention supports f32 and bf16");
-    AttentionKernel<c10::BFloat16>(qc, k_layer, v_layer, out, batch, kernel_rows);
+    AttentionKernel<uint16_t>(qc, k_layer, v_layer, out, batch, kernel_rows);
   }
   return out;
 }

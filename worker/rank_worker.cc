@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "common/step_memory.h"
 #include "model/sampling.h"
 
 namespace shardlm {
@@ -37,6 +38,9 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   shape.head_dim = cfg.head_dim;
   shape.num_blocks = KvPool::BlocksForBudget(shape, dtype, options.kv_cache_bytes);
   SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype));
+  // Weights and the pool are in place: from here on a step's freed
+  // activations stay in the heap for the next step (common/step_memory.h).
+  RetainStepMemory();
   return w;
 }
 

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <random>
 
+#include "kernels/cpu/isa.h"
+
 namespace shardlm {
 namespace {
 
@@ -65,16 +67,20 @@ TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
   at::Tensor k = at::randn({total, c.kv_heads, d}).to(c.dtype);
   at::Tensor v = at::randn({total, c.kv_heads, d}).to(c.dtype);
   WriteKv(k, v, k_pool, v_pool, batch);
-  at::Tensor out = PagedAttention(q, k_pool, v_pool, batch).to(at::kFloat);
-
-  int64_t start = 0;
-  for (int64_t len : lens) {
-    at::Tensor ref =
-        DenseAttention(q.narrow(0, start, len).to(at::kFloat), k.narrow(0, start, len).to(at::kFloat),
-                       v.narrow(0, start, len).to(at::kFloat), c.window);
-    const double err = (out.narrow(0, start, len) - ref).abs().max().item<double>();
-    EXPECT_LT(err, c.tol) << "sequence of length " << len;
-    start += len;
+  // The portable loop and this CPU's kernel (kernels/cpu/attention.h).
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::DetectedIsa()}) {
+    const kernels::Isa previous = kernels::SetIsaForTesting(isa);
+    at::Tensor out = PagedAttention(q, k_pool, v_pool, batch).to(at::kFloat);
+    kernels::SetIsaForTesting(previous);
+    int64_t start = 0;
+    for (int64_t len : lens) {
+      at::Tensor ref =
+          DenseAttention(q.narrow(0, start, len).to(at::kFloat), k.narrow(0, start, len).to(at::kFloat),
+                         v.narrow(0, start, len).to(at::kFloat), c.window);
+      const double err = (out.narrow(0, start, len) - ref).abs().max().item<double>();
+      EXPECT_LT(err, c.tol) << "sequence of length " << len << ", " << kernels::IsaName(isa);
+      start += len;
+    }
   }
 }
 

@@ -27,7 +27,7 @@
 #include "common/random_token.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
-#include "kernels/linear.h"
+#include "kernels/step_profile.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
@@ -56,8 +56,8 @@ struct Row {
   double prefill_tok_s;
   double decode_tok_s;
   double step_ms;
-  double coordinator_ms;  // per step: planning and applying it (the scheduler, the engine's state)
-  double projections_ms;  // per step: inside kernels::Linear (the matrix products)
+  double coordinator_ms;       // per step: planning and applying it (the scheduler, the engine's state)
+  kernels::StepProfile parts;  // per step, seconds (kernels/step_profile.h)
 };
 
 // Decode step latency through N worker processes, split into rank 0's
@@ -241,8 +241,8 @@ int Main(int argc, char** argv) {
       auto t1 = Clock::now();
       int32_t done = 0;
       double coordinator = 0;  // seconds in PlanStep and ApplyStep
-      kernels::EnableLinearProfile(true);
-      kernels::TakeLinearProfile();
+      kernels::EnableStepProfile(true);
+      kernels::TakeStepProfile();
       while (!engine.Idle() && done < steps) {
         auto p0 = Clock::now();
         auto plan = engine.PlanStep();
@@ -255,11 +255,12 @@ int Main(int argc, char** argv) {
         ++done;
       }
       const double secs = Seconds(t1, Clock::now());
-      const double projections = kernels::TakeLinearProfile().seconds;
-      kernels::EnableLinearProfile(false);
+      kernels::StepProfile parts = kernels::TakeStepProfile();
+      kernels::EnableStepProfile(false);
+      for (double& s : parts.seconds) s /= done;
       while (!engine.Idle()) engine.Step().IgnoreError();
       rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done,
-                      1e3 * coordinator / done, 1e3 * projections / done});
+                      1e3 * coordinator / done, parts});
       std::fflush(stdout);
     }
   }
@@ -295,9 +296,8 @@ int Main(int argc, char** argv) {
   std::printf(
       "\n| dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | step "
       "/ floor "
-      "| decode GFLOP/s | vs GEMM | projections ms/step | outside projections | coordinator ms/step | "
-      "coordinator share |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| decode GFLOP/s | vs GEMM | coordinator ms/step | coordinator share |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Row& r : rows) {
     double floor_ms = 0, gemm = 1;
     int64_t bytes = 0;
@@ -310,11 +310,23 @@ int Main(int argc, char** argv) {
     // 2 flops per weight per token (the matrix products; attention is extra).
     const double params = static_cast<double>(bytes) / (r.dtype == "bf16" ? 2 : 4);
     const double prefill_flops = 2 * params * r.prefill_tok_s, decode_flops = 2 * params * r.decode_tok_s;
-    std::printf(
-        "| %s | %d | %.0f | %.0f | %.0f%% | %.1f | %.2f | %.2fx | %.0f | %.0f%% | %.2f | %.1f%% | %.3f | %.1f%% |\n",
-        r.dtype.c_str(), r.batch, r.prefill_tok_s, prefill_flops / 1e9, 100 * prefill_flops / gemm, r.decode_tok_s,
-        r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9, 100 * decode_flops / gemm, r.projections_ms,
-        100 * (r.step_ms - r.projections_ms) / r.step_ms, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
+    std::printf("| %s | %d | %.0f | %.0f | %.0f%% | %.1f | %.2f | %.2fx | %.0f | %.0f%% | %.3f | %.1f%% |\n",
+                r.dtype.c_str(), r.batch, r.prefill_tok_s, prefill_flops / 1e9, 100 * prefill_flops / gemm,
+                r.decode_tok_s, r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9,
+                100 * decode_flops / gemm, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
+  }
+  // Where a decode step's time goes (kernels/step_profile.h); "other" is the
+  // rest of the step: tensor set-up, allocation, cos/sin, the engine's work.
+  std::printf(
+      "\n| dtype | batch | step ms | projections ms | attention ms | norms, rotary, adds ms | sampling ms | "
+      "other ms | outside projections |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    using kernels::StepPart;
+    const double proj = 1e3 * r.parts[StepPart::kProjections], attn = 1e3 * r.parts[StepPart::kAttention];
+    const double elem = 1e3 * r.parts[StepPart::kElementwise], samp = 1e3 * r.parts[StepPart::kSampling];
+    const double other = r.step_ms - proj - attn - elem - samp - 1e3 * r.parts[StepPart::kCollectives];
+    std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", r.dtype.c_str(), r.batch,
+                r.step_ms, proj, attn, elem, samp, other, 100 * (r.step_ms - proj) / r.step_ms);
   }
   return 0;
 }

@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "kernels/cpu/elementwise.h"
+
 namespace shardlm::kernels {
 namespace {
 
@@ -127,6 +129,27 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
               "silu_mul: ", gate_up.sizes());
   const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
+  const Isa isa = ActiveIsa();
+  if (gate_up.scalar_type() == at::kFloat && SiluMulF32Kernel(isa) != nullptr) {
+    const SiluMulF32Fn fn = SiluMulF32Kernel(isa);
+    const float* gp = gate_up.data_ptr<float>();
+    float* op = out.data_ptr<float>();
+    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        fn(gp + r * 2 * inter, gp + r * 2 * inter + inter, op + r * inter, inter);
+    });
+    return out;
+  }
+  if (gate_up.scalar_type() == at::kBFloat16 && SiluMulBf16Kernel(isa) != nullptr) {
+    const SiluMulBf16Fn fn = SiluMulBf16Kernel(isa);
+    const auto* gp = static_cast<const uint16_t*>(gate_up.data_ptr());
+    auto* op = static_cast<uint16_t*>(out.data_ptr());
+    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        fn(gp + r * 2 * inter, gp + r * 2 * inter + inter, op + r * inter, inter);
+    });
+    return out;
+  }
   DispatchDtype(gate_up.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const T* gp = gate_up.data_ptr<T>();

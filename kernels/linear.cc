@@ -4,12 +4,11 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <atomic>
-#include <chrono>
 #include <cstdlib>
 #include <limits>
 
 #include "kernels/cpu/gemv.h"
+#include "kernels/step_profile.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -43,29 +42,13 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   }
 }
 
-std::atomic<bool> g_profile{false};
-std::atomic<int64_t> g_profile_calls{0}, g_profile_ns{0};
-
 at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 }  // namespace
 
-void EnableLinearProfile(bool on) { g_profile.store(on); }
-
-LinearProfile TakeLinearProfile() {
-  LinearProfile p;
-  p.calls = g_profile_calls.exchange(0);
-  p.seconds = static_cast<double>(g_profile_ns.exchange(0)) * 1e-9;
-  return p;
-}
-
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
-  if (!g_profile.load(std::memory_order_relaxed)) return LinearImpl(x, w, bias);
-  const auto t0 = std::chrono::steady_clock::now();
-  at::Tensor out = LinearImpl(x, w, bias);
-  g_profile_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
-  ++g_profile_calls;
-  return out;
+  StepPartTimer timer(StepPart::kProjections);
+  return LinearImpl(x, w, bias);
 }
 
 int64_t GemvMaxRows(at::ScalarType dtype) {

@@ -27,13 +27,4 @@ int64_t GemvMaxRows(at::ScalarType dtype);
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = at::Tensor());
 
-// Time spent inside Linear, for the benchmarks' step breakdown (projections
-// against everything else). Off unless enabled: two clock reads a call.
-struct LinearProfile {
-  int64_t calls = 0;
-  double seconds = 0;
-};
-void EnableLinearProfile(bool on);
-LinearProfile TakeLinearProfile();  // what was counted since the last take; resets
-
 }  // namespace shardlm::kernels

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "kernels/fused.h"
 #include "kernels/linear.h"
+#include "kernels/step_profile.h"
 #include "model/paged_attention.h"
 #include "partitioning/shard_loader.h"
 
@@ -100,6 +101,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   return m;
 }
 
+namespace {
+
+// Runs fn() as one timed part of the step (kernels/step_profile.h).
+template <typename Fn>
+auto Timed(kernels::StepPart part, Fn&& fn) {
+  kernels::StepPartTimer timer(part);
+  return fn();
+}
+
+}  // namespace
+
 absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   // Vocab-parallel: this rank owns rows [start, start + vocab.tp).
   const int64_t per_rank = plan_.vocab_per_rank();
@@ -162,36 +174,51 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
     }
     const double eps = cfg_.rms_norm_eps;
 
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor x, Embed(ids));  // dtype[tokens, hidden.tp]
-    x = x.contiguous();
+    at::Tensor x;
+    {
+      kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
+      SHARDLM_ASSIGN_OR_RETURN(x, Embed(ids));  // dtype[tokens, hidden.tp]
+      x = x.contiguous();
+    }
     for (size_t li = 0; li < layers_.size(); ++li) {
       const Layer& L = layers_[li];
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, comm_->AllGather(x, 1));  // dtype[tokens, hidden]
-      h = kernels::RmsNorm(h, L.input_norm, eps);
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
+                                 return comm_->AllGather(x, 1);  // dtype[tokens, hidden]
+                               }));
+      h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.input_norm, eps); });
       // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
       // normed (Qwen3) and rotated in place, then read through views.
       at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
-      if (L.q_norm.defined()) {
-        kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, eps);
-        kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, eps);
+      {
+        kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
+        if (L.q_norm.defined()) {
+          kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, eps);
+          kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, eps);
+        }
+        kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
       }
-      kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
       at::Tensor q = qkv.narrow(1, 0, hq * d).view({T, hq, d});
       at::Tensor k = qkv.narrow(1, hq * d, hkv * d).view({T, hkv, d});
       at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).view({T, hkv, d});
       at::Tensor k_layer = pool.k().select(0, li), v_layer = pool.v().select(0, li);
-      WriteKv(k, v, k_layer, v_layer, batch);
-      at::Tensor attn = PagedAttention(q, k_layer, v_layer, batch).view({T, hq * d});
+      at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
+        WriteKv(k, v, k_layer, v_layer, batch);
+        return PagedAttention(q, k_layer, v_layer, batch).view({T, hq * d});
+      });
       at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, comm_->ReduceScatter(partial, 1));
-      kernels::AddInPlace(x, reduced);
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
+                                                         [&] { return comm_->ReduceScatter(partial, 1); }));
+      Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
 
-      SHARDLM_ASSIGN_OR_RETURN(h, comm_->AllGather(x, 1));
-      h = kernels::RmsNorm(h, L.post_norm, eps);
+      SHARDLM_ASSIGN_OR_RETURN(
+          h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(x, 1); }));
+      h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.post_norm, eps); });
       at::Tensor gu = kernels::Linear(h, L.gate_up);  // dtype[tokens, 2 * intermediate.tp]
-      partial = kernels::Linear(kernels::SiluMul(gu), L.down);
-      SHARDLM_ASSIGN_OR_RETURN(reduced, comm_->ReduceScatter(partial, 1));
-      kernels::AddInPlace(x, reduced);
+      at::Tensor act = Timed(kernels::StepPart::kElementwise, [&] { return kernels::SiluMul(gu); });
+      partial = kernels::Linear(act, L.down);
+      SHARDLM_ASSIGN_OR_RETURN(
+          reduced, Timed(kernels::StepPart::kCollectives, [&] { return comm_->ReduceScatter(partial, 1); }));
+      Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
     }
     // Only the rows that need a distribution go through the head, and only
     // rank 0 (which samples) receives the full vocabulary.
@@ -202,10 +229,12 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
       return absl::OkStatus();
     }
     at::Tensor sel = x.index_select(0, at::tensor(rows, at::kLong));
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, comm_->AllGather(sel, 1));
-    h = kernels::RmsNorm(h, final_norm_, eps);
+    SHARDLM_ASSIGN_OR_RETURN(
+        at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(sel, 1); }));
+    h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });
     at::Tensor local = kernels::Linear(h, lm_head_).to(at::kFloat);  // f32[rows, vocab.tp]
-    SHARDLM_ASSIGN_OR_RETURN(logits, comm_->Gather(local, 1, /*root=*/0));
+    SHARDLM_ASSIGN_OR_RETURN(
+        logits, Timed(kernels::StepPart::kCollectives, [&] { return comm_->Gather(local, 1, /*root=*/0); }));
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);

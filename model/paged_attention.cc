@@ -79,7 +79,8 @@ template <typename T>
 void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
   const int64_t n = a.n, d = a.d, group = a.group;
   float* scores = a.scratch;
-  std::vector<float> qf(group * d), acc(group * d, 0.0f), max_score(group, -std::numeric_limits<float>::infinity());
+  std::vector<float> qf(group * d), acc(group * d, 0.0f),
+      max_score(group, -std::numeric_limits<float>::infinity());
   for (int64_t g = 0; g < group; ++g) {
     for (int64_t i = 0; i < d; ++i) qf[g * d + i] = Value(a.q[g * a.q_head_stride + i]) * a.scale;
   }

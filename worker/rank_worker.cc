@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/step_memory.h"
+#include "kernels/step_profile.h"
 #include "model/sampling.h"
 
 namespace shardlm {
@@ -57,6 +58,7 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step
   }
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
   if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples
+  kernels::StepPartTimer timer(kernels::StepPart::kSampling);
   std::vector<RowResult> results(step.rows.size());
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();

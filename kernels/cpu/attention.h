@@ -19,18 +19,18 @@ namespace shardlm::kernels {
 // T is float or uint16_t (bf16 bits).
 template <typename T>
 struct DecodeAttentionArgs {
-  const T* q;              // query head g at q + g * q_head_stride, d elements
+  const T* q;  // query head g at q + g * q_head_stride, d elements
   int64_t q_head_stride;
-  const T* k;              // key of slot s at k + s * kv_slot_stride, d elements (this KV head)
-  const T* v;              // value of slot s at v + s * kv_slot_stride
+  const T* k;  // key of slot s at k + s * kv_slot_stride, d elements (this KV head)
+  const T* v;  // value of slot s at v + s * kv_slot_stride
   int64_t kv_slot_stride;
-  const int64_t* slots;    // the n keys' slots, in position order
+  const int64_t* slots;  // the n keys' slots, in position order
   int64_t n;
-  T* out;                  // output head g at out + g * out_head_stride
+  T* out;  // output head g at out + g * out_head_stride
   int64_t out_head_stride;
   int64_t group, d;
   float scale;
-  float* scratch;          // group * n floats
+  float* scratch;  // group * n floats
 };
 
 using DecodeAttentionF32Fn = void (*)(const DecodeAttentionArgs<float>&);

@@ -7,18 +7,12 @@
 //      a range-reduced argument, within 2 ulp of expf), and their sum;
 //   3. values: for each 16-wide slice of d, every value row is loaded once
 //      and multiplied into the accumulators of up to 8 query heads.
-//
-// GCC 12's AVX-512 headers build the unpack and shuffle intrinsics on
-// _mm512_undefined_ps(), which -Wuninitialized reports once inlined (a false
-// positive).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
 
 #include <algorithm>
 #include <limits>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/avx512_math.h"
 
 namespace shardlm::kernels::internal {
 namespace {
@@ -27,48 +21,9 @@ constexpr int64_t kMaxD = 256;
 constexpr int kMaxHeadsPerPass = 8;
 
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 Load16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+inline __m512 Load16(const uint16_t* p) { return LoadBf16x16(p); }
 inline void Put(float* p, float v) { *p = v; }
 inline void Put(uint16_t* p, float v) { *p = FloatToBf16(v); }
-
-// Lane i of the result is the sum of a[i]'s 16 lanes (as in gemv_avx512.cc).
-inline __m256 Reduce8(const __m512* a) {
-  __m512 t[4];
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * j], a[2 * j + 1]), _mm512_unpackhi_ps(a[2 * j], a[2 * j + 1]));
-  }
-  __m512 u[2];
-  for (int j = 0; j < 2; ++j) {
-    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(t[2 * j]), _mm512_castps_pd(t[2 * j + 1]));
-    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(t[2 * j]), _mm512_castps_pd(t[2 * j + 1]));
-    u[j] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-  }
-  const __m512 v = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(v, v, 0x08), _mm512_shuffle_f32x4(v, v, 0x0d));
-  return _mm512_castps512_ps256(w);
-}
-
-// exp(x) for x <= 0 (scores minus their maximum): x = n ln2 + r with |r| <=
-// ln2 / 2, exp(r) by its Taylor polynomial to degree 6 (truncation below
-// 6e-8 relative), scaled by 2^n. Inputs below -87 give 0 or a denormal.
-inline __m512 Exp16(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);  // ln2, high part (exact product)
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);     // ln2, low part
-  __m512 p = _mm512_set1_ps(1.0f / 720);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
-}
 
 // Pass 3 for heads [g0, g0 + G) and the d-slice [c, c + 16); head g0 + g's
 // sums go to acc_out[g * d + c ...].
@@ -79,7 +34,8 @@ inline void WeightedValues(const DecodeAttentionArgs<T>& a, const float* probs, 
   for (int g = 0; g < G; ++g) acc[g] = _mm512_setzero_ps();
   for (int64_t j = 0; j < a.n; ++j) {
     const __m512 v = Load16(a.v + a.slots[j] * a.kv_slot_stride + c);
-    for (int g = 0; g < G; ++g) acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(probs[(g0 + g) * a.n + j]), v, acc[g]);
+    for (int g = 0; g < G; ++g)
+      acc[g] = _mm512_fmadd_ps(_mm512_set1_ps(probs[(g0 + g) * a.n + j]), v, acc[g]);
   }
   for (int g = 0; g < G; ++g) _mm512_storeu_ps(acc_out + g * a.d + c, acc[g]);
 }
@@ -108,7 +64,8 @@ void Decode(const DecodeAttentionArgs<T>& a) {
           part[jj] = _mm512_setzero_ps();
           if (jj >= keys) continue;
           const T* kr = a.k + a.slots[j0 + jj] * a.kv_slot_stride;
-          for (int64_t v = 0; v < vecs; ++v) part[jj] = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * v), Load16(kr + 16 * v), part[jj]);
+          for (int64_t v = 0; v < vecs; ++v)
+            part[jj] = _mm512_fmadd_ps(_mm512_load_ps(q + 16 * v), Load16(kr + 16 * v), part[jj]);
         }
         const __m256 sums = Reduce8(part);
         const __mmask8 valid = static_cast<__mmask8>((1u << keys) - 1);
@@ -118,7 +75,8 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 valid = n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const __mmask16 valid =
+            n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1);
         const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + j), m));
         _mm512_mask_storeu_ps(s + j, valid, e);
         sum = _mm512_mask_add_ps(sum, valid, sum, e);
@@ -128,14 +86,30 @@ void Decode(const DecodeAttentionArgs<T>& a) {
     // 3: the weighted values, each value row loaded once per 16-wide slice.
     for (int64_t c = 0; c < d; c += 16) {
       switch (heads) {
-        case 1: WeightedValues<1>(a, scores, g0, c, acc); break;
-        case 2: WeightedValues<2>(a, scores, g0, c, acc); break;
-        case 3: WeightedValues<3>(a, scores, g0, c, acc); break;
-        case 4: WeightedValues<4>(a, scores, g0, c, acc); break;
-        case 5: WeightedValues<5>(a, scores, g0, c, acc); break;
-        case 6: WeightedValues<6>(a, scores, g0, c, acc); break;
-        case 7: WeightedValues<7>(a, scores, g0, c, acc); break;
-        default: WeightedValues<8>(a, scores, g0, c, acc); break;
+        case 1:
+          WeightedValues<1>(a, scores, g0, c, acc);
+          break;
+        case 2:
+          WeightedValues<2>(a, scores, g0, c, acc);
+          break;
+        case 3:
+          WeightedValues<3>(a, scores, g0, c, acc);
+          break;
+        case 4:
+          WeightedValues<4>(a, scores, g0, c, acc);
+          break;
+        case 5:
+          WeightedValues<5>(a, scores, g0, c, acc);
+          break;
+        case 6:
+          WeightedValues<6>(a, scores, g0, c, acc);
+          break;
+        case 7:
+          WeightedValues<7>(a, scores, g0, c, acc);
+          break;
+        default:
+          WeightedValues<8>(a, scores, g0, c, acc);
+          break;
       }
     }
     for (int64_t g = g0; g < g0 + heads; ++g) {

@@ -9,13 +9,7 @@
 // m is. f32 uses FMA; bf16 VDPBF16PS (32 products per instruction, f32
 // accumulation). The R x M accumulators end in one transposing reduction per
 // weight row instead of a horizontal sum per accumulator.
-// GCC 12's AVX-512 headers build the unpack and shuffle intrinsics on
-// _mm512_undefined_ps(), which -Wuninitialized reports as a use of an
-// uninitialised value once inlined (a false positive).
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
+#include "kernels/cpu/avx512_math.h"
 #include "kernels/cpu/gemv.h"
 
 namespace shardlm::kernels::internal {
@@ -37,27 +31,6 @@ constexpr int RowsPerGroup(int m) { return m <= 4 ? 4 : 3; }
 template <typename V>
 inline void InRegister(V& v) {
   __asm__("" : "+v"(v));
-}
-
-// Sums each of a[0..7] across its 16 lanes: lane i of the result is the sum
-// of a[i]. Three rounds of shuffles and adds instead of eight reductions.
-inline __m256 Reduce8(const __m512* a) {
-  __m512 t[4];
-  for (int j = 0; j < 4; ++j) {
-    t[j] =
-        _mm512_add_ps(_mm512_unpacklo_ps(a[2 * j], a[2 * j + 1]), _mm512_unpackhi_ps(a[2 * j], a[2 * j + 1]));
-  }
-  __m512 u[2];
-  for (int j = 0; j < 2; ++j) {
-    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(t[2 * j]), _mm512_castps_pd(t[2 * j + 1]));
-    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(t[2 * j]), _mm512_castps_pd(t[2 * j + 1]));
-    u[j] = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));  // lane l: rows 4j..4j+3, partial
-  }
-  // Lanes (0, 2) and (1, 3) of each, then the two halves.
-  const __m512 v =
-      _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-  const __m512 w = _mm512_add_ps(_mm512_shuffle_f32x4(v, v, 0x08), _mm512_shuffle_f32x4(v, v, 0x0d));
-  return _mm512_castps512_ps256(w);
 }
 
 inline float BiasAt(const float* b, int64_t i) { return b != nullptr ? b[i] : 0.0f; }

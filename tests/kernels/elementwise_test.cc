@@ -1,0 +1,80 @@
+// The AVX-512 SiLU x up and log-sum-exp against scalar references: every
+// length around the 16-lane blocks, large and tiny inputs, bf16 rounding of
+// the activation as Hugging Face rounds it.
+#include "kernels/cpu/elementwise.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+namespace shardlm::kernels {
+namespace {
+
+class Avx512Only : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
+  }
+};
+
+using ElementwiseTest = Avx512Only;
+
+TEST_F(ElementwiseTest, SiluMulF32MatchesScalar) {
+  for (int64_t n : {1, 15, 16, 17, 100, 2048}) {
+    at::manual_seed(n);
+    at::Tensor g = at::randn({n}) * 8, u = at::randn({n});
+    g[0] = -100.0f;  // exp(100) overflows: silu is -0
+    at::Tensor o = at::empty({n});
+    SiluMulF32Kernel(Isa::kAvx512)(g.data_ptr<float>(), u.data_ptr<float>(), o.data_ptr<float>(), n);
+    at::Tensor gd = g.to(at::kDouble);
+    at::Tensor want = gd / (1 + (-gd).exp()) * u.to(at::kDouble);
+    // Within a few f32 ulps of each value.
+    const at::Tensor rel = (o.to(at::kDouble) - want).abs() / want.abs().clamp_min(1.0);
+    EXPECT_LT(rel.max().item<double>(), 3e-7) << "n=" << n;
+  }
+}
+
+TEST_F(ElementwiseTest, SiluMulBf16RoundsTheActivationThenTheProduct) {
+  for (int64_t n : {1, 16, 33, 2048}) {
+    at::manual_seed(n);
+    at::Tensor g = (at::randn({n}) * 4).to(at::kBFloat16), u = at::randn({n}).to(at::kBFloat16);
+    at::Tensor o = at::empty({n}, at::kBFloat16);
+    SiluMulBf16Kernel(Isa::kAvx512)(static_cast<const uint16_t*>(g.data_ptr()),
+                                    static_cast<const uint16_t*>(u.data_ptr()),
+                                    static_cast<uint16_t*>(o.data_ptr()), n);
+    // Hugging Face: act_fn(gate) in bf16, times up in bf16.
+    at::Tensor act = at::silu(g.to(at::kFloat)).to(at::kBFloat16);
+    at::Tensor want = (act.to(at::kFloat) * u.to(at::kFloat)).to(at::kBFloat16);
+    const int64_t differ = (o.to(at::kFloat) != want.to(at::kFloat)).sum().item<int64_t>();
+    // The polynomial exp may land an activation on the other side of a bf16
+    // rounding boundary; such a value is off by one bf16 step, and rarely.
+    EXPECT_LE(differ, std::max<int64_t>(1, n / 100)) << "n=" << n;
+    EXPECT_LT((o.to(at::kFloat) - want.to(at::kFloat)).abs().max().item<float>(), 0.05f) << "n=" << n;
+  }
+}
+
+TEST_F(ElementwiseTest, LogSumExpMatchesDouble) {
+  for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 32000}) {
+    at::manual_seed(n);
+    at::Tensor x = at::randn({n}) * 10;
+    if (n > 2) x[1] = -std::numeric_limits<float>::infinity();  // a masked-out logit
+    const float got = LogSumExpKernel(Isa::kAvx512)(x.data_ptr<float>(), n);
+    const double want = x.to(at::kDouble).logsumexp(0).item<double>();
+    EXPECT_NEAR(got, want, 2e-6 * std::max(1.0, std::abs(want))) << "n=" << n;
+  }
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> all_masked = {-inf, -inf, -inf};
+  EXPECT_EQ(LogSumExpKernel(Isa::kAvx512)(all_masked.data(), 3), -inf);
+}
+
+TEST(ElementwiseKernels, NoneWithoutAvx512) {
+  EXPECT_EQ(SiluMulF32Kernel(Isa::kAvx2), nullptr);
+  EXPECT_EQ(SiluMulBf16Kernel(Isa::kScalar), nullptr);
+  EXPECT_EQ(LogSumExpKernel(Isa::kAvx2), nullptr);
+}
+
+}  // namespace
+}  // namespace shardlm::kernels

@@ -1,10 +1,12 @@
 #include "worker/worker_server.h"
 
+#include <ATen/Parallel.h>
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -18,6 +20,7 @@
 #include "common/logging.h"
 #include "model/fingerprint.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
+#include "worker/compute_thread.h"
 #include "worker/rank_worker.h"
 #include "worker/remote_store.h"
 #include "worker/step_codec.h"
@@ -62,7 +65,13 @@ int64_t ResidentBytes() {
 class WorkerService final : public wpb::Worker::Service {
  public:
   WorkerService(std::string fingerprint, std::string token)
-      : fingerprint_(std::move(fingerprint)), token_(std::move(token)) {}
+      : compute_([threads = at::get_num_threads()] { at::set_num_threads(threads); }),
+        fingerprint_(std::move(fingerprint)),
+        token_(std::move(token)) {}
+
+  // Runs fn on the thread that runs every step: loading the shard and
+  // clearing the cache too, so the process has one OpenMP team.
+  void RunCompute(const std::function<void()>& fn) { compute_.Run(fn); }
 
   // Serving in `epoch` with a loaded worker.
   void SetReady(RankWorker* worker, TimedCommunicator* comm, int64_t kv_bytes, uint64_t epoch) {
@@ -135,7 +144,8 @@ class WorkerService final : public wpb::Worker::Service {
     comm_->TakeMicros();
     const int rank = worker_->model().plan().rank().rank;
     LogStarts(*req, rank);
-    auto rows = worker_->Execute((*decoded)->step);
+    absl::StatusOr<std::vector<RowResult>> rows;
+    compute_.Run([&] { rows = worker_->Execute((*decoded)->step); });
     if (!rows.ok()) {
       LOG(ERROR) << "step " << req->step_id() << " (requests " << RequestIds(*req) << ") failed on rank "
                  << rank << ": " << rows.status();
@@ -180,7 +190,8 @@ class WorkerService final : public wpb::Worker::Service {
     state_text_ = std::move(text);
   }
 
-  std::mutex mu_;  // one step at a time
+  std::mutex mu_;          // one step at a time
+  ComputeThread compute_;  // every forward pass (worker/compute_thread.h)
   const std::string fingerprint_;
   const std::string token_;
   RankWorker* worker_ = nullptr;
@@ -338,7 +349,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       wo.dtype = assigned.dtype();
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
-      auto loaded = RankWorker::Load(wo, std::move(timed_comm));
+      absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
+      service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
       if (!loaded.ok()) {
         LOG(ERROR) << "worker rank " << rank.rank << ": " << loaded.status();
         service.SetNotReady(loaded.status());
@@ -359,7 +371,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       }
       service.Exclusive([&] {
         timed->Reset(std::move(inner));
-        worker->ClearKvCache();
+        service.RunCompute([&] { worker->ClearKvCache(); });
       });
     }
     service.SetReady(worker.get(), timed, assigned.kv_cache_bytes(), epoch);

@@ -24,6 +24,7 @@
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/logging.h"
+#include "common/openmp_env.h"
 #include "common/random_token.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
@@ -58,6 +59,8 @@ struct Row {
   double step_ms;
   double coordinator_ms;       // per step: planning and applying it (the scheduler, the engine's state)
   kernels::StepProfile parts;  // per step, seconds (kernels/step_profile.h)
+  double prefill_ms;           // the whole prefill of `batch` prompts
+  kernels::StepProfile prefill_parts;  // over that prefill, seconds
 };
 
 // Decode step latency through N worker processes, split into rank 0's
@@ -230,10 +233,15 @@ int Main(int argc, char** argv) {
       // Warm-up (first-touch of weights, allocator, thread pool).
       engine.Run(Request(16, 2, 99, vocab)).IgnoreError();
       // Prefill: batch prompts, one new token each.
+      kernels::EnableStepProfile(true);
+      kernels::TakeStepProfile();
       auto t0 = Clock::now();
       for (int32_t b = 0; b < batch; ++b) engine.Submit(Request(prompt_len, 1, b, vocab)).IgnoreError();
       while (!engine.Idle()) engine.Step().IgnoreError();
-      const double prefill = static_cast<double>(batch) * prompt_len / Seconds(t0, Clock::now());
+      const double prefill_s = Seconds(t0, Clock::now());
+      const double prefill = static_cast<double>(batch) * prompt_len / prefill_s;
+      const kernels::StepProfile prefill_parts = kernels::TakeStepProfile();
+      kernels::EnableStepProfile(false);
       // Decode: short prompts, then time `steps` decode steps.
       for (int32_t b = 0; b < batch; ++b)
         engine.Submit(Request(16, steps + 1, b + 1000, vocab)).IgnoreError();
@@ -260,7 +268,7 @@ int Main(int argc, char** argv) {
       for (double& s : parts.seconds) s /= done;
       while (!engine.Idle()) engine.Step().IgnoreError();
       rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done,
-                      1e3 * coordinator / done, parts});
+                      1e3 * coordinator / done, parts, 1e3 * prefill_s, prefill_parts});
       std::fflush(stdout);
     }
   }
@@ -328,6 +336,20 @@ int Main(int argc, char** argv) {
     std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", r.dtype.c_str(), r.batch,
                 r.step_ms, proj, attn, elem, samp, other, 100 * (r.step_ms - proj) / r.step_ms);
   }
+  // The same split over each batch's prefill (its prompts, one token each).
+  std::printf(
+      "\n| dtype | batch | prefill ms | projections ms | attention ms | norms, rotary, adds ms | sampling ms "
+      "| "
+      "other ms | outside projections |\n|---|---|---|---|---|---|---|---|---|\n");
+  for (const Row& r : rows) {
+    using kernels::StepPart;
+    const kernels::StepProfile& p = r.prefill_parts;
+    const double proj = 1e3 * p[StepPart::kProjections], attn = 1e3 * p[StepPart::kAttention];
+    const double elem = 1e3 * p[StepPart::kElementwise], samp = 1e3 * p[StepPart::kSampling];
+    const double other = r.prefill_ms - proj - attn - elem - samp - 1e3 * p[StepPart::kCollectives];
+    std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%% |\n", r.dtype.c_str(), r.batch,
+                r.prefill_ms, proj, attn, elem, samp, other, 100 * (r.prefill_ms - proj) / r.prefill_ms);
+  }
   return 0;
 }
 
@@ -335,6 +357,7 @@ int Main(int argc, char** argv) {
 }  // namespace shardlm
 
 int main(int argc, char** argv) {
+  shardlm::UseShortOpenMpSpin(argv);  // may run this binary again (common/openmp_env.h)
   // As in cli/main.cc: every core unless OMP_NUM_THREADS is set.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));

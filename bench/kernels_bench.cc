@@ -16,6 +16,7 @@
 
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
+#include "common/openmp_env.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/linear.h"
 
@@ -80,6 +81,7 @@ int Main(int argc, char** argv) {
 }  // namespace shardlm
 
 int main(int argc, char** argv) {
+  shardlm::UseShortOpenMpSpin(argv);  // may run this binary again (common/openmp_env.h)
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   }

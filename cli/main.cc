@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "common/logging.h"
+#include "common/openmp_env.h"
 
 namespace {
 
@@ -53,6 +54,13 @@ std::string FindNpmDir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The long-running server processes, before libgomp has read its
+  // environment: this may run the binary again (common/openmp_env.h).
+  // Short commands (generate, tokenize, ...) keep their startup time.
+  if (argc >= 2 && (std::strcmp(argv[1], "serve") == 0 || std::strcmp(argv[1], "worker") == 0 ||
+                    std::strcmp(argv[1], "coordinator") == 0)) {
+    shardlm::UseShortOpenMpSpin(argv);
+  }
   shardlm::InitLogging(argv[0]);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);

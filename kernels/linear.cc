@@ -13,9 +13,14 @@
 namespace shardlm::kernels {
 namespace {
 
-// Output rows per task: small enough that two or more threads share even the
-// narrowest projection, large enough that each streams several KB of weight.
-constexpr int64_t kRowsPerTask = 32;
+// Output rows per task: each task streams at least 256 KB of weight (a few
+// microseconds), so a small product (a tiny model's, a narrow shard's) runs
+// on one thread. Every parallel region ends in a barrier, and on a busy host
+// a barrier can wait a whole scheduler slice for a descheduled thread.
+int64_t RowsPerTask(int64_t row_bytes) {
+  constexpr int64_t kTaskBytes = 256 << 10;
+  return std::max<int64_t>(32, kTaskBytes / std::max<int64_t>(1, row_bytes));
+}
 
 // Activation rows per pass of the AVX-512 kernels: each group of weight rows
 // meets every activation row of the pass, which must stay in L2 (256 rows of
@@ -38,7 +43,8 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
     pass.x = a.x + i0 * a.ldx;
     pass.y = a.y + i0 * a.ldy;
     pass.m = std::min(kRowsPerPass, x.size(0) - i0);
-    at::parallel_for(0, w.size(0), kRowsPerTask, [&](int64_t b, int64_t e) { fn(pass, b, e); });
+    at::parallel_for(0, w.size(0), RowsPerTask(a.k * static_cast<int64_t>(sizeof(T))),
+                     [&](int64_t b, int64_t e) { fn(pass, b, e); });
   }
 }
 

@@ -29,8 +29,9 @@ struct RowRun {
   int64_t begin, end;
 };
 
-// Prompt chunks at least this long go through matrix products, in tiles of
-// query rows whose f32 score matrix [heads, rows, keys] stays under a budget.
+// Where the CPU has no attention kernel (kernels/cpu/attention.h), prompt
+// chunks at least this long go through matrix products, in tiles of query
+// rows whose f32 score matrix [heads, rows, keys] stays under a budget.
 constexpr int64_t kMatmulMinRows = 8;
 constexpr int64_t kScoreBudgetBytes = 64ll << 20;
 
@@ -140,9 +141,20 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
     slots[r].resize(p - first + 1);
     for (int64_t j = first; j <= p; ++j) slots[r][j - first] = SlotOf(b, seq, j);
   }
-  at::parallel_for(0, tokens * kv_heads, 1, [&](int64_t begin, int64_t end) {
+  // Rows of a prompt chunk attend to more keys the later they come, so items
+  // are handed out one at a time (dynamic), not in equal contiguous ranges.
+  // Small work (short contexts, a tiny model) stays on one thread: a region's
+  // barrier can cost more than the work on a busy host (kernels/linear.cc).
+  const int64_t items = tokens * kv_heads;
+  int64_t keys = 0;
+  for (const auto& r : slots) keys += static_cast<int64_t>(r.size());
+  const bool worth_it = keys * heads * d * 2 >= (int64_t{1} << 18);
+  const int threads = items > 1 && worth_it && !at::in_parallel_region() ? at::get_num_threads() : 1;
+#pragma omp parallel num_threads(threads)
+  {
     std::vector<float> scratch;
-    for (int64_t item = begin; item < end; ++item) {
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t item = 0; item < items; ++item) {
       const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
       kernels::DecodeAttentionArgs<T> a;
       a.q = qp + t * q.stride(0) + kvh * group * q.stride(1);
@@ -165,7 +177,7 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
         PortableRow(a);
       }
     }
-  });
+  }
 }
 
 }  // namespace
@@ -208,14 +220,20 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   // q may be a view into the qkv projection: rows strided, heads contiguous.
   at::Tensor qc = (q.stride(2) == 1 && q.stride(1) == q.size(2)) ? q : q.contiguous();
   at::Tensor out = at::empty(qc.sizes(), qc.options());
-  // Long runs of one sequence's rows (prompt chunks) use matrix products;
-  // the rest (decodes, short chunks) the per-row kernel.
+  // Without a vector kernel, long runs of one sequence's rows (prompt chunks)
+  // use matrix products and the rest (decodes, short chunks) the per-row loop.
   const int64_t tokens = qc.size(0);
+  const kernels::Isa isa = kernels::ActiveIsa();
+  const bool fast = qc.scalar_type() == at::kFloat ? kernels::DecodeAttentionF32(isa, qc.size(2)) != nullptr
+                                                   : kernels::DecodeAttentionBf16(isa, qc.size(2)) != nullptr;
+  // With the AVX-512 kernel every row goes through it, prompt chunks too: it
+  // beat the matrix products at 128 and at 1024 prompt tokens (docs/cpu_kernels.md).
+  const int64_t matmul_min_rows = fast ? std::numeric_limits<int64_t>::max() : kMatmulMinRows;
   std::vector<int64_t> kernel_rows;
   for (int64_t begin = 0; begin < tokens;) {
     int64_t end = begin + 1;
     while (end < tokens && (*batch.seq_of_token)[end] == (*batch.seq_of_token)[begin]) ++end;
-    if (end - begin >= kMatmulMinRows) {
+    if (end - begin >= matmul_min_rows) {
       const int64_t keys = (*batch.positions)[end - 1] + 1;
       const int64_t tile = std::max<int64_t>(1, kScoreBudgetBytes / (4 * qc.size(1) * keys));
       for (int64_t t = begin; t < end; t += tile) {

@@ -160,6 +160,28 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype) {
   std::fflush(stdout);
 }
 
+// Where each batch's decode step (or its whole prefill: its prompts, one
+// token each) went, by part (kernels/step_profile.h); "other" is the rest:
+// tensor set-up, allocation, cos/sin, the engine's work.
+void PrintBreakdown(const std::vector<Row>& rows, bool prefill) {
+  std::printf(
+      "\n| dtype | batch | %s ms | projections ms | attention ms | norms, rotary, adds ms | sampling ms | "
+      "other ms | outside projections |\n|---|---|---|---|---|---|---|---|---|\n",
+      prefill ? "prefill" : "step");
+  const int digits = prefill ? 1 : 2;
+  for (const Row& r : rows) {
+    using kernels::StepPart;
+    const kernels::StepProfile& p = prefill ? r.prefill_parts : r.parts;
+    const double total = prefill ? r.prefill_ms : r.step_ms;
+    const double proj = 1e3 * p[StepPart::kProjections], attn = 1e3 * p[StepPart::kAttention];
+    const double elem = 1e3 * p[StepPart::kElementwise], samp = 1e3 * p[StepPart::kSampling];
+    const double other = total - proj - attn - elem - samp - 1e3 * p[StepPart::kCollectives];
+    std::printf("| %s | %d | %.*f | %.*f | %.*f | %.*f | %.*f | %.*f | %.1f%% |\n", r.dtype.c_str(), r.batch,
+                digits, total, digits, proj, digits, attn, digits, elem, digits, samp, digits, other,
+                100 * (total - proj) / total);
+  }
+}
+
 int Main(int argc, char** argv) {
   FlagSet f("bench");
   f.String("model-dir", "benchmark checkpoint (written if missing)", false, "build/bench-model");
@@ -323,33 +345,8 @@ int Main(int argc, char** argv) {
                 r.decode_tok_s, r.step_ms, r.step_ms / floor_ms, decode_flops / 1e9,
                 100 * decode_flops / gemm, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
   }
-  // Where a decode step's time goes (kernels/step_profile.h); "other" is the
-  // rest of the step: tensor set-up, allocation, cos/sin, the engine's work.
-  std::printf(
-      "\n| dtype | batch | step ms | projections ms | attention ms | norms, rotary, adds ms | sampling ms | "
-      "other ms | outside projections |\n|---|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    using kernels::StepPart;
-    const double proj = 1e3 * r.parts[StepPart::kProjections], attn = 1e3 * r.parts[StepPart::kAttention];
-    const double elem = 1e3 * r.parts[StepPart::kElementwise], samp = 1e3 * r.parts[StepPart::kSampling];
-    const double other = r.step_ms - proj - attn - elem - samp - 1e3 * r.parts[StepPart::kCollectives];
-    std::printf("| %s | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.1f%% |\n", r.dtype.c_str(), r.batch,
-                r.step_ms, proj, attn, elem, samp, other, 100 * (r.step_ms - proj) / r.step_ms);
-  }
-  // The same split over each batch's prefill (its prompts, one token each).
-  std::printf(
-      "\n| dtype | batch | prefill ms | projections ms | attention ms | norms, rotary, adds ms | sampling ms "
-      "| "
-      "other ms | outside projections |\n|---|---|---|---|---|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    using kernels::StepPart;
-    const kernels::StepProfile& p = r.prefill_parts;
-    const double proj = 1e3 * p[StepPart::kProjections], attn = 1e3 * p[StepPart::kAttention];
-    const double elem = 1e3 * p[StepPart::kElementwise], samp = 1e3 * p[StepPart::kSampling];
-    const double other = r.prefill_ms - proj - attn - elem - samp - 1e3 * p[StepPart::kCollectives];
-    std::printf("| %s | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f%% |\n", r.dtype.c_str(), r.batch,
-                r.prefill_ms, proj, attn, elem, samp, other, 100 * (r.prefill_ms - proj) / r.prefill_ms);
-  }
+  PrintBreakdown(rows, /*prefill=*/false);
+  PrintBreakdown(rows, /*prefill=*/true);
   return 0;
 }
 

@@ -124,6 +124,20 @@ void AddInPlace(at::Tensor& x, const at::Tensor& y) {
   });
 }
 
+namespace {
+
+// SiLU x up through a vector kernel (kernels/cpu/elementwise.h), row by row:
+// gate_up row r is [gate | up], each `inter` long.
+template <typename T, typename Fn>
+void SiluMulRows(Fn fn, const T* gate_up, T* out, int64_t rows, int64_t inter) {
+  at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r)
+      fn(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter, inter);
+  });
+}
+
+}  // namespace
+
 at::Tensor SiluMul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
               "silu_mul: ", gate_up.sizes());
@@ -131,23 +145,12 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
   const Isa isa = ActiveIsa();
   if (gate_up.scalar_type() == at::kFloat && SiluMulF32Kernel(isa) != nullptr) {
-    const SiluMulF32Fn fn = SiluMulF32Kernel(isa);
-    const float* gp = gate_up.data_ptr<float>();
-    float* op = out.data_ptr<float>();
-    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        fn(gp + r * 2 * inter, gp + r * 2 * inter + inter, op + r * inter, inter);
-    });
+    SiluMulRows(SiluMulF32Kernel(isa), gate_up.data_ptr<float>(), out.data_ptr<float>(), rows, inter);
     return out;
   }
   if (gate_up.scalar_type() == at::kBFloat16 && SiluMulBf16Kernel(isa) != nullptr) {
-    const SiluMulBf16Fn fn = SiluMulBf16Kernel(isa);
-    const auto* gp = static_cast<const uint16_t*>(gate_up.data_ptr());
-    auto* op = static_cast<uint16_t*>(out.data_ptr());
-    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
-      for (int64_t r = b; r < e; ++r)
-        fn(gp + r * 2 * inter, gp + r * 2 * inter + inter, op + r * inter, inter);
-    });
+    SiluMulRows(SiluMulBf16Kernel(isa), static_cast<const uint16_t*>(gate_up.data_ptr()),
+                static_cast<uint16_t*>(out.data_ptr()), rows, inter);
     return out;
   }
   DispatchDtype(gate_up.scalar_type(), [&](auto tag) {

@@ -5,12 +5,12 @@
 //   w    dtype[out, in]    the weight as the checkpoint stores it
 //   out  dtype[m, out]
 //
-// Up to kMaxGemvRows rows (decode at small batch) go to the GEMV kernels of
-// cpu/gemv.h, which stream the weight once across all threads and reach the
-// memory's read bandwidth; more rows (prefill, large batches) are
-// compute-bound and go to ATen's GEMM (OpenBLAS for f32, oneDNN for bf16).
-// Tiling small batches through the GEMV kernels would stream the weight once
-// per tile of 8 rows, so the cut-over is where GEMM wins (docs/cpu_kernels.md).
+// Up to GemvMaxRows(dtype) rows go to the kernels of cpu/gemv.h, which
+// stream the weight once across all threads; more go to ATen's GEMM (OpenBLAS
+// for f32, oneDNN for bf16). On AVX-512 the kernels take any number of rows
+// with one read of the weight, and serve every f32 product and bf16 up to 16
+// rows; the AVX2 kernels read the weight once per 8 rows, so they stop at 8
+// (f32) and 4 (bf16). The cut-overs are where GEMM wins (docs/cpu_kernels.md).
 //
 //   at::Tensor y = kernels::Linear(h, layer.qkv, layer.qkv_bias);
 #pragma once

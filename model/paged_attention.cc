@@ -14,11 +14,6 @@
 namespace shardlm {
 namespace {
 
-float Value(float v) { return v; }
-float Value(uint16_t v) { return kernels::Bf16ToFloat(v); }
-void Store(float* p, float v) { *p = v; }
-void Store(uint16_t* p, float v) { *p = kernels::FloatToBf16(v); }
-
 int64_t SlotOf(const AttentionBatch& b, int64_t seq, int64_t pos) {
   const int32_t block = b.block_tables[seq * b.max_blocks + pos / b.block_size];
   return static_cast<int64_t>(block) * b.block_size + pos % b.block_size;
@@ -83,7 +78,7 @@ void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
   std::vector<float> qf(group * d), acc(group * d, 0.0f),
       max_score(group, -std::numeric_limits<float>::infinity());
   for (int64_t g = 0; g < group; ++g) {
-    for (int64_t i = 0; i < d; ++i) qf[g * d + i] = Value(a.q[g * a.q_head_stride + i]) * a.scale;
+    for (int64_t i = 0; i < d; ++i) qf[g * d + i] = kernels::ToFloat(a.q[g * a.q_head_stride + i]) * a.scale;
   }
   for (int64_t j = 0; j < n; ++j) {
     const T* krow = a.k + a.slots[j] * a.kv_slot_stride;
@@ -91,7 +86,7 @@ void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
       const float* qg = qf.data() + g * d;
       float s = 0.0f;
 #pragma omp simd reduction(+ : s)
-      for (int64_t i = 0; i < d; ++i) s += qg[i] * Value(krow[i]);
+      for (int64_t i = 0; i < d; ++i) s += qg[i] * kernels::ToFloat(krow[i]);
       scores[g * n + j] = s;
       max_score[g] = std::max(max_score[g], s);
     }
@@ -109,9 +104,20 @@ void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
       const T* vrow = a.v + a.slots[j] * a.kv_slot_stride;
       const float w = scores[g * n + j];
 #pragma omp simd
-      for (int64_t i = 0; i < d; ++i) ag[i] += w * Value(vrow[i]);
+      for (int64_t i = 0; i < d; ++i) ag[i] += w * kernels::ToFloat(vrow[i]);
     }
-    for (int64_t i = 0; i < d; ++i) Store(a.out + g * a.out_head_stride + i, ag[i] * inv);
+    for (int64_t i = 0; i < d; ++i) kernels::PutFloat(a.out + g * a.out_head_stride + i, ag[i] * inv);
+  }
+}
+
+// The vector kernel for T (float or uint16_t, bf16 bits) and head size d on
+// this CPU, or nullptr (kernels/cpu/attention.h).
+template <typename T>
+void (*FastKernel(int64_t d))(const kernels::DecodeAttentionArgs<T>&) {
+  if constexpr (std::is_same_v<T, float>) {
+    return kernels::DecodeAttentionF32(kernels::ActiveIsa(), d);
+  } else {
+    return kernels::DecodeAttentionBf16(kernels::ActiveIsa(), d);
   }
 }
 
@@ -127,12 +133,7 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
   const T* vp = static_cast<const T*>(v_layer.data_ptr());
   T* op = static_cast<T*>(out.data_ptr());
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
-  void (*fast)(const kernels::DecodeAttentionArgs<T>&) = nullptr;
-  if constexpr (std::is_same_v<T, float>) {
-    fast = kernels::DecodeAttentionF32(kernels::ActiveIsa(), d);
-  } else {
-    fast = kernels::DecodeAttentionBf16(kernels::ActiveIsa(), d);
-  }
+  const auto fast = FastKernel<T>(d);
   // Each row's key slots, shared by its KV heads.
   std::vector<std::vector<int64_t>> slots(tokens);
   for (int64_t r = 0; r < tokens; ++r) {
@@ -223,9 +224,8 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   // Without a vector kernel, long runs of one sequence's rows (prompt chunks)
   // use matrix products and the rest (decodes, short chunks) the per-row loop.
   const int64_t tokens = qc.size(0);
-  const kernels::Isa isa = kernels::ActiveIsa();
-  const bool fast = qc.scalar_type() == at::kFloat ? kernels::DecodeAttentionF32(isa, qc.size(2)) != nullptr
-                                                   : kernels::DecodeAttentionBf16(isa, qc.size(2)) != nullptr;
+  const bool fast = qc.scalar_type() == at::kFloat ? FastKernel<float>(qc.size(2)) != nullptr
+                                                   : FastKernel<uint16_t>(qc.size(2)) != nullptr;
   // With the AVX-512 kernel every row goes through it, prompt chunks too: it
   // beat the matrix products at 128 and at 1024 prompt tokens (docs/cpu_kernels.md).
   const int64_t matmul_min_rows = fast ? std::numeric_limits<int64_t>::max() : kMatmulMinRows;

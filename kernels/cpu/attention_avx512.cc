@@ -22,8 +22,6 @@ constexpr int kMaxHeadsPerPass = 8;
 
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) { return LoadBf16x16(p); }
-inline void Put(float* p, float v) { *p = v; }
-inline void Put(uint16_t* p, float v) { *p = FloatToBf16(v); }
 
 // Pass 3 for heads [g0, g0 + G) and the d-slice [c, c + 16); head g0 + g's
 // sums go to acc_out[g * d + c ...].
@@ -75,8 +73,7 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       const __m512 m = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
       __m512 sum = _mm512_setzero_ps();
       for (int64_t j = 0; j < n; j += 16) {
-        const __mmask16 valid =
-            n - j >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << (n - j)) - 1);
+        const __mmask16 valid = TailMask16(n - j);
         const __m512 e = Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(valid, s + j), m));
         _mm512_mask_storeu_ps(s + j, valid, e);
         sum = _mm512_mask_add_ps(sum, valid, sum, e);
@@ -115,7 +112,7 @@ void Decode(const DecodeAttentionArgs<T>& a) {
     for (int64_t g = g0; g < g0 + heads; ++g) {
       const float inv = 1.0f / denom[g - g0];
       T* o = a.out + g * a.out_head_stride;
-      for (int64_t i = 0; i < d; ++i) Put(o + i, acc[(g - g0) * d + i] * inv);
+      for (int64_t i = 0; i < d; ++i) PutFloat(o + i, acc[(g - g0) * d + i] * inv);
     }
   }
 }

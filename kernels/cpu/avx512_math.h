@@ -55,6 +55,11 @@ inline __m512 Exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// The lanes of a 16-wide block that hold data when `left` elements remain.
+inline __mmask16 TailMask16(int64_t left) {
+  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
+}
+
 // 16 bf16 values (bits) to f32, and back with rounding to nearest even (as
 // c10::BFloat16; NaN stays NaN).
 inline __m512 LoadBf16x16(const uint16_t* p) {

@@ -14,15 +14,11 @@ inline __m512 Silu(__m512 g) {
   return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
 }
 
-inline __mmask16 Tail(int64_t left) {
-  return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
-}
-
 }  // namespace
 
 void SiluMulF32Avx512(const float* g, const float* u, float* o, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = Tail(n - i);
+    const __mmask16 m = TailMask16(n - i);
     const __m512 act = Silu(_mm512_maskz_loadu_ps(m, g + i));
     _mm512_mask_storeu_ps(o + i, m, _mm512_mul_ps(act, _mm512_maskz_loadu_ps(m, u + i)));
   }
@@ -30,7 +26,7 @@ void SiluMulF32Avx512(const float* g, const float* u, float* o, int64_t n) {
 
 void SiluMulBf16Avx512(const uint16_t* g, const uint16_t* u, uint16_t* o, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = Tail(n - i);
+    const __mmask16 m = TailMask16(n - i);
     // The activation rounded to bf16 and widened again, then the product.
     const __m512 act = _mm512_castsi512_ps(
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(Silu(MaskLoadBf16x16(m, g + i)))), 16));
@@ -42,7 +38,7 @@ float LogSumExpAvx512(const float* x, int64_t n) {
   if (n <= 0) return -std::numeric_limits<float>::infinity();
   __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = Tail(n - i);
+    const __mmask16 m = TailMask16(n - i);
     vmax = _mm512_mask_max_ps(vmax, m, vmax, _mm512_maskz_loadu_ps(m, x + i));
   }
   const float mx = _mm512_reduce_max_ps(vmax);
@@ -56,7 +52,7 @@ float LogSumExpAvx512(const float* x, int64_t n) {
       s[j] = _mm512_add_ps(s[j], Exp16(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * j), mv)));
   }
   for (; i < n; i += 16) {
-    const __mmask16 m = Tail(n - i);
+    const __mmask16 m = TailMask16(n - i);
     s[0] = _mm512_mask_add_ps(s[0], m, s[0], Exp16(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), mv)));
   }
   const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));

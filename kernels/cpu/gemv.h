@@ -1,11 +1,12 @@
 // Small-batch matrix-vector products on the CPU, the operation batch-1 and
 // small-batch decode spend their time in:
 //
-//   y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n])        m <= kMaxGemvRows
+//   y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n])
 //
 // w is the weight in PyTorch's nn.Linear layout, f32|bf16[out, in], read
-// row by row, so every weight byte is streamed from memory exactly once per
-// call whatever m is (up to kMaxGemvRows). Products accumulate in f32; a bf16
+// row by row. The AVX-512 kernels stream every weight byte from memory once
+// per call whatever m is (tiles of 8 activation rows reuse the weight rows
+// from L1); the AVX2 and scalar ones once per kMaxGemvRows rows. Products accumulate in f32; a bf16
 // output is rounded once, to nearest even. Torch-free so that each
 // instruction-set variant can be compiled with its own flags (gemv_avx512.cc,
 // gemv_avx2.cc, gemv_scalar.cc) without leaking those instructions into code
@@ -24,6 +25,7 @@
 
 namespace shardlm::kernels {
 
+// Activation rows the AVX2 and scalar kernels take per pass over the weight.
 constexpr int64_t kMaxGemvRows = 8;
 
 // T is float or uint16_t (bf16 bits) for x, w, bias and y alike.

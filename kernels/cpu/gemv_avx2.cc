@@ -22,10 +22,6 @@ inline __m256 Load8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
-inline float Scalar(float v) { return v; }
-inline float Scalar(uint16_t v) { return Bf16ToFloat(v); }
-inline void Put(float* p, float v) { *p = v; }
-inline void Put(uint16_t* p, float v) { *p = FloatToBf16(v); }
 
 template <int M, int R, typename T>
 void Group(const GemvArgs<T>& a, int64_t n, int rows) {
@@ -47,11 +43,11 @@ void Group(const GemvArgs<T>& a, int64_t n, int rows) {
     }
   }
   for (int r = 0; r < rows; ++r) {
-    const float b = a.bias != nullptr ? Scalar(a.bias[n + r]) : 0.0f;
+    const float b = a.bias != nullptr ? ToFloat(a.bias[n + r]) : 0.0f;
     for (int i = 0; i < M; ++i) {
       float s = HorizontalSum(acc[r][i]);
-      for (int64_t kk = k; kk < a.k; ++kk) s += Scalar(a.x[i * a.ldx + kk]) * Scalar(w[r][kk]);
-      Put(a.y + i * a.ldy + n + r, s + b);
+      for (int64_t kk = k; kk < a.k; ++kk) s += ToFloat(a.x[i * a.ldx + kk]) * ToFloat(w[r][kk]);
+      PutFloat(a.y + i * a.ldy + n + r, s + b);
     }
   }
 }

@@ -33,10 +33,10 @@ inline void InRegister(V& v) {
   __asm__("" : "+v"(v));
 }
 
-inline float BiasAt(const float* b, int64_t i) { return b != nullptr ? b[i] : 0.0f; }
-inline float BiasAt(const uint16_t* b, int64_t i) { return b != nullptr ? Bf16ToFloat(b[i]) : 0.0f; }
-inline void Put(float* p, float v) { *p = v; }
-inline void Put(uint16_t* p, float v) { *p = FloatToBf16(v); }
+template <typename T>
+inline float BiasAt(const T* b, int64_t i) {
+  return b != nullptr ? ToFloat(b[i]) : 0.0f;
+}
 
 // Writes the tile's results: y[i * ldy + row[r]] for r < rows, i < M.
 template <int M, int R, typename T>
@@ -46,7 +46,7 @@ inline void Store(__m512 (&acc)[R][kTile], const T* bias, T* y, int64_t ldy, con
     alignas(32) float s[kTile];
     _mm256_store_ps(s, Reduce8(acc[r]));
     const float b = BiasAt(bias, row[r]);
-    for (int i = 0; i < M; ++i) Put(y + i * ldy + row[r], s[i] + b);
+    for (int i = 0; i < M; ++i) PutFloat(y + i * ldy + row[r], s[i] + b);
   }
 }
 

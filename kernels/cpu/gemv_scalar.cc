@@ -7,33 +7,15 @@ namespace internal {
 namespace {
 
 template <typename T>
-float Load(const T* p, int64_t i) {
-  if constexpr (sizeof(T) == 2) {
-    return Bf16ToFloat(p[i]);
-  } else {
-    return p[i];
-  }
-}
-
-template <typename T>
-void Store(T* p, int64_t i, float v) {
-  if constexpr (sizeof(T) == 2) {
-    p[i] = FloatToBf16(v);
-  } else {
-    p[i] = v;
-  }
-}
-
-template <typename T>
 void Gemv(const GemvArgs<T>& a, int64_t n_begin, int64_t n_end) {
   for (int64_t n = n_begin; n < n_end; ++n) {
     const T* w = a.w + n * a.k;
     for (int64_t i = 0; i < a.m; ++i) {
       const T* x = a.x + i * a.ldx;
       float s = 0.0f;
-      for (int64_t k = 0; k < a.k; ++k) s += Load(x, k) * Load(w, k);
-      if (a.bias != nullptr) s += Load(a.bias, n);
-      Store(a.y + i * a.ldy, n, s);
+      for (int64_t k = 0; k < a.k; ++k) s += ToFloat(x[k]) * ToFloat(w[k]);
+      if (a.bias != nullptr) s += ToFloat(a.bias[n]);
+      PutFloat(a.y + i * a.ldy + n, s);
     }
   }
 }

@@ -43,4 +43,11 @@ static inline uint16_t FloatToBf16(float f) {
   return static_cast<uint16_t>((v.u + rounding) >> 16);
 }
 
+// An element of a float or bf16 (uint16_t bits) array as f32, and an f32
+// stored into one (bf16: rounded to nearest even). Same `static` reason.
+static inline float ToFloat(float v) { return v; }
+static inline float ToFloat(uint16_t b) { return Bf16ToFloat(b); }
+static inline void PutFloat(float* p, float v) { *p = v; }
+static inline void PutFloat(uint16_t* p, float v) { *p = FloatToBf16(v); }
+
 }  // namespace shardlm::kernels

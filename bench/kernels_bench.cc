@@ -50,21 +50,25 @@ int Main(int argc, char** argv) {
     const int64_t n = 4 * k;
     const int64_t count = std::max<int64_t>(1, (f.GetInt("mb") << 20) / (4 * n * k));
     std::vector<at::Tensor> ws;
-    for (int64_t i = 0; i < count; ++i) ws.push_back(at::rand({n, k}).sub(0.5).to(dtype));
+    std::vector<kernels::LinearWeight> prepared;  // as the model holds them (packed on AVX-512)
+    for (int64_t i = 0; i < count; ++i) {
+      ws.push_back(at::rand({n, k}).sub(0.5).to(dtype));
+      prepared.push_back(kernels::LinearWeight::Prepare(ws.back().clone()));
+    }
     const double bytes = static_cast<double>(count * n * k * elem);
     for (int32_t m : rows) {
       at::Tensor x = at::rand({m, k}).to(dtype);
-      auto time = [&](auto fn) {
+      auto time = [&](const auto& weights, auto fn) {
         double best = 1e30;
         for (int rep = 0; rep < 5; ++rep) {
           auto t0 = Clock::now();
-          for (const at::Tensor& w : ws) fn(w);
+          for (const auto& w : weights) fn(w);
           best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
         }
         return best;
       };
-      const double mine = time([&](const at::Tensor& w) { kernels::Linear(x, w); });
-      const double aten = time([&](const at::Tensor& w) { at::linear(x, w); });
+      const double mine = time(prepared, [&](const kernels::LinearWeight& w) { kernels::Linear(x, w); });
+      const double aten = time(ws, [&](const at::Tensor& w) { at::linear(x, w); });
       const double floor = bytes / bw;
       std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2fx | %.1f |\n",
                   dtype == at::kFloat ? "f32" : "bf16", m, bytes / 1e6, mine * 1e3, aten * 1e3, floor * 1e3,

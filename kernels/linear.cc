@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <limits>
+#include <string>
 
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/packed.h"
 #include "kernels/step_profile.h"
 
 namespace shardlm::kernels {
@@ -50,7 +52,102 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
 
 at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
+// x @ w^T (+ bias) over a packed weight, in passes of kRowsPerPass rows
+// (each pass's activations stay in L2 while the panels stream by).
+template <typename T, typename Fn>
+void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out) {
+  PackedArgs<T> a;
+  a.x = reinterpret_cast<const T*>(x.data_ptr());
+  a.ldx = x.stride(0);
+  a.w = reinterpret_cast<const T*>(w.storage().data_ptr());
+  a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) : nullptr;
+  a.y = reinterpret_cast<T*>(out.data_ptr());
+  a.ldy = out.stride(0);
+  a.n = w.out_features();
+  a.k = w.in_features();
+  const int64_t panels = (a.n + kPanelRows - 1) / kPanelRows;
+  const int64_t panel_bytes = kPanelRows * a.k * static_cast<int64_t>(sizeof(T));
+  const int64_t grain = std::max<int64_t>(1, (int64_t{256} << 10) / panel_bytes);  // as RowsPerTask
+  for (int64_t i0 = 0; i0 < x.size(0); i0 += kRowsPerPass) {
+    PackedArgs<T> pass = a;
+    pass.x = a.x + i0 * a.ldx;
+    pass.y = a.y + i0 * a.ldy;
+    pass.m = std::min(kRowsPerPass, x.size(0) - i0);
+    at::parallel_for(0, panels, grain, [&](int64_t b, int64_t e) { fn(pass, b, e); });
+  }
+}
+
+template <typename T>
+at::Tensor PackTensor(const at::Tensor& w) {
+  at::Tensor packed = at::empty({PackedElements<T>(w.size(0), w.size(1))}, w.options());
+  PackWeight<T>(reinterpret_cast<const T*>(w.data_ptr()), w.size(0), w.size(1),
+                reinterpret_cast<T*>(packed.data_ptr()));
+  return packed;
+}
+
+template <typename T>
+at::Tensor UnpackTensor(const at::Tensor& packed, int64_t n, int64_t k, const at::Tensor& index) {
+  at::Tensor idx = index.to(at::kLong).contiguous();
+  at::Tensor out = at::empty({idx.numel(), k}, packed.options());
+  UnpackRows<T>(reinterpret_cast<const T*>(packed.data_ptr()), n, k, idx.data_ptr<int64_t>(), idx.numel(),
+                reinterpret_cast<T*>(out.data_ptr()));
+  return out;
+}
+
+bool PackingWanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("SHARDLM_PACK_WEIGHTS");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return wanted;
+}
+
 }  // namespace
+
+LinearWeight LinearWeight::Prepare(at::Tensor w) {
+  TORCH_CHECK(w.dim() == 2, "LinearWeight: the weight must be 2-D, got ", w.sizes());
+  LinearWeight lw;
+  lw.out_ = w.size(0);
+  lw.in_ = w.size(1);
+  const bool pack = w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
+                    (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
+  if (!pack) {
+    lw.data_ = std::move(w);
+    return lw;
+  }
+  w = w.contiguous();
+  lw.data_ = w.scalar_type() == at::kFloat ? PackTensor<float>(w) : PackTensor<uint16_t>(w);
+  lw.packed_ = true;
+  return lw;
+}
+
+at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
+  if (!packed_) return data_.index_select(0, index.clamp(0, out_ - 1));
+  return dtype() == at::kFloat ? UnpackTensor<float>(data_, out_, in_, index)
+                               : UnpackTensor<uint16_t>(data_, out_, in_, index);
+}
+
+at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  if (!w.packed()) return Linear(x_in, w.plain(), bias_in);
+  StepPartTimer timer(StepPart::kProjections);
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
+              w.out_features(), ", ", w.in_features(), "] do not match");
+  const at::ScalarType dtype = w.dtype();
+  at::Tensor x = x_in.scalar_type() == dtype ? x_in : x_in.to(dtype);
+  if (x.stride(1) != 1) x = x.contiguous();
+  at::Tensor bias = bias_in;
+  if (bias.defined() && (bias.scalar_type() != dtype || !bias.is_contiguous()))
+    bias = bias.to(dtype).contiguous();
+  at::Tensor out = at::empty({x.size(0), w.out_features()}, x.options());
+  if (x.size(0) == 0) return out;
+  const Isa isa = ActiveIsa();
+  if (dtype == at::kFloat) {
+    RunPacked<float>(PackedF32(isa), x, w, bias, out);
+  } else {
+    RunPacked<uint16_t>(PackedBf16(isa), x, w, bias, out);
+  }
+  return out;
+}
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
   StepPartTimer timer(StepPart::kProjections);

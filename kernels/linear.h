@@ -13,6 +13,14 @@
 // (f32) and 4 (bf16). The cut-overs are where GEMM wins (docs/cpu_kernels.md).
 //
 //   at::Tensor y = kernels::Linear(h, layer.qkv, layer.qkv_bias);
+//
+// A model's weights are prepared once at load (LinearWeight::Prepare): on a
+// CPU with the AVX-512 kernels they are repacked into the panels of
+// cpu/packed.h, which every number of rows then goes through (the weight
+// streams once per call; docs/cpu_kernels.md, "Packed weights").
+//
+//   layer.qkv = kernels::LinearWeight::Prepare(at::cat({q, k, v}, 0));
+//   at::Tensor y = kernels::Linear(h, layer.qkv, layer.qkv_bias);
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -26,5 +34,38 @@ namespace shardlm::kernels {
 int64_t GemvMaxRows(at::ScalarType dtype);
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = at::Tensor());
+
+// A projection's weight, dtype[out, in], in the layout Linear reads fastest.
+class LinearWeight {
+ public:
+  LinearWeight() = default;
+
+  // Packs an f32 or bf16 CPU weight when the active ISA is AVX-512 (and
+  // SHARDLM_PACK_WEIGHTS is not 0); otherwise keeps `w` as it is. The
+  // unpacked tensor is released.
+  static LinearWeight Prepare(at::Tensor w);
+
+  bool defined() const { return data_.defined(); }
+  bool packed() const { return packed_; }
+  int64_t out_features() const { return out_; }
+  int64_t in_features() const { return in_; }
+  at::ScalarType dtype() const { return data_.scalar_type(); }
+  // Bytes held (a packed weight's padding included): what a product streams.
+  int64_t nbytes() const { return defined() ? static_cast<int64_t>(data_.nbytes()) : 0; }
+  // The unpacked weight; undefined when packed.
+  at::Tensor plain() const { return packed_ ? at::Tensor() : data_; }
+  const at::Tensor& storage() const { return data_; }
+
+  // Rows of the weight, dtype[index.size(0), in] (an embedding lookup from a
+  // tied LM head). Indices are clamped to [0, out).
+  at::Tensor Rows(const at::Tensor& index) const;
+
+ private:
+  at::Tensor data_;
+  bool packed_ = false;
+  int64_t out_ = 0, in_ = 0;
+};
+
+at::Tensor Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias = at::Tensor());
 
 }  // namespace shardlm::kernels

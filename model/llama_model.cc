@@ -50,12 +50,17 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   auto load = [&](const std::string& name, std::vector<int64_t> shape) {
     return LoadShard(ckpt, plan, name, shape, dtype);
   };
-  SHARDLM_ASSIGN_OR_RETURN(m->embed_, load("model.embed_tokens.weight", {V, H}));
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor embed, load("model.embed_tokens.weight", {V, H}));
   SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, load("model.norm.weight", {H}));
+  // The projections are prepared for kernels::Linear (packed on AVX-512).
+  // A tied embedding is looked up in the LM head's weight, so it is held once.
+  auto prepare = [](at::Tensor w) { return kernels::LinearWeight::Prepare(std::move(w)); };
   if (cfg.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-    m->lm_head_ = m->embed_;
+    m->lm_head_ = prepare(std::move(embed));
   } else {
-    SHARDLM_ASSIGN_OR_RETURN(m->lm_head_, load("lm_head.weight", {V, H}));
+    m->embed_ = std::move(embed);
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor head, load("lm_head.weight", {V, H}));
+    m->lm_head_ = prepare(std::move(head));
   }
   absl::Status st = CatchTorchErrors("loading layers", [&]() -> absl::Status {
     for (int64_t i = 0; i < cfg.num_layers; ++i) {
@@ -66,7 +71,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor q, load(p + "self_attn.q_proj.weight", {q_out, H}));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor k, load(p + "self_attn.k_proj.weight", {kv_out, H}));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor v, load(p + "self_attn.v_proj.weight", {kv_out, H}));
-      L.qkv = at::cat({q, k, v}, 0);  // one matmul instead of three
+      L.qkv = prepare(at::cat({q, k, v}, 0));  // one matmul instead of three
       if (cfg.attention_bias) {
         SHARDLM_ASSIGN_OR_RETURN(at::Tensor qb, load(p + "self_attn.q_proj.bias", {q_out}));
         SHARDLM_ASSIGN_OR_RETURN(at::Tensor kb, load(p + "self_attn.k_proj.bias", {kv_out}));
@@ -77,11 +82,13 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
         SHARDLM_ASSIGN_OR_RETURN(L.q_norm, load(p + "self_attn.q_norm.weight", {d}));
         SHARDLM_ASSIGN_OR_RETURN(L.k_norm, load(p + "self_attn.k_norm.weight", {d}));
       }
-      SHARDLM_ASSIGN_OR_RETURN(L.o, load(p + "self_attn.o_proj.weight", {H, q_out}));
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor o, load(p + "self_attn.o_proj.weight", {H, q_out}));
+      L.o = prepare(std::move(o));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor gate, load(p + "mlp.gate_proj.weight", {I, H}));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor up, load(p + "mlp.up_proj.weight", {I, H}));
-      L.gate_up = at::cat({gate, up}, 0);
-      SHARDLM_ASSIGN_OR_RETURN(L.down, load(p + "mlp.down_proj.weight", {H, I}));
+      L.gate_up = prepare(at::cat({gate, up}, 0));
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor down, load(p + "mlp.down_proj.weight", {H, I}));
+      L.down = prepare(std::move(down));
       m->layers_.push_back(std::move(L));
     }
     std::vector<float> inv = RotaryInverseFrequencies(cfg);
@@ -89,13 +96,13 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);
-  int64_t bytes = m->embed_.nbytes() + m->final_norm_.nbytes();
-  if (!m->lm_head_.is_same(m->embed_)) bytes += m->lm_head_.nbytes();
+  int64_t bytes =
+      (m->embed_.defined() ? m->embed_.nbytes() : 0) + m->final_norm_.nbytes() + m->lm_head_.nbytes();
   for (const Layer& L : m->layers_) {
-    for (const at::Tensor* t : {&L.input_norm, &L.qkv, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.o, &L.post_norm,
-                                &L.gate_up, &L.down}) {
+    for (const at::Tensor* t : {&L.input_norm, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.post_norm}) {
       if (t->defined()) bytes += t->nbytes();
     }
+    bytes += L.qkv.nbytes() + L.o.nbytes() + L.gate_up.nbytes() + L.down.nbytes();
   }
   m->weight_bytes_ = bytes;
   return m;
@@ -118,7 +125,8 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   const int64_t start = plan_.rank().rank * per_rank;
   at::Tensor local = ids - start;
   at::Tensor mine = (local >= 0).logical_and(local < per_rank);
-  at::Tensor rows = embed_.index_select(0, local.clamp(0, per_rank - 1));
+  at::Tensor rows = embed_.defined() ? embed_.index_select(0, local.clamp(0, per_rank - 1))
+                                     : lm_head_.Rows(local.clamp(0, per_rank - 1));
   if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   // rows: dtype[tokens, hidden] {tp unreduced}
   return comm_->ReduceScatter(rows, 1);

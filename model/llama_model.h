@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "kernels/linear.h"
 #include "kv/kv_pool.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
@@ -48,14 +49,14 @@ class LlamaModel {
 
  private:
   struct Layer {
-    at::Tensor input_norm;      // dtype[hidden]
-    at::Tensor qkv;             // dtype[(heads.tp + 2 kv_heads.tp) * head_dim, hidden]
-    at::Tensor qkv_bias;        // dtype[(heads.tp + 2 kv_heads.tp) * head_dim] or undefined
-    at::Tensor q_norm, k_norm;  // dtype[head_dim] or undefined
-    at::Tensor o;               // dtype[hidden, heads.tp * head_dim]
-    at::Tensor post_norm;       // dtype[hidden]
-    at::Tensor gate_up;         // dtype[2 * intermediate.tp, hidden]
-    at::Tensor down;            // dtype[hidden, intermediate.tp]
+    at::Tensor input_norm;          // dtype[hidden]
+    kernels::LinearWeight qkv;      // dtype[(heads.tp + 2 kv_heads.tp) * head_dim, hidden]
+    at::Tensor qkv_bias;            // dtype[(heads.tp + 2 kv_heads.tp) * head_dim] or undefined
+    at::Tensor q_norm, k_norm;      // dtype[head_dim] or undefined
+    kernels::LinearWeight o;        // dtype[hidden, heads.tp * head_dim]
+    at::Tensor post_norm;           // dtype[hidden]
+    kernels::LinearWeight gate_up;  // dtype[2 * intermediate.tp, hidden]
+    kernels::LinearWeight down;     // dtype[hidden, intermediate.tp]
   };
 
   LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm)
@@ -67,8 +68,8 @@ class LlamaModel {
   ShardPlan plan_;
   at::ScalarType dtype_;
   Communicator* comm_;
-  at::Tensor embed_;    // dtype[vocab.tp, hidden]
-  at::Tensor lm_head_;  // dtype[vocab.tp, hidden]
+  at::Tensor embed_;               // dtype[vocab.tp, hidden]; undefined when tied to lm_head_
+  kernels::LinearWeight lm_head_;  // dtype[vocab.tp, hidden]
   at::Tensor final_norm_;
   at::Tensor inv_freq_;  // f32[head_dim / 2]
   std::vector<Layer> layers_;

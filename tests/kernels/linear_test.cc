@@ -105,6 +105,95 @@ INSTANTIATE_TEST_SUITE_P(Variants, GemvTest,
                          ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
                                             ::testing::Values(at::kFloat, at::kBFloat16)));
 
+// Weights packed into panels (cpu/packed.h): every tile shape (1-4 rows span
+// several panels, up to 8 one panel, more go through in blocks of k), panel
+// tails (n not a multiple of 48), odd k (bf16's half-padded last pair), k over
+// several blocks, bias and strided activations, through the AVX-512 kernel
+// and the portable one, against ATen in double precision.
+class PackedTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(PackedTest, MatchesAtenLinear) {
+  const auto [isa, dtype] = GetParam();
+  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  for (int64_t n : {1, 47, 97, 200}) {
+    for (int64_t k : {1, 37, 300}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 260}) {
+        const bool with_bias = (m + n) % 2 == 1;
+        at::manual_seed(m * 7919 + n * 31 + k);
+        at::Tensor wide = at::randn({m, k + 3}).to(dtype);
+        at::Tensor x = wide.narrow(1, 1, k);  // a row stride of k + 3
+        at::Tensor w = at::randn({n, k}).to(dtype);
+        at::Tensor bias = with_bias ? at::randn({n}).to(dtype) : at::Tensor();
+        at::Tensor want =
+            at::linear(x.to(at::kDouble), w.to(at::kDouble), with_bias ? bias.to(at::kDouble) : at::Tensor());
+        LinearWeight packed = LinearWeight::Prepare(w.clone());
+        ASSERT_TRUE(packed.packed());
+        ASSERT_EQ(packed.out_features(), n);
+        ASSERT_EQ(packed.in_features(), k);
+        at::Tensor got;
+        {
+          IsaGuard guard(isa);
+          got = Linear(x, packed, bias);
+        }
+        ASSERT_EQ(got.scalar_type(), dtype);
+        ASSERT_EQ(got.sizes(), want.sizes());
+        // f32: accumulation error; bf16: the output's rounding (half an
+        // ulp, 2^-9 relative) plus the accumulation's.
+        at::Tensor excess =
+            (got.to(at::kDouble) - want).abs() -
+            (dtype == at::kFloat ? at::full_like(want, 1e-4) : want.abs() * (1.0 / 256) + 1e-3);
+        EXPECT_LE(excess.max().item<double>(), 0.0)
+            << IsaName(isa) << " m=" << m << " n=" << n << " k=" << k << " bias " << with_bias;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, PackedTest,
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx512),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+
+// A row's result does not depend on the rows batched with it (each output
+// sums in k order in every tile shape), so a sequence decodes the same alone
+// or in a batch of any size.
+TEST(PackedTest, RowResultsDoNotDependOnTheBatch) {
+  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(5);
+    const int64_t k = 301, n = 150;
+    at::Tensor x = at::randn({300, k}).to(dtype);
+    LinearWeight w = LinearWeight::Prepare(at::randn({n, k}).to(dtype));
+    at::Tensor all = Linear(x, w);
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 40, 300}) {
+      at::Tensor part = Linear(x.narrow(0, 0, m), w);
+      EXPECT_TRUE(at::equal(part, all.narrow(0, 0, m))) << "m=" << m << " " << dtype;
+      at::Tensor one = Linear(x.narrow(0, m - 1, 1), w);
+      EXPECT_TRUE(at::equal(one, all.narrow(0, m - 1, 1))) << "row " << m - 1 << " " << dtype;
+    }
+  }
+}
+
+// Rows() reads the original rows back out of the packed layout (the tied
+// embedding's lookup); without AVX-512 (or with SHARDLM_CPU_ISA below it)
+// weights stay as loaded.
+TEST(PackedTest, RowsAndUnpackedFallback) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    at::manual_seed(9);
+    at::Tensor w = at::randn({97, 37}).to(dtype);
+    at::Tensor index = at::tensor({0, 96, 48, 47, 5, 5}, at::kLong);
+    LinearWeight lw = LinearWeight::Prepare(w.clone());
+    EXPECT_EQ(lw.packed(), DetectedIsa() == Isa::kAvx512);
+    EXPECT_TRUE(at::equal(lw.Rows(index), w.index_select(0, index))) << dtype;
+    IsaGuard guard(Isa::kAvx2);
+    LinearWeight plain = LinearWeight::Prepare(w.clone());
+    EXPECT_FALSE(plain.packed());
+    EXPECT_TRUE(at::equal(plain.plain(), w));
+    EXPECT_TRUE(at::equal(plain.Rows(index), w.index_select(0, index)));
+    at::Tensor x = at::randn({3, 37}).to(dtype);
+    EXPECT_TRUE(at::equal(Linear(x, plain), Linear(x, w)));
+  }
+}
+
 TEST(FusedTest, RmsNormMatchesHuggingFaceFormula) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     at::Tensor x = at::randn({5, 64}).to(dtype), w = at::randn({64}).to(dtype);

@@ -1,0 +1,71 @@
+// Projections over a weight repacked into output panels, the layout the
+// AVX-512 kernels stream fastest (docs/cpu_kernels.md, "Packed weights"):
+//
+//   y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n])
+//
+// w dtype[n, k] (nn.Linear's layout) becomes ceil(n / 48) panels of 48 output
+// rows each; inside a panel the 48 weights of one k (f32), or of one pair of
+// k (bf16, the pair adjacent as VDPBF16PS reads them), are contiguous:
+//
+//   f32   panel p, (k, j)  at  (p * k_len + k) * 48 + j
+//   bf16  panel p, (k, j)  at  (p * pairs + k / 2) * 96 + 2 * j + k % 2,   pairs = ceil(k_len / 2)
+//
+// Rows past n and the odd k of the last bf16 pair are zero. A thread's share
+// of panels is then one sequential stream, and each weight vector loaded
+// meets up to 8 activation rows held as broadcasts, with the 48 x 8 outputs
+// in registers: no horizontal sums, and the hardware prefetchers see one
+// stream. Each output sums its products in k order whatever m is, so a row's
+// result does not depend on the rows batched with it.
+//
+// Torch-free, like gemv.h, so that the AVX-512 variant has its own flags.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/isa.h"
+
+namespace shardlm::kernels {
+
+constexpr int64_t kPanelRows = 48;  // output rows per panel
+
+// Elements of the packed form of a [n, k] weight of T (float or uint16_t bf16 bits).
+template <typename T>
+int64_t PackedElements(int64_t n, int64_t k);
+
+// Writes w[n, k] in the packed layout into `out` (PackedElements(n, k) elements).
+template <typename T>
+void PackWeight(const T* w, int64_t n, int64_t k, T* out);
+
+// Copies rows `rows[0..count)` of the original [n, k] weight out of its packed
+// form into out[count, k] (an embedding lookup from a tied LM head).
+template <typename T>
+void UnpackRows(const T* packed, int64_t n, int64_t k, const int64_t* rows, int64_t count, T* out);
+
+template <typename T>
+struct PackedArgs {
+  const T* x;  // T[m, ldx]
+  int64_t ldx;
+  const T* w;     // packed weight
+  const T* bias;  // T[n] or nullptr
+  T* y;           // T[m, ldy]
+  int64_t ldy;
+  int64_t m, n, k;
+};
+
+// Computes the outputs of panels [p_begin, p_end) for all m rows.
+using PackedF32Fn = void (*)(const PackedArgs<float>&, int64_t p_begin, int64_t p_end);
+using PackedBf16Fn = void (*)(const PackedArgs<uint16_t>&, int64_t p_begin, int64_t p_end);
+
+// The kernels per instruction set: AVX-512, else a portable loop (correct at
+// any ISA, kept for weights packed before the ISA was capped in tests).
+PackedF32Fn PackedF32(Isa isa);
+PackedBf16Fn PackedBf16(Isa isa);
+
+namespace internal {
+void PackedF32Scalar(const PackedArgs<float>&, int64_t, int64_t);
+void PackedBf16Scalar(const PackedArgs<uint16_t>&, int64_t, int64_t);
+void PackedF32Avx512(const PackedArgs<float>&, int64_t, int64_t);
+void PackedBf16Avx512(const PackedArgs<uint16_t>&, int64_t, int64_t);
+}  // namespace internal
+
+}  // namespace shardlm::kernels

@@ -1,0 +1,230 @@
+// AVX-512 products over packed weights (cpu/packed.h; compiled with
+// -mavx512f -mavx512bw -mavx512vl -mavx512bf16, called only when cpu/isa.cc
+// found them).
+//
+// A tile is one panel (48 outputs, three vectors) x up to 8 activation rows:
+// 24 accumulators. Each step loads the panel's three weight vectors for one k
+// (f32) or one k pair (bf16) and multiplies them into a broadcast of each
+// row's activation (FMA for f32, VDPBF16PS for bf16 pairs). Up to 8 rows the
+// whole k range runs in registers and the weights stream once. More rows go
+// through in blocks of 128 steps (24 KB of panel, which stays in L1 for every
+// tile of 8 rows), the accumulators parked in a per-thread f32 buffer between
+// blocks; each output still sums in k order.
+#include <vector>
+
+#include "kernels/cpu/avx512_math.h"
+#include "kernels/cpu/packed.h"
+
+namespace shardlm::kernels::internal {
+namespace {
+
+constexpr int kVectors = kPanelRows / 16;  // accumulators per activation row
+constexpr int kTileRows = 8;
+constexpr int64_t kBlockSteps = 128;  // steps per block when m > kTileRows
+#ifndef SHARDLM_PACKED_PREFETCH
+#define SHARDLM_PACKED_PREFETCH 16384
+#endif
+// Bytes of panel a tile prefetches into L1 ahead of its loads, split among
+// its panels: far enough that each core keeps enough lines in flight while
+// the multiplies run. 512 bytes ahead halved the batch-8 f32 rate; 4-16 KB
+// were within noise of each other at 1 to 8 rows (docs/cpu_kernels.md).
+constexpr int kPrefetchBytes = SHARDLM_PACKED_PREFETCH;
+
+// One tile's work: rows [0, M) of x against steps [s0, s1) of Q adjacent
+// panels.
+template <typename T>
+struct Tile {
+  const T* w;     // the first panel
+  int64_t panel;  // elements per panel
+  const T* x;     // first activation row of the tile
+  int64_t ldx, k;
+  int64_t s0, s1;
+  const float* park_in;  // accumulators to resume from ([M][48], Q = 1), or nullptr to start at 0
+  float* park_out;       // where to park them, or nullptr when s1 is the last step
+  const T* bias;         // bias + n0, or nullptr
+  T* y;                  // y + i0 * ldy + n0
+  int64_t ldy;
+  int64_t valid;  // outputs from n0 on that exist
+};
+
+inline __m512 Broadcast(const float* x, int64_t s, int64_t) { return _mm512_set1_ps(x[s]); }
+
+// The bf16 pair (x[2s], x[2s + 1]) in every 32-bit lane; past an odd k the
+// second is 0, as in the packed weight.
+inline __m512bh Broadcast(const uint16_t* x, int64_t s, int64_t k) {
+  uint32_t pair = x[2 * s];
+  if (2 * s + 1 < k) pair |= static_cast<uint32_t>(x[2 * s + 1]) << 16;
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+}
+inline __m512bh BroadcastFull(const uint16_t* x, int64_t s) {
+  uint32_t pair;
+  __builtin_memcpy(&pair, x + 2 * s, sizeof(pair));
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+}
+inline __m512 BroadcastFull(const float* x, int64_t s) { return _mm512_set1_ps(x[s]); }
+
+inline __m512 LoadW(const float* p) { return _mm512_load_ps(p); }
+inline __m512bh LoadW(const uint16_t* p) { return (__m512bh)_mm512_load_si512(p); }
+inline __m512 Mac(__m512 acc, __m512 w, __m512 x) { return _mm512_fmadd_ps(w, x, acc); }
+inline __m512 Mac(__m512 acc, __m512bh w, __m512bh x) { return _mm512_dpbf16_ps(acc, w, x); }
+
+inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
+inline void MaskStore(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+inline void MaskStore(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(v)); }
+
+// Keeps a loaded vector in a register (otherwise GCC folds the load into
+// each multiply that uses it, and the load ports bound the loop).
+template <typename V>
+inline void InRegister(V& v) {
+  __asm__("" : "+v"(v));
+}
+
+template <typename T, int M, int Q, bool kPrefetch>
+void RunTile(const Tile<T>& t) {
+  constexpr int64_t g = sizeof(T) == 2 ? 2 : 1;  // k per step
+  constexpr int64_t step = kPanelRows * g;       // elements per step
+  constexpr int U = Q * kVectors;                // weight vectors per step
+  using W = decltype(LoadW(t.w));
+  __m512 acc[M][U];
+#pragma GCC unroll 8
+  for (int i = 0; i < M; ++i) {
+#pragma GCC unroll 12
+    for (int u = 0; u < U; ++u) {
+      acc[i][u] =
+          t.park_in != nullptr ? _mm512_loadu_ps(t.park_in + i * kPanelRows + 16 * u) : _mm512_setzero_ps();
+    }
+  }
+  const T* wq[Q];
+  for (int q = 0; q < Q; ++q) wq[q] = t.w + q * t.panel + t.s0 * step;
+  // bf16 with an odd k: the last pair is half padding, broadcast separately.
+  const int64_t full = g == 2 && t.s1 * 2 > t.k ? t.s1 - 1 : t.s1;
+  for (int64_t s = t.s0; s < full; ++s) {
+    W wv[U];
+#pragma GCC unroll 12
+    for (int u = 0; u < U; ++u) {
+      const T* p = wq[u / kVectors] + (u % kVectors) * 16 * g;
+      if (kPrefetch) _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes / Q, _MM_HINT_T0);
+      wv[u] = LoadW(p);
+      InRegister(wv[u]);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < M; ++i) {
+      const auto xv = BroadcastFull(t.x + i * t.ldx, s);
+#pragma GCC unroll 12
+      for (int u = 0; u < U; ++u) acc[i][u] = Mac(acc[i][u], wv[u], xv);
+    }
+#pragma GCC unroll 4
+    for (int q = 0; q < Q; ++q) wq[q] += step;
+  }
+  if (full < t.s1) {
+    W wv[U];
+    for (int u = 0; u < U; ++u) wv[u] = LoadW(wq[u / kVectors] + (u % kVectors) * 16 * g);
+    for (int i = 0; i < M; ++i) {
+      const auto xv = Broadcast(t.x + i * t.ldx, full, t.k);
+      for (int u = 0; u < U; ++u) acc[i][u] = Mac(acc[i][u], wv[u], xv);
+    }
+  }
+  if (t.park_out != nullptr) {
+    for (int i = 0; i < M; ++i) {
+      for (int u = 0; u < U; ++u) _mm512_storeu_ps(t.park_out + i * kPanelRows + 16 * u, acc[i][u]);
+    }
+    return;
+  }
+  for (int u = 0; u < U; ++u) {
+    const int64_t left = t.valid - 16 * u;
+    if (left <= 0) break;
+    const __mmask16 mask = TailMask16(left);
+    const __m512 b = t.bias != nullptr ? MaskLoad(mask, t.bias + 16 * u) : _mm512_setzero_ps();
+    for (int i = 0; i < M; ++i) MaskStore(t.y + i * t.ldy + 16 * u, mask, _mm512_add_ps(acc[i][u], b));
+  }
+}
+
+template <typename T>
+using TileFn = void (*)(const Tile<T>&);
+
+// One panel per tile, [prefetch][rows - 1].
+template <typename T>
+constexpr TileFn<T> kTiles[2][kTileRows] = {
+    {RunTile<T, 1, 1, false>, RunTile<T, 2, 1, false>, RunTile<T, 3, 1, false>, RunTile<T, 4, 1, false>,
+     RunTile<T, 5, 1, false>, RunTile<T, 6, 1, false>, RunTile<T, 7, 1, false>, RunTile<T, 8, 1, false>},
+    {RunTile<T, 1, 1, true>, RunTile<T, 2, 1, true>, RunTile<T, 3, 1, true>, RunTile<T, 4, 1, true>,
+     RunTile<T, 5, 1, true>, RunTile<T, 6, 1, true>, RunTile<T, 7, 1, true>, RunTile<T, 8, 1, true>}};
+
+// Up to 4 rows, tiles span several panels, so that a step has at least 6
+// independent accumulator chains to hide the multiply's latency behind and
+// the thread streams several panels at once: [rows - 1] -> (tile, panels).
+template <typename T>
+struct WideTile {
+  TileFn<T> fn;
+  int panels;
+};
+template <typename T>
+constexpr WideTile<T> kWideTiles[4] = {{RunTile<T, 1, 4, true>, 4},
+                                       {RunTile<T, 2, 3, true>, 3},
+                                       {RunTile<T, 3, 2, true>, 2},
+                                       {RunTile<T, 4, 2, true>, 2}};
+
+template <typename T>
+void Panels(const PackedArgs<T>& a, int64_t p_begin, int64_t p_end) {
+  const int64_t steps = sizeof(T) == 2 ? (a.k + 1) / 2 : a.k;
+  Tile<T> t;
+  t.panel = steps * kPanelRows * (sizeof(T) == 2 ? 2 : 1);
+  t.ldx = a.ldx;
+  t.k = a.k;
+  t.ldy = a.ldy;
+  auto at_panel = [&](int64_t p) {
+    const int64_t n0 = p * kPanelRows;
+    t.w = a.w + p * t.panel;
+    t.bias = a.bias != nullptr ? a.bias + n0 : nullptr;
+    t.valid = a.n - n0;
+    return n0;
+  };
+  if (a.m <= kTileRows) {
+    // The whole k range in registers, each panel streamed once.
+    t.x = a.x;
+    t.s0 = 0;
+    t.s1 = steps;
+    t.park_in = nullptr;
+    t.park_out = nullptr;
+    int64_t p = p_begin;
+    if (a.m <= 4) {
+      const WideTile<T> wide = kWideTiles<T>[a.m - 1];
+      for (; p + wide.panels <= p_end; p += wide.panels) {
+        t.y = a.y + at_panel(p);
+        wide.fn(t);
+      }
+    }
+    for (; p < p_end; ++p) {
+      t.y = a.y + at_panel(p);
+      kTiles<T>[1][a.m - 1](t);
+    }
+    return;
+  }
+  // More rows: blocks of steps, each met by every tile of 8 rows while it is
+  // in L1; the accumulators wait in `park` between blocks.
+  thread_local std::vector<float> park;
+  if (static_cast<int64_t>(park.size()) < a.m * kPanelRows) park.resize(a.m * kPanelRows);
+  for (int64_t p = p_begin; p < p_end; ++p) {
+    const int64_t n0 = at_panel(p);
+    for (int64_t s0 = 0; s0 < steps; s0 += kBlockSteps) {
+      t.s0 = s0;
+      t.s1 = s0 + kBlockSteps < steps ? s0 + kBlockSteps : steps;
+      for (int64_t i0 = 0; i0 < a.m; i0 += kTileRows) {
+        const int64_t rows = a.m - i0 < kTileRows ? a.m - i0 : kTileRows;
+        t.x = a.x + i0 * a.ldx;
+        t.y = a.y + i0 * a.ldy + n0;
+        t.park_in = s0 > 0 ? park.data() + i0 * kPanelRows : nullptr;
+        t.park_out = t.s1 < steps ? park.data() + i0 * kPanelRows : nullptr;
+        kTiles<T>[i0 == 0][rows - 1](t);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void PackedF32Avx512(const PackedArgs<float>& a, int64_t b, int64_t e) { Panels(a, b, e); }
+void PackedBf16Avx512(const PackedArgs<uint16_t>& a, int64_t b, int64_t e) { Panels(a, b, e); }
+
+}  // namespace shardlm::kernels::internal

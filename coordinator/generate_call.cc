@@ -65,8 +65,10 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
 
   void Begin(const pb::GenerateRequest& req) {
     std::lock_guard<std::mutex> lock(mu_);
+    const grpc::Status unparsed = TakeParseError(&req);  // always taken, so none is left behind
     std::string owner;
     grpc::Status st = service_->Admit(*ctx_, &owner);
+    if (st.ok()) st = unparsed;
     if (!st.ok()) return FinishCall(st);
     session_ = std::make_unique<GenerateSession>(service_, owner, &call_);
     std::weak_ptr<GenerateReactor> weak = self_;

@@ -109,92 +109,30 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
   return std::vector<int32_t>();
 }
 
-absl::StatusOr<std::vector<GenerateResult>> InferenceService::RunAll(
-    std::vector<GenerateRequest> requests, const std::string& owner,
-    const std::function<absl::Status()>& gone) {
-  struct Waiter {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::vector<std::optional<GenerateResult>> results;
-    size_t done = 0;
-  };
-  auto w = std::make_shared<Waiter>();
-  w->results.resize(requests.size());
-  absl::Status failure;
-  std::vector<int64_t> ids;
-  for (size_t i = 0; i < requests.size() && failure.ok(); ++i) {
-    auto id = loop_->Submit(std::move(requests[i]), [w, i](GenerateResult r) {
-      std::lock_guard<std::mutex> lock(w->mu);
-      w->results[i] = std::move(r);
-      ++w->done;
-      w->cv.notify_all();
-    });
-    if (!id.ok()) {
-      failure = absl::Status(
-          id.status().code(),
-          absl::StrCat(requests.size() > 1 ? absl::StrCat("chunks[", i, "]: ") : "", id.status().message()));
-      break;
-    }
-    ids.push_back(*id);
-  }
-  const size_t submitted = ids.size();
-  if (!failure.ok()) {
-    for (int64_t id : ids) loop_->Cancel(id);  // the rest would be thrown away
-  }
-  // Wait in slices, checking that the client is still there: a client that
-  // left (or whose deadline passed) cancels its requests, which end within a step.
-  std::unique_lock<std::mutex> lock(w->mu);
-  bool cancelled = false;
-  while (!w->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return w->done == submitted; })) {
-    if (cancelled) continue;
-    absl::Status left = gone();
-    if (left.ok()) continue;
-    cancelled = true;
-    if (failure.ok()) failure = left;
-    lock.unlock();
-    for (int64_t id : ids) loop_->Cancel(id);
-    lock.lock();
-  }
-  std::vector<GenerateResult> out;
-  for (size_t i = 0; i < submitted; ++i) {
-    if (failure.ok() && !w->results[i]->status.ok()) failure = w->results[i]->status;
-    out.push_back(std::move(*w->results[i]));
-  }
-  if (!failure.ok()) {
-    for (const GenerateResult& r : out) {
-      if (!r.handle.empty()) loop_->ReleaseHandle(r.handle, owner).IgnoreError();
-    }
-    return failure;
-  }
-  return out;
-}
-
-grpc::Status InferenceService::PrefillImpl(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
-                                           pb::PrefillResponse* resp, CallRecord& call) {
-  std::string owner;
-  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
-  const int chunks = req->chunks_size();
+grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, const std::string& owner,
+                                              CallRecord& call,
+                                              std::vector<GenerateRequest>* requests) const {
+  const int chunks = req.chunks_size();
   if (chunks < 1 || chunks > kMaxPrefillChunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("chunks must hold 1 to ", kMaxPrefillChunks, " chunks, got ", chunks)));
   }
-  const int prefixes = req->prefix_handles_size();
+  const int prefixes = req.prefix_handles_size();
   if (prefixes != 0 && prefixes != 1 && prefixes != chunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("prefix_handles must be empty, one handle for every chunk, or one per chunk (", chunks,
                      "); got ", prefixes)));
   }
-  if (req->top_k() < 0 || req->top_k() > 20) {
+  if (req.top_k() < 0 || req.top_k() > 20) {
     return ToGrpcStatus(
-        absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req->top_k())));
+        absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req.top_k())));
   }
-  std::vector<GenerateRequest> requests;
   for (int i = 0; i < chunks; ++i) {
     GenerateRequest r;
     r.owner = owner;
     r.request_id = call.id();
-    if (prefixes > 0) r.prefix_handle = req->prefix_handles(prefixes == 1 ? 0 : i);
-    auto ids = PromptIds(req->chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
+    if (prefixes > 0) r.prefix_handle = req.prefix_handles(prefixes == 1 ? 0 : i);
+    auto ids = PromptIds(req.chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
     if (!ids.ok()) return ToGrpcStatus(ids.status());
     if (ids->empty()) {
       return ToGrpcStatus(
@@ -203,34 +141,24 @@ grpc::Status InferenceService::PrefillImpl(grpc::ServerContext* ctx, const pb::P
     r.prompt = std::move(*ids);
     r.max_new_tokens = 0;
     r.score_prompt = true;
-    r.next_top = req->top_k() > 0;
-    r.sampling.num_top_logprobs = req->top_k();
-    r.keep_handle = req->keep();
+    r.next_top = req.top_k() > 0;
+    r.sampling.num_top_logprobs = req.top_k();
+    r.keep_handle = req.keep();
     // Every chunk is checked before any runs.
     absl::Status st = loop_->Validate(r);
     if (!st.ok())
       return ToGrpcStatus(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())));
-    requests.push_back(std::move(r));
+    requests->push_back(std::move(r));
   }
   int64_t tokens = 0;
-  for (const GenerateRequest& r : requests) tokens += static_cast<int64_t>(r.prompt.size());
+  for (const GenerateRequest& r : *requests) tokens += static_cast<int64_t>(r.prompt.size());
   call.SetTokens(tokens, 0, 0);
-  auto results = RunAll(std::move(requests), owner, [ctx] { return CallGone(*ctx); });
-  if (!results.ok()) return ToGrpcStatus(results.status());
-  int64_t cached = 0;
-  for (const GenerateResult& r : *results) {
-    FillChunkResult(r, /*generated=*/false, resp->add_results());
-    cached += r.cached_tokens;
-  }
-  call.SetTokens(tokens, cached, 0);
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ScoreImpl(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
-                                         pb::ScoreResponse* resp, CallRecord& call) {
-  std::string owner;
-  if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
-  auto ids = PromptIds(req->prompt(), true, "prompt");
+grpc::Status InferenceService::PrepareScore(const pb::ScoreRequest& req, const std::string& owner,
+                                            CallRecord& call, std::vector<GenerateRequest>* requests) const {
+  auto ids = PromptIds(req.prompt(), true, "prompt");
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
   r.owner = owner;
@@ -239,13 +167,7 @@ grpc::Status InferenceService::ScoreImpl(grpc::ServerContext* ctx, const pb::Sco
   r.max_new_tokens = 0;
   r.score_prompt = true;
   call.SetTokens(static_cast<int64_t>(r.prompt.size()), 0, 0);
-  std::vector<GenerateRequest> one;
-  one.push_back(std::move(r));
-  auto results = RunAll(std::move(one), owner, [ctx] { return CallGone(*ctx); });
-  if (!results.ok()) return ToGrpcStatus(results.status());
-  const GenerateResult& res = (*results)[0];
-  resp->mutable_token_ids()->Add(res.prompt.begin(), res.prompt.end());
-  for (const auto& s : res.prompt_scores) resp->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());
+  requests->push_back(std::move(r));
   return grpc::Status::OK;
 }
 
@@ -330,18 +252,6 @@ grpc::Status InferenceService::GetStatsImpl(grpc::ServerContext* ctx, const pb::
   resp->set_prefix_cache_hits(s.prefix_cache_hits);
   resp->set_ranks(info_.tp);
   return grpc::Status::OK;
-}
-
-grpc::Status InferenceService::Prefill(grpc::ServerContext* ctx, const pb::PrefillRequest* req,
-                                       pb::PrefillResponse* out) {
-  CallRecord call(ctx, "Prefill", metrics_);
-  return call.Finish(PrefillImpl(ctx, req, out, call));
-}
-
-grpc::Status InferenceService::Score(grpc::ServerContext* ctx, const pb::ScoreRequest* req,
-                                     pb::ScoreResponse* out) {
-  CallRecord call(ctx, "Score", metrics_);
-  return call.Finish(ScoreImpl(ctx, req, out, call));
 }
 
 grpc::Status InferenceService::ReleaseChunks(grpc::ServerContext* ctx, const pb::ReleaseChunksRequest* req,

@@ -33,10 +33,13 @@ inline constexpr int kMaxStopStrings = 8;
 inline constexpr int kMaxStopStringBytes = 256;
 inline constexpr int kMaxPrefillChunks = 64;
 
-// Generate runs on gRPC's callback API (a reactor per stream, no thread
-// held while it waits for tokens); the unary methods are synchronous.
+// Generate, Prefill and Score run on gRPC's callback API (a reactor per
+// call, no thread held while the engine works: coordinator/generate_call.cc,
+// unary_call.cc); the other methods answer at once and are synchronous.
 class InferenceService final
-    : public ::shardlm::v1::Inference::WithCallbackMethod_Generate<::shardlm::v1::Inference::Service> {
+    : public ::shardlm::v1::Inference::WithCallbackMethod_Generate<
+          ::shardlm::v1::Inference::WithCallbackMethod_Prefill<
+              ::shardlm::v1::Inference::WithCallbackMethod_Score<::shardlm::v1::Inference::Service>>> {
  public:
   InferenceService(EngineLoop* loop, const Tokenizer* tokenizer, ServedModel info)
       : loop_(loop), tokenizer_(tokenizer), info_(std::move(info)) {}
@@ -67,23 +70,17 @@ class InferenceService final
   // Token ids of a prompt; text gets special tokens only when it starts a sequence.
   absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
                                                  const std::string& field) const;
-  // Submits and waits for each request; on any failure releases the handles
-  // the others kept and returns that failure. `gone` is polled while waiting:
-  // once it fails (client cancelled, deadline passed) the requests are
-  // cancelled and its status is returned.
-  absl::StatusOr<std::vector<GenerateResult>> RunAll(std::vector<GenerateRequest> requests,
-                                                     const std::string& owner,
-                                                     const std::function<absl::Status()>& gone);
   const Tokenizer* tokenizer() const { return tokenizer_; }
   EngineLoop* loop() const { return loop_; }
   ServiceMetrics* metrics() const { return metrics_; }
 
   grpc::ServerWriteReactor<::shardlm::v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* ctx, const ::shardlm::v1::GenerateRequest* req) override;
-  grpc::Status Prefill(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
-                       ::shardlm::v1::PrefillResponse* resp) override;
-  grpc::Status Score(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
-                     ::shardlm::v1::ScoreResponse* resp) override;
+  grpc::ServerUnaryReactor* Prefill(grpc::CallbackServerContext* ctx,
+                                    const ::shardlm::v1::PrefillRequest* req,
+                                    ::shardlm::v1::PrefillResponse* resp) override;
+  grpc::ServerUnaryReactor* Score(grpc::CallbackServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
+                                  ::shardlm::v1::ScoreResponse* resp) override;
   grpc::Status ReleaseChunks(grpc::ServerContext* ctx, const ::shardlm::v1::ReleaseChunksRequest* req,
                              ::shardlm::v1::ReleaseChunksResponse* resp) override;
   grpc::Status Tokenize(grpc::ServerContext* ctx, const ::shardlm::v1::TokenizeRequest* req,
@@ -97,10 +94,11 @@ class InferenceService final
 
  private:
   // The handlers behind the public methods, which wrap each in a CallRecord.
-  grpc::Status PrefillImpl(grpc::ServerContext* ctx, const ::shardlm::v1::PrefillRequest* req,
-                           ::shardlm::v1::PrefillResponse* out, CallRecord& call);
-  grpc::Status ScoreImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ScoreRequest* req,
-                         ::shardlm::v1::ScoreResponse* out, CallRecord& call);
+  // Prefill's and Score's checks, and the engine requests they submit.
+  grpc::Status PreparePrefill(const ::shardlm::v1::PrefillRequest& req, const std::string& owner,
+                              CallRecord& call, std::vector<GenerateRequest>* requests) const;
+  grpc::Status PrepareScore(const ::shardlm::v1::ScoreRequest& req, const std::string& owner,
+                            CallRecord& call, std::vector<GenerateRequest>* requests) const;
   grpc::Status ReleaseChunksImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ReleaseChunksRequest* req,
                                  ::shardlm::v1::ReleaseChunksResponse* out, CallRecord& call);
   grpc::Status TokenizeImpl(grpc::ServerContext* ctx, const ::shardlm::v1::TokenizeRequest* req,

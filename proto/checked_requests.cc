@@ -6,6 +6,7 @@
 #include <google/protobuf/wire_format_lite.h>
 
 #include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -81,6 +82,41 @@ grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Mess
                         "the request is not a valid " + msg->GetDescriptor()->full_name() + " message");
   }
   return grpc::Status::OK;
+}
+
+namespace {
+
+// Failures DeserializeDeferred kept, by message address (a request message
+// lives in its call's arena until the call ends; its handler takes the entry
+// as it starts).
+std::mutex& DeferredMutex() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<const google::protobuf::Message*, grpc::Status>& Deferred() {
+  static auto* failures = new std::map<const google::protobuf::Message*, grpc::Status>();
+  return *failures;
+}
+
+}  // namespace
+
+grpc::Status DeserializeDeferred(grpc::ByteBuffer* buffer, google::protobuf::Message* msg) {
+  grpc::Status st = DeserializeChecked(buffer, msg);
+  if (!st.ok()) {
+    msg->Clear();
+    std::lock_guard<std::mutex> lock(DeferredMutex());
+    Deferred()[msg] = st;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TakeParseError(const google::protobuf::Message* msg) {
+  std::lock_guard<std::mutex> lock(DeferredMutex());
+  auto it = Deferred().find(msg);
+  if (it == Deferred().end()) return grpc::Status::OK;
+  grpc::Status st = it->second;
+  Deferred().erase(it);
+  return st;
 }
 
 }  // namespace shardlm

@@ -22,6 +22,16 @@ namespace shardlm {
 // saying that the bytes are not the message at all.
 grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Message* msg);
 
+// The request types of callback handlers (Generate, Prefill, Score). gRPC
+// 1.51's callback API answers a request that fails to deserialize with
+// UNIMPLEMENTED and no message, so their requests parse through
+// DeserializeDeferred: a failure leaves the message empty, returns OK and is
+// kept for the handler, which takes it with TakeParseError(request) before
+// anything else and ends the call with it.
+grpc::Status DeserializeDeferred(grpc::ByteBuffer* buffer, google::protobuf::Message* msg);
+// The failure DeserializeDeferred kept for `msg` (OK if none); forgets it.
+grpc::Status TakeParseError(const google::protobuf::Message* msg);
+
 }  // namespace shardlm
 
 // Unary handlers deserialize through SerializationTraits<MessageLite> (the
@@ -43,15 +53,20 @@ class grpc::SerializationTraits<grpc::protobuf::MessageLite, void> {
   }
 };
 
-template <>
-class grpc::SerializationTraits<::shardlm::v1::GenerateRequest, void> {
- public:
-  static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb,
-                                bool* own_buffer) {
-    return grpc::GenericSerialize<grpc::ProtoBufferWriter, ::shardlm::v1::GenerateRequest>(msg, bb,
-                                                                                           own_buffer);
-  }
-  static grpc::Status Deserialize(grpc::ByteBuffer* buffer, ::shardlm::v1::GenerateRequest* msg) {
-    return ::shardlm::DeserializeChecked(buffer, msg);
-  }
-};
+// The callback handlers' request types, parsed with DeserializeDeferred.
+#define SHARDLM_DEFERRED_PARSE(Type)                                                            \
+  template <>                                                                                   \
+  class grpc::SerializationTraits<Type, void> {                                                 \
+   public:                                                                                      \
+    static grpc::Status Serialize(const grpc::protobuf::MessageLite& msg, grpc::ByteBuffer* bb, \
+                                  bool* own_buffer) {                                           \
+      return grpc::GenericSerialize<grpc::ProtoBufferWriter, Type>(msg, bb, own_buffer);        \
+    }                                                                                           \
+    static grpc::Status Deserialize(grpc::ByteBuffer* buffer, Type* msg) {                      \
+      return ::shardlm::DeserializeDeferred(buffer, msg);                                       \
+    }                                                                                           \
+  };
+SHARDLM_DEFERRED_PARSE(::shardlm::v1::GenerateRequest)
+SHARDLM_DEFERRED_PARSE(::shardlm::v1::PrefillRequest)
+SHARDLM_DEFERRED_PARSE(::shardlm::v1::ScoreRequest)
+#undef SHARDLM_DEFERRED_PARSE

@@ -461,6 +461,23 @@ def probes(ctx, chk):
         code, details = code_of(lambda: raw(b"\x0a\x03\x0a\x01\xff", timeout=10))
         chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "prompt.text" in details and "UTF-8" in details,
                   "invalid UTF-8 names the field: %s %s" % (code, details))
+        # The same bytes are a Prompt in field 1 of Prefill (repeated) and
+        # Generate (streaming) too; all three run on gRPC's callback API,
+        # which on its own answers a parse failure with a bare UNIMPLEMENTED.
+        raw_prefill = ch.unary_unary("/shardlm.v1.Inference/Prefill", request_serializer=lambda x: x,
+                                     response_deserializer=lambda x: x)
+        code, details = code_of(lambda: raw_prefill(b"\x0a\x03\x0a\x01\xff", timeout=10))
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "chunks[0].text" in details and "UTF-8" in details,
+                  "... in Prefill: %s %s" % (code, details))
+        raw_generate = ch.unary_stream("/shardlm.v1.Inference/Generate", request_serializer=lambda x: x,
+                                       response_deserializer=lambda x: x)
+        code, details = code_of(lambda: list(raw_generate(b"\x0a\x03\x0a\x01\xff", timeout=10)))
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "prompt.text" in details and "UTF-8" in details,
+                  "... in Generate: %s %s" % (code, details))
+        code, details = code_of(lambda: raw(b"\x0a\x05\xff", timeout=10))
+        chk.check(code == grpc.StatusCode.INVALID_ARGUMENT and "not a valid" in details,
+                  "bytes that are no ScoreRequest: %s %s" % (code, details))
+        chk.check(len(greedy(st, n=4)) == 4, "... and the server still serves")
         good = st.Prefill(pb.PrefillRequest(chunks=[sc.to_prompt(PROMPT)], keep=True), timeout=30).results[0].handle
         code, details = code_of(lambda: st.ReleaseChunks(pb.ReleaseChunksRequest(handles=[good, "f" * 32]),
                                                          timeout=10))

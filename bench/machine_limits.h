@@ -10,9 +10,10 @@
 //                        output row, rows split across threads, f32
 //                        accumulation) over a weight as large as the model's:
 //                        what simple code achieves;
-//   GemmFlops(dtype)     ATen's GEMM (OpenBLAS f32, oneDNN bf16) on large
-//                        products: the compute ceiling for prefill and large
-//                        batches.
+//   GemmFlops(dtype)     the faster of ATen's GEMM (OpenBLAS f32, oneDNN
+//                        bf16) and the engine's own kernels::Linear (packed
+//                        weights on AVX-512) on a 1024x2048x2048 product: the
+//                        compute ceiling for prefill and large batches.
 #pragma once
 
 #include <ATen/core/Tensor.h>

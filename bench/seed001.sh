@@ -2,10 +2,11 @@
 # Seed 001's workload through `shardlm batch`: 32 requests, at most 8 running, every 8th asks for
 # 100 new tokens and the rest for 10 (ignore_eos), continuous against static, at tp 1
 # (in-process) and tp 2; 3 runs each, alternating. Prints: tp policy wall_s output_tok/s steps.
-#   bench/seed001.sh [build/shardlm] [build/bench-model]   (shardlm_bench writes the model)
+#   bench/seed001.sh [build/shardlm] [build/bench-model] [auto|f32|bf16]   (shardlm_bench writes the model)
 set -euo pipefail
 bin=${1:-build/shardlm}
 model=${2:-build/bench-model}
+dtype=${3:-auto}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 python3 - "$work/in.jsonl" <<'PY'
@@ -22,7 +23,7 @@ for tp in 1 2; do
   for run in 1 2 3; do
     for policy in continuous static; do
       "$bin" batch --model "$model" "${extra[@]}" --input "$work/in.jsonl" --output "$work/out.jsonl" \
-        --max-num-seqs 8 --policy $policy --json-summary "$work/sum.json" 2>/dev/null
+        --max-num-seqs 8 --dtype "$dtype" --policy $policy --json-summary "$work/sum.json" 2>/dev/null
       python3 -c "import json; d = json.load(open('$work/sum.json')); print('$tp $policy', round(d['wall_s'], 2), round(d['output_tokens_per_s'], 1), d['engine_steps'])"
     done
   done

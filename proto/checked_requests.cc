@@ -102,9 +102,13 @@ std::map<const google::protobuf::Message*, grpc::Status>& Deferred() {
 
 grpc::Status DeserializeDeferred(grpc::ByteBuffer* buffer, google::protobuf::Message* msg) {
   grpc::Status st = DeserializeChecked(buffer, msg);
-  if (!st.ok()) {
+  std::lock_guard<std::mutex> lock(DeferredMutex());
+  if (st.ok()) {
+    // A call whose handler never ran cannot leave its failure to the next
+    // message parsed at the same address.
+    Deferred().erase(msg);
+  } else {
     msg->Clear();
-    std::lock_guard<std::mutex> lock(DeferredMutex());
     Deferred()[msg] = st;
   }
   return grpc::Status::OK;

@@ -5,8 +5,9 @@
 // A tile is one panel (48 outputs, three vectors) x up to 8 activation rows:
 // 24 accumulators. Each step loads the panel's three weight vectors for one k
 // (f32) or one k pair (bf16) and multiplies them into a broadcast of each
-// row's activation (FMA for f32, VDPBF16PS for bf16 pairs). Up to 8 rows the
-// whole k range runs in registers and the weights stream once. More rows go
+// row's activation (FMA for f32, VDPBF16PS for bf16 pairs). Up to 4 rows a
+// tile spans 2-4 adjacent panels instead, for more independent chains. Up to
+// 8 rows the whole k range runs in registers and the weights stream once. More rows go
 // through in blocks of 128 steps (24 KB of panel, which stays in L1 for every
 // tile of 8 rows), the accumulators parked in a per-thread f32 buffer between
 // blocks; each output still sums in k order.

@@ -132,6 +132,8 @@ at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tenso
   StepPartTimer timer(StepPart::kProjections);
   TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
               w.out_features(), ", ", w.in_features(), "] do not match");
+  TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
+              " elements for ", w.out_features(), " outputs");
   const at::ScalarType dtype = w.dtype();
   at::Tensor x = x_in.scalar_type() == dtype ? x_in : x_in.to(dtype);
   if (x.stride(1) != 1) x = x.contiguous();

@@ -55,14 +55,18 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   // The projections are prepared for kernels::Linear (packed on AVX-512).
   // A tied embedding is looked up in the LM head's weight, so it is held once.
   auto prepare = [](at::Tensor w) { return kernels::LinearWeight::Prepare(std::move(w)); };
-  if (cfg.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-    m->lm_head_ = prepare(std::move(embed));
-  } else {
-    m->embed_ = std::move(embed);
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor head, load("lm_head.weight", {V, H}));
-    m->lm_head_ = prepare(std::move(head));
-  }
-  absl::Status st = CatchTorchErrors("loading layers", [&]() -> absl::Status {
+  absl::Status st = CatchTorchErrors("preparing the LM head", [&]() -> absl::Status {
+    if (cfg.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
+      m->lm_head_ = prepare(std::move(embed));
+    } else {
+      m->embed_ = std::move(embed);
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor head, load("lm_head.weight", {V, H}));
+      m->lm_head_ = prepare(std::move(head));
+    }
+    return absl::OkStatus();
+  });
+  SHARDLM_RETURN_IF_ERROR(st);
+  st = CatchTorchErrors("loading layers", [&]() -> absl::Status {
     for (int64_t i = 0; i < cfg.num_layers; ++i) {
       const std::string p = absl::StrCat("model.layers.", i, ".");
       Layer L;

@@ -15,13 +15,13 @@
 namespace shardlm::kernels {
 namespace {
 
-// Output rows per task: each task streams at least 256 KB of weight (a few
-// microseconds), so a small product (a tiny model's, a narrow shard's) runs
-// on one thread. Every parallel region ends in a barrier, and on a busy host
-// a barrier can wait a whole scheduler slice for a descheduled thread.
-int64_t RowsPerTask(int64_t row_bytes) {
+// Each parallel task streams at least 256 KB of weight (a few microseconds),
+// so a small product (a tiny model's, a narrow shard's) runs on one thread.
+// Every parallel region ends in a barrier, and on a busy host a barrier can
+// wait a whole scheduler slice for a descheduled thread.
+int64_t UnitsPerTask(int64_t unit_bytes, int64_t min_units) {
   constexpr int64_t kTaskBytes = 256 << 10;
-  return std::max<int64_t>(32, kTaskBytes / std::max<int64_t>(1, row_bytes));
+  return std::max<int64_t>(min_units, kTaskBytes / std::max<int64_t>(1, unit_bytes));
 }
 
 // Activation rows per pass of the AVX-512 kernels: each group of weight rows
@@ -29,6 +29,20 @@ int64_t RowsPerTask(int64_t row_bytes) {
 // 768 f32 features are 768 KB). Larger products go through in passes, each
 // streaming the weight again, a small cost beside 256 rows of compute.
 constexpr int64_t kRowsPerPass = 256;
+
+// Runs fn(pass, begin, end) over the weight's units [0, units) (rows or
+// panels), in parallel tasks of `grain`, once for each pass of kRowsPerPass
+// of the m activation rows that `a` (GemvArgs or PackedArgs) points at.
+template <typename Args, typename Fn>
+void InPasses(const Args& a, int64_t m, int64_t units, int64_t grain, Fn fn) {
+  for (int64_t i0 = 0; i0 < m; i0 += kRowsPerPass) {
+    Args pass = a;
+    pass.x = a.x + i0 * a.ldx;
+    pass.y = a.y + i0 * a.ldy;
+    pass.m = std::min(kRowsPerPass, m - i0);
+    at::parallel_for(0, units, grain, [&](int64_t b, int64_t e) { fn(pass, b, e); });
+  }
+}
 
 template <typename T, typename Fn>
 void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias, at::Tensor& out) {
@@ -40,20 +54,12 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
   a.y = reinterpret_cast<T*>(out.data_ptr());
   a.ldy = out.stride(0);
   a.k = x.size(1);
-  for (int64_t i0 = 0; i0 < x.size(0); i0 += kRowsPerPass) {
-    GemvArgs<T> pass = a;
-    pass.x = a.x + i0 * a.ldx;
-    pass.y = a.y + i0 * a.ldy;
-    pass.m = std::min(kRowsPerPass, x.size(0) - i0);
-    at::parallel_for(0, w.size(0), RowsPerTask(a.k * static_cast<int64_t>(sizeof(T))),
-                     [&](int64_t b, int64_t e) { fn(pass, b, e); });
-  }
+  InPasses(a, x.size(0), w.size(0), UnitsPerTask(a.k * static_cast<int64_t>(sizeof(T)), 32), fn);
 }
 
 at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
-// x @ w^T (+ bias) over a packed weight, in passes of kRowsPerPass rows
-// (each pass's activations stay in L2 while the panels stream by).
+// x @ w^T (+ bias) over a packed weight, panels shared among the threads.
 template <typename T, typename Fn>
 void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out) {
   PackedArgs<T> a;
@@ -67,14 +73,7 @@ void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tens
   a.k = w.in_features();
   const int64_t panels = (a.n + kPanelRows - 1) / kPanelRows;
   const int64_t panel_bytes = kPanelRows * a.k * static_cast<int64_t>(sizeof(T));
-  const int64_t grain = std::max<int64_t>(1, (int64_t{256} << 10) / panel_bytes);  // as RowsPerTask
-  for (int64_t i0 = 0; i0 < x.size(0); i0 += kRowsPerPass) {
-    PackedArgs<T> pass = a;
-    pass.x = a.x + i0 * a.ldx;
-    pass.y = a.y + i0 * a.ldy;
-    pass.m = std::min(kRowsPerPass, x.size(0) - i0);
-    at::parallel_for(0, panels, grain, [&](int64_t b, int64_t e) { fn(pass, b, e); });
-  }
+  InPasses(a, x.size(0), panels, UnitsPerTask(panel_bytes, 1), fn);
 }
 
 template <typename T>

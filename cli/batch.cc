@@ -55,9 +55,10 @@ absl::Status CheckMode(const FlagSet& f) {
   if (f.Has("model") == f.Has("server"))
     return absl::InvalidArgumentError("give exactly one of --model or --server");
   const bool remote = f.Has("server");
-  static const char* kLocal[] = {"tp", "dtype", "kv-cache-mb", "max-batch-tokens", "max-num-seqs", "policy"};
-  static const char* kRemote[] = {"concurrency", "timeout-s", "tls-ca",
-                                  "tls-cert",    "tls-key",   "api-key-file"};
+  static const std::vector<const char*> kLocal = {
+      "tp", "dtype", "device", "kv-cache-mb", "max-batch-tokens", "max-num-seqs", "policy"};
+  static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
+                                                   "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {
     if (f.Has(name)) {
       return absl::InvalidArgumentError(
@@ -129,6 +130,10 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
   f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
+  f.String("device",
+           "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r) "
+           "or cuda:N",
+           false, "auto");
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
+#include "model/device.h"
 #include "model/tiny_model.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/incremental_detokenizer.h"
@@ -65,10 +66,30 @@ void AddModelFlags(FlagSet& f) {
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
+  f.String("device",
+           "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r) "
+           "or cuda:N",
+           false, "auto");
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
   f.Bool("json", "print one JSON object");
+}
+
+absl::Status CheckLocalGpus(const std::string& device, int tp) {
+  SHARDLM_ASSIGN_OR_RETURN(c10::Device d, ResolveDevice(device, 0));
+  if (!d.is_cuda()) return absl::OkStatus();
+  const int gpus = VisibleCudaDevices();
+  if (device == "cuda" || device == "auto") {
+    if (tp > gpus) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--tp ", tp, " --device ", device, ": one GPU per rank needed, ", gpus, " visible"));
+    }
+  } else if (tp > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--device ", device, " names one GPU; --tp ", tp,
+                                                   " needs one per rank: use --device cuda"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine::Options eo) {
@@ -81,6 +102,8 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.model_dir = dir;
     go.tp = static_cast<int>(f.GetInt("tp"));
     go.dtype = f.GetString("dtype");
+    go.device = f.GetString("device");
+    SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp));
     go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
     go.worker_log_level = 1;  // a one-shot command: warnings and errors only
@@ -93,6 +116,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     RankWorkerOptions o;
     o.model_dir = dir;
     o.dtype = f.GetString("dtype");
+    o.device = f.GetString("device");
     o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
@@ -424,6 +448,11 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
   f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
+  f.String(
+      "device",
+      "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (GPU rank mod the "
+      "visible count) or cuda:N",
+      false, "auto");
   f.String("collectives",
            "auto: shared memory when every rank of the group can map one segment (one host), else Gloo; "
            "gloo: always Gloo",
@@ -442,6 +471,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
   o.register_timeout_ms = f.GetInt("register-timeout-ms");
   o.shared_memory_collectives = f.GetString("collectives") == "auto";
+  o.device = f.GetString("device");
   if (f.Has("rank")) {
     o.rank = static_cast<int>(f.GetInt("rank"));
   } else {

@@ -46,6 +46,10 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
 // --prompt, --prompt-ids, --dtype, --kv-cache-mb, --max-batch-tokens, --tp, --json.
 void AddModelFlags(FlagSet& f);
 
+// `--device` for `tp` local workers: a CUDA device needs a GPU per rank
+// (rank r takes GPU r), checked before any worker starts.
+absl::Status CheckLocalGpus(const std::string& device, int tp);
+
 // An engine over a checkpoint, plus its tokenizer when present. Without
 // --tp the model runs in this process; with --tp N on N worker processes.
 struct LocalModel {

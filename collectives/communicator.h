@@ -49,6 +49,10 @@ class Communicator {
   // Copies root's `tensor` into every rank's `tensor`.
   virtual absl::Status Broadcast(at::Tensor& tensor, int root) = 0;
   virtual absl::Status Barrier() = 0;
+  // An error found after the collectives were enqueued: backends that do not
+  // wait for each collective (NCCL on the compute stream) report a failure or
+  // a timeout here once the step's results are on the host.
+  virtual absl::Status AsyncError() { return absl::OkStatus(); }
 };
 
 // World size 1: every collective is the identity.

@@ -36,10 +36,45 @@ absl::StatusOr<ncclDataType_t> NcclType(at::ScalarType t) {
 class NcclCommunicator final : public Communicator {
  public:
   NcclCommunicator(RankInfo rank, ncclComm_t comm, cudaStream_t stream, NcclOptions options)
-      : rank_(rank), comm_(comm), stream_(stream), options_(options) {}
+      : rank_(rank), comm_(comm), stream_(stream), options_(std::move(options)) {
+    if (options_.stream) {
+      cudaEventCreateWithFlags(&event_, cudaEventDisableTiming);
+      watchdog_ = std::thread([this] { Watch(); });
+    }
+  }
   ~NcclCommunicator() override {
-    if (comm_ != nullptr) ncclCommDestroy(comm_);
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stop_ = true;
+      }
+      watchdog_.join();
+    }
+    if (comm_ != nullptr) {
+      // A collective still running (a regroup after a peer died) would make
+      // ncclCommDestroy wait for it forever: abort instead.
+      const bool idle =
+          event_ == nullptr ? cudaStreamQuery(stream_) == cudaSuccess : cudaEventQuery(event_) == cudaSuccess;
+      if (idle) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    if (event_ != nullptr) cudaEventDestroy(event_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  absl::Status AsyncError() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (broken_.ok() && comm_ != nullptr) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        return Fail("step", absl::StatusCode::kUnavailable, ncclGetErrorString(async));
+      }
+    }
+    return broken_;
   }
 
   RankInfo rank_info() const override { return rank_; }
@@ -51,8 +86,8 @@ class NcclCommunicator final : public Communicator {
     std::vector<int64_t> gshape = {rank_.world_size};
     gshape.insert(gshape.end(), src.sizes().begin(), src.sizes().end());
     at::Tensor gathered = at::empty(gshape, src.options());
-    absl::Status st = Run("all-gather", [&] {
-      return ncclAllGather(src.data_ptr(), gathered.data_ptr(), src.numel(), *type, comm_, stream_);
+    absl::Status st = Run("all-gather", [&](cudaStream_t stream, ncclComm_t comm) {
+      return ncclAllGather(src.data_ptr(), gathered.data_ptr(), src.numel(), *type, comm, stream);
     });
     if (!st.ok()) return st;
     const int64_t d = dim < 0 ? dim + src.dim() : dim;
@@ -76,8 +111,8 @@ class NcclCommunicator final : public Communicator {
     std::vector<int64_t> out_shape = partial.sizes().vec();
     out_shape[d] /= n;
     at::Tensor out = at::empty(out_shape, partial.options());
-    absl::Status st = Run("reduce-scatter", [&] {
-      return ncclReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(), *type, ncclSum, comm_, stream_);
+    absl::Status st = Run("reduce-scatter", [&](cudaStream_t stream, ncclComm_t comm) {
+      return ncclReduceScatter(src.data_ptr(), out.data_ptr(), out.numel(), *type, ncclSum, comm, stream);
     });
     if (!st.ok()) return st;
     return out;
@@ -87,8 +122,8 @@ class NcclCommunicator final : public Communicator {
     auto type = NcclType(tensor.scalar_type());
     if (!type.ok()) return type.status();
     at::Tensor buf = tensor.contiguous();
-    absl::Status st = Run("all-reduce", [&] {
-      return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), *type, ncclSum, comm_, stream_);
+    absl::Status st = Run("all-reduce", [&](cudaStream_t stream, ncclComm_t comm) {
+      return ncclAllReduce(buf.data_ptr(), buf.data_ptr(), buf.numel(), *type, ncclSum, comm, stream);
     });
     if (st.ok() && !buf.is_same(tensor)) tensor.copy_(buf);
     return st;
@@ -98,8 +133,8 @@ class NcclCommunicator final : public Communicator {
     auto type = NcclType(tensor.scalar_type());
     if (!type.ok()) return type.status();
     at::Tensor buf = tensor.contiguous();
-    absl::Status st = Run("broadcast", [&] {
-      return ncclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), *type, root, comm_, stream_);
+    absl::Status st = Run("broadcast", [&](cudaStream_t stream, ncclComm_t comm) {
+      return ncclBroadcast(buf.data_ptr(), buf.data_ptr(), buf.numel(), *type, root, comm, stream);
     });
     if (st.ok() && !buf.is_same(tensor)) tensor.copy_(buf);
     return st;
@@ -111,38 +146,102 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  // Enqueues one collective, then waits for it with a watchdog: past the
-  // timeout, or on an asynchronous NCCL error, the communicator is aborted.
+  // Aborts the communicator with `code` and why; mu_ held.
+  absl::Status Fail(const char* what, absl::StatusCode code, const std::string& why) {
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+    broken_ = absl::Status(code, absl::StrCat("nccl ", what, " failed on rank ", rank_.rank, " of ",
+                                              rank_.world_size, ": ", why));
+    return broken_;
+  }
+  absl::Status FailLocked(const char* what, absl::StatusCode code, const std::string& why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_.ok() ? Fail(what, code, why) : broken_;
+  }
+
+  // Enqueues one collective. On the compute stream it records an event for
+  // the watchdog and returns; on the private stream it waits, polling for
+  // errors, until the collective finishes or the timeout passes. mu_ is not
+  // held inside NCCL: a launch that blocks (the GPU stalled on a dead peer)
+  // must not keep the watchdog from aborting.
   template <typename Fn>
   absl::Status Run(const char* what, Fn&& enqueue) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (!broken_.ok()) return broken_;
-    auto fail = [&](absl::StatusCode code, const std::string& why) {
-      ncclCommAbort(comm_);
-      comm_ = nullptr;
-      broken_ = absl::Status(code, absl::StrCat("nccl ", what, " failed on rank ", rank_.rank, " of ",
-                                                rank_.world_size, ": ", why));
-      return broken_;
-    };
-    ncclResult_t r = enqueue();
-    if (r != ncclSuccess && r != ncclInProgress)
-      return fail(absl::StatusCode::kUnavailable, ncclGetErrorString(r));
+    std::lock_guard<std::mutex> serial(enqueue_mu_);
+    ncclComm_t comm;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.ok()) return broken_;
+      comm = comm_;
+    }
+    // NCCL and the event follow the current device: make it this rank's.
+    cudaSetDevice(options_.device);
+    cudaStream_t stream = options_.stream ? static_cast<cudaStream_t>(options_.stream()) : stream_;
     const auto deadline = Clock::now() + options_.timeout;
+    ncclResult_t r = enqueue(stream, comm);
+    // A non-blocking communicator may still be queueing the collective.
+    while (r == ncclInProgress && Clock::now() < deadline) {
+      std::this_thread::yield();
+      ncclCommGetAsyncError(comm, &r);
+    }
+    if (r == ncclInProgress) {
+      return FailLocked(what, absl::StatusCode::kDeadlineExceeded,
+                        absl::StrCat("not enqueued after ", options_.timeout.count(), " ms"));
+    }
+    if (r != ncclSuccess) return FailLocked(what, absl::StatusCode::kUnavailable, ncclGetErrorString(r));
+    if (options_.stream) {
+      const cudaError_t e = cudaEventRecord(event_, stream);
+      std::lock_guard<std::mutex> lock(mu_);
+      if (e != cudaSuccess)
+        return broken_.ok() ? Fail(what, absl::StatusCode::kInternal, cudaGetErrorString(e)) : broken_;
+      pending_ = what;
+      pending_since_ = Clock::now();
+      return broken_;
+    }
     while (true) {
-      cudaError_t q = cudaStreamQuery(stream_);
+      cudaError_t q = cudaStreamQuery(stream);
       if (q == cudaSuccess) return absl::OkStatus();
-      if (q != cudaErrorNotReady) return fail(absl::StatusCode::kInternal, cudaGetErrorString(q));
+      if (q != cudaErrorNotReady) return FailLocked(what, absl::StatusCode::kInternal, cudaGetErrorString(q));
       ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
+      ncclCommGetAsyncError(comm, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        return fail(absl::StatusCode::kUnavailable, ncclGetErrorString(async));
+        return FailLocked(what, absl::StatusCode::kUnavailable, ncclGetErrorString(async));
       }
       if (Clock::now() > deadline) {
-        return fail(
-            absl::StatusCode::kDeadlineExceeded,
+        return FailLocked(
+            what, absl::StatusCode::kDeadlineExceeded,
             absl::StrCat("not finished after ", options_.timeout.count(), " ms (peer dead or stopped)"));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  }
+
+  // The watchdog of compute-stream collectives: every millisecond, is the
+  // last one done, has NCCL reported an error, has the timeout passed?
+  void Watch() {
+    cudaSetDevice(options_.device);  // the event lives on this rank's device
+    while (true) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::lock_guard<std::mutex> lock(mu_);
+      if (stop_) return;
+      if (pending_ == nullptr || !broken_.ok()) continue;
+      const cudaError_t q = cudaEventQuery(event_);
+      if (q == cudaSuccess) {
+        pending_ = nullptr;
+        continue;
+      }
+      if (q != cudaErrorNotReady) {
+        Fail(pending_, absl::StatusCode::kInternal, cudaGetErrorString(q)).IgnoreError();
+        continue;
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        Fail(pending_, absl::StatusCode::kUnavailable, ncclGetErrorString(async)).IgnoreError();
+      } else if (Clock::now() - pending_since_ > options_.timeout) {
+        Fail(pending_, absl::StatusCode::kDeadlineExceeded,
+             absl::StrCat("not finished after ", options_.timeout.count(), " ms (peer dead or stopped)"))
+            .IgnoreError();
+      }
     }
   }
 
@@ -150,8 +249,15 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t comm_;
   cudaStream_t stream_;
   NcclOptions options_;
-  std::mutex mu_;
+  std::mutex enqueue_mu_;  // one collective enqueued at a time
+  std::mutex mu_;          // broken_, comm_'s abort and the watchdog state
   absl::Status broken_;
+  // The compute-stream mode's watchdog state, under mu_.
+  cudaEvent_t event_ = nullptr;
+  const char* pending_ = nullptr;  // the last collective, until its event fires
+  Clock::time_point pending_since_;
+  bool stop_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace
@@ -200,7 +306,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> MakeNcclCommunicator(
                                                r == ncclInProgress ? "timed out" : ncclGetErrorString(r)));
   }
   cudaStream_t stream = nullptr;
-  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  if (!options.stream) cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
   return std::unique_ptr<Communicator>(new NcclCommunicator(rank, comm, stream, options));
 }
 

@@ -235,7 +235,8 @@ pid_t WorkerGroup::SpawnRank(int rank) {
                                    "--model",       options_.model_dir,
                                    "--rank",        std::to_string(rank),
                                    "--log-level",   std::to_string(options_.worker_log_level),
-                                   "--threads",     std::to_string(options_.worker_threads)};
+                                   "--threads",     std::to_string(options_.worker_threads),
+                                   "--device",      options_.device};
   if (options_.internal_token.empty()) args.push_back("--insecure-internal");
   // The token travels in the environment: argv is visible to every user.
   std::vector<std::string> env_strings;

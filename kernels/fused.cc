@@ -3,11 +3,28 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "kernels/cpu/elementwise.h"
 
 namespace shardlm::kernels {
+namespace {
+
+std::atomic<bool> g_force_aten{false};
+
+// The ATen-operator versions (see fused.h), rounding where the loops below do.
+at::Tensor RmsNormAten(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  at::Tensor xf = x.to(at::kFloat);
+  at::Tensor r = at::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (xf * r).to(x.scalar_type()) * weight;
+}
+
+}  // namespace
+
+void ForceAtenOps(bool on) { g_force_aten.store(on); }
+bool UseAtenOps(const at::Tensor& t) { return !t.device().is_cpu() || g_force_aten.load(); }
+
 namespace {
 
 // Rows per parallel task: element-wise work is tiny, so only large steps
@@ -44,6 +61,7 @@ void NormRow(const T* x, const T* w, T* out, int64_t dim, float eps) {
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && weight.is_contiguous() && weight.numel() == x.size(1),
               "rms_norm: x ", x.sizes(), " weight ", weight.sizes());
+  if (UseAtenOps(x)) return RmsNormAten(x, weight, eps);
   at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t rows = x.size(0), dim = x.size(1), ld = x.stride(0);
   DispatchDtype(x.scalar_type(), [&](auto tag) {
@@ -64,6 +82,11 @@ void RmsNormHeadsInPlace(at::Tensor& x, int64_t first_head, int64_t heads, int64
                   weight.numel() == head_dim,
               "rms_norm heads: x ", x.sizes(), " heads ", first_head, "+", heads, " of ", head_dim);
   const int64_t rows = x.size(0), ld = x.stride(0);
+  if (UseAtenOps(x)) {
+    at::Tensor part = x.narrow(1, first_head * head_dim, heads * head_dim).view({rows, heads, head_dim});
+    part.copy_(RmsNormAten(part, weight, eps));
+    return;
+  }
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
@@ -86,6 +109,15 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
                   sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == rows * half &&
                   sin.numel() == rows * half,
               "rotary: x ", x.sizes(), " cos ", cos.sizes());
+  if (UseAtenOps(x)) {
+    // Rotate-half in f32, rounded once to the dtype, as the loop below does.
+    at::Tensor heads_view = x.narrow(1, 0, heads * head_dim).view({rows, heads, head_dim});
+    at::Tensor xf = heads_view.to(at::kFloat);
+    at::Tensor x1 = xf.narrow(2, 0, half), x2 = xf.narrow(2, half, half);
+    at::Tensor c = cos.view({rows, 1, half}), s = sin.view({rows, 1, half});
+    heads_view.copy_(at::cat({x1 * c - x2 * s, x2 * c + x1 * s}, 2));
+    return;
+  }
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
   DispatchDtype(x.scalar_type(), [&](auto tag) {
@@ -112,6 +144,10 @@ void AddInPlace(at::Tensor& x, const at::Tensor& y) {
   TORCH_CHECK(
       x.is_contiguous() && y.is_contiguous() && x.numel() == y.numel() && x.scalar_type() == y.scalar_type(),
       "add: x ", x.sizes(), " y ", y.sizes());
+  if (UseAtenOps(x)) {
+    x.add_(y);  // in f32, rounded once to the dtype
+    return;
+  }
   const int64_t n = x.numel();
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
@@ -142,6 +178,10 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.is_contiguous() && gate_up.size(1) % 2 == 0,
               "silu_mul: ", gate_up.sizes());
   const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
+  if (UseAtenOps(gate_up)) {
+    // silu rounded to the dtype, then the product (HF: act_fn(gate) * up).
+    return at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
+  }
   at::Tensor out = at::empty({rows, inter}, gate_up.options());
   const Isa isa = ActiveIsa();
   if (gate_up.scalar_type() == at::kFloat && SiluMulF32Kernel(isa) != nullptr) {

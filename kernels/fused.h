@@ -12,6 +12,12 @@
 //   kernels::RotaryInPlace(qkv, hq + hkv, head_dim, cos, sin);    // q and k heads
 //   kernels::AddInPlace(x, reduced);                              // residual
 //   at::Tensor act = kernels::SiluMul(gate_up);                   // dtype[T, inter]
+//
+// On a device other than the CPU (CUDA) each of these is a short chain of
+// ATen operators with the same rounding points: the device's own kernels run
+// them, and a step there is a few launches per operator, not a pass over
+// host memory. ForceAtenOps(true) takes that path on the CPU too, so that
+// tests on machines without a GPU check the arithmetic the GPU path runs.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,6 +25,11 @@
 #include <cstdint>
 
 namespace shardlm::kernels {
+
+// The ATen-operator path for CPU tensors as well (tests only; process-wide).
+void ForceAtenOps(bool on);
+// True when `t` takes the ATen-operator path: it is not on the CPU, or ForceAtenOps is on.
+bool UseAtenOps(const at::Tensor& t);
 
 // x: dtype[rows, dim] (row stride allowed), weight: dtype[dim] -> dtype[rows, dim]
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);

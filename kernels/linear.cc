@@ -178,7 +178,9 @@ at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor
               w.sizes(), " do not match");
   const at::ScalarType dtype = x.scalar_type();
   const Isa isa = ActiveIsa();
-  const bool gemv = x.size(0) <= GemvMaxRows(dtype) && isa != Isa::kScalar && w.scalar_type() == dtype &&
+  // Off the CPU (CUDA) the product is ATen's (cuBLAS).
+  const bool gemv = x.device().is_cpu() && x.size(0) <= GemvMaxRows(dtype) && isa != Isa::kScalar &&
+                    w.scalar_type() == dtype &&
                     (!bias.defined() || (bias.scalar_type() == dtype && bias.is_contiguous())) &&
                     w.is_contiguous() && x.stride(1) == 1 && (dtype == at::kFloat || dtype == at::kBFloat16);
   if (!gemv) return bias.defined() ? at::linear(x, w, bias) : at::linear(x, w);

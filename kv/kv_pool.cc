@@ -7,7 +7,7 @@
 
 namespace shardlm {
 
-absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape, at::ScalarType dtype) {
+absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape, at::ScalarType dtype, at::Device device) {
   if (shape.num_blocks <= 0) {
     return absl::ResourceExhaustedError("KV cache budget holds no block; raise --kv-cache-mb");
   }
@@ -16,8 +16,8 @@ absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape, at::ScalarType d
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("allocating the KV pool", [&]() -> absl::Status {
     const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks, shape.block_size,
                                        shape.num_kv_heads_per_rank, shape.head_dim};
-    pool.k_ = at::zeros(dims, at::TensorOptions().dtype(dtype));
-    pool.v_ = at::zeros(dims, at::TensorOptions().dtype(dtype));
+    pool.k_ = at::zeros(dims, at::TensorOptions().dtype(dtype).device(device));
+    pool.v_ = at::zeros(dims, at::TensorOptions().dtype(dtype).device(device));
     return absl::OkStatus();
   }));
   return pool;

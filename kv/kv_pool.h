@@ -24,8 +24,9 @@ struct KvPoolShape {
 
 class KvPool {
  public:
-  // Allocates (zeroed) pools of `shape.num_blocks` blocks.
-  static absl::StatusOr<KvPool> Create(const KvPoolShape& shape, at::ScalarType dtype);
+  // Allocates (zeroed) pools of `shape.num_blocks` blocks on `device`.
+  static absl::StatusOr<KvPool> Create(const KvPoolShape& shape, at::ScalarType dtype,
+                                       at::Device device = at::kCPU);
   // Blocks that fit in `budget_bytes` (K and V, all layers).
   static int64_t BlocksForBudget(KvPoolShape shape, at::ScalarType dtype, int64_t budget_bytes);
 

@@ -9,7 +9,9 @@
 #include "kernels/fused.h"
 #include "kernels/linear.h"
 #include "kernels/step_profile.h"
+#include "model/cuda_attention.h"
 #include "model/paged_attention.h"
+#include "model/step_upload.h"
 #include "partitioning/shard_loader.h"
 
 namespace shardlm {
@@ -43,12 +45,20 @@ std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg) {
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                              const ShardPlan& plan, at::ScalarType dtype,
-                                                             Communicator* comm) {
-  std::unique_ptr<LlamaModel> m(new LlamaModel(cfg, plan, dtype, comm));
+                                                             Communicator* comm, at::Device device) {
+  std::unique_ptr<LlamaModel> m(new LlamaModel(cfg, plan, dtype, comm, device));
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, d = cfg.head_dim;
   const int64_t V = cfg.vocab_size, q_out = cfg.num_heads * d, kv_out = cfg.num_kv_heads * d;
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) {
-    return LoadShard(ckpt, plan, name, shape, dtype);
+  // Shards are read (and converted) on the host, then moved to the device
+  // one tensor at a time.
+  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<at::Tensor> {
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, LoadShard(ckpt, plan, name, shape, dtype));
+    if (device.is_cpu()) return t;
+    SHARDLM_RETURN_IF_ERROR(CatchTorchErrors(absl::StrCat("moving ", name, " to ", device.str()), [&] {
+      t = t.to(device);
+      return absl::OkStatus();
+    }));
+    return t;
   };
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor embed, load("model.embed_tokens.weight", {V, H}));
   SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, load("model.norm.weight", {H}));
@@ -156,19 +166,18 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
   batch.max_blocks = max_blocks;
   batch.block_size = pool.shape().block_size;
   batch.sliding_window = cfg_.sliding_window.value_or(0);
+  std::vector<int64_t> rows;
+  for (const SampleRow& r : step.rows) rows.push_back(r.row);
 
   at::Tensor logits;
   absl::Status st = CatchTorchErrors("forward", [&]() -> absl::Status {
     std::vector<int64_t> ids64(step.token_ids.begin(), step.token_ids.end());
-    at::Tensor ids = at::tensor(ids64, at::kLong);
     // cos, sin: f32[tokens, head_dim / 2], rounded through the compute dtype
     // as Hugging Face does (cos.to(x.dtype)).
     const int64_t half = d / 2;
-    at::Tensor cos = at::empty({T, half}, at::kFloat), sin = at::empty({T, half}, at::kFloat);
+    std::vector<float> cos_host(T * half), sin_host(T * half);
     {
       const float* inv = inv_freq_.data_ptr<float>();
-      float* cp = cos.data_ptr<float>();
-      float* sp = sin.data_ptr<float>();
       const bool bf16 = dtype_ == at::kBFloat16;
       for (int64_t t = 0; t < T; ++t) {
         const float pos = static_cast<float>(step.positions[t]);
@@ -179,10 +188,39 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
             c = static_cast<float>(c10::BFloat16(c));
             sn = static_cast<float>(c10::BFloat16(sn));
           }
-          cp[t * half + i] = c;
-          sp[t * half + i] = sn;
+          cos_host[t * half + i] = c;
+          sin_host[t * half + i] = sn;
         }
       }
+    }
+    at::Tensor ids, cos, sin, row_index;
+    if (kernels::UseAtenOps(pool.k())) {
+      // Off the CPU: every array the step reads goes over in one copy.
+      std::vector<int64_t> slots, key_slots;
+      // The CUDA kernel reads the block tables itself; the ATen fallback
+      // needs every run's key slots.
+      const bool kernel = pool.k().is_cuda() && CudaPagedAttentionSupports(d) &&
+                          (dtype_ == at::kFloat || dtype_ == at::kBFloat16);
+      PrepareDeviceBatch(batch, slots, key_slots, /*with_keys=*/!kernel);
+      StepUpload up;
+      const int i_ids = up.Add(ids64), i_cos = up.Add(cos_host), i_sin = up.Add(sin_host);
+      const int i_rows = up.Add(rows), i_slots = up.Add(slots), i_keys = up.Add(key_slots);
+      const int i_pos = up.Add(step.positions), i_seq = up.Add(step.seq_of_token), i_tables = up.Add(tables);
+      up.Upload(pool.k().device());
+      ids = up.Get(i_ids);
+      cos = up.Get(i_cos).view({T, half});
+      sin = up.Get(i_sin).view({T, half});
+      row_index = up.Get(i_rows);
+      batch.slots = up.Get(i_slots);
+      batch.key_slots = up.Get(i_keys);
+      batch.positions_dev = up.Get(i_pos);
+      batch.seq_of_token_dev = up.Get(i_seq);
+      batch.block_tables_dev = up.Get(i_tables);
+    } else {
+      ids = at::from_blob(ids64.data(), {T}, at::kLong);
+      cos = at::from_blob(cos_host.data(), {T, half}, at::kFloat);
+      sin = at::from_blob(sin_host.data(), {T, half}, at::kFloat);
+      row_index = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong);
     }
     const double eps = cfg_.rms_norm_eps;
 
@@ -234,13 +272,11 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
     }
     // Only the rows that need a distribution go through the head, and only
     // rank 0 (which samples) receives the full vocabulary.
-    std::vector<int64_t> rows;
-    for (const SampleRow& r : step.rows) rows.push_back(r.row);
     if (rows.empty()) {
-      logits = at::empty({0, cfg_.vocab_size}, at::kFloat);
+      logits = at::empty({0, cfg_.vocab_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
       return absl::OkStatus();
     }
-    at::Tensor sel = x.index_select(0, at::tensor(rows, at::kLong));
+    at::Tensor sel = x.index_select(0, row_index);
     SHARDLM_ASSIGN_OR_RETURN(
         at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(sel, 1); }));
     h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });

@@ -34,16 +34,18 @@ class LlamaModel {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                           const ShardPlan& plan, at::ScalarType dtype,
-                                                          Communicator* comm);
+                                                          Communicator* comm, at::Device device = at::kCPU);
 
   // Runs the step's tokens through every layer, writing their K/V into `pool`,
   // and returns f32[rows, vocab] on rank 0: full logits for step.rows, in
-  // order. Other ranks (which do not sample) get an empty tensor.
+  // order, on the model's device. Other ranks (which do not sample) get an
+  // empty tensor.
   absl::StatusOr<at::Tensor> Forward(const StepInput& step, KvPool& pool);
 
   const ModelConfig& config() const { return cfg_; }
   const ShardPlan& plan() const { return plan_; }
   at::ScalarType dtype() const { return dtype_; }
+  at::Device device() const { return device_; }
   // Bytes of this rank's weights (what a decode step streams from memory).
   int64_t weight_bytes() const { return weight_bytes_; }
 
@@ -59,14 +61,16 @@ class LlamaModel {
     kernels::LinearWeight down;     // dtype[hidden, intermediate.tp]
   };
 
-  LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm)
-      : cfg_(cfg), plan_(plan), dtype_(dtype), comm_(comm) {}
+  LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm,
+             at::Device device)
+      : cfg_(cfg), plan_(plan), dtype_(dtype), device_(device), comm_(comm) {}
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
 
   ModelConfig cfg_;
   ShardPlan plan_;
   at::ScalarType dtype_;
+  at::Device device_;
   Communicator* comm_;
   at::Tensor embed_;               // dtype[vocab.tp, hidden]; undefined when tied to lm_head_
   kernels::LinearWeight lm_head_;  // dtype[vocab.tp, hidden]

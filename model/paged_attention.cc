@@ -10,6 +10,8 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/fused.h"
+#include "model/cuda_attention.h"
 
 namespace shardlm {
 namespace {
@@ -30,21 +32,16 @@ struct RowRun {
 constexpr int64_t kMatmulMinRows = 8;
 constexpr int64_t kScoreBudgetBytes = 64ll << 20;
 
-// One sequence's chunk of query rows as matrix products: gather its keys and
-// values through the block table, then Q K^T, a causal (and windowed) mask,
-// softmax in f32, and P V.
+// One run of a sequence's query rows as matrix products: gather its keys and
+// values (`index`: the slots of positions [kstart, ctx)), then Q K^T, a causal
+// (and windowed) mask, softmax in f32, and P V. Every operator is ATen's, so
+// this runs on any device.
 void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
-                    at::Tensor& out, const AttentionBatch& b, RowRun run) {
+                    at::Tensor& out, const AttentionBatch& b, RowRun run, const at::Tensor& index,
+                    int64_t kstart) {
   const int64_t n = run.end - run.begin, heads = q.size(1), d = q.size(2);
   const int64_t kv_heads = k_layer.size(2), group = heads / kv_heads;
-  const int64_t seq = (*b.seq_of_token)[run.begin];
-  const int64_t p0 = (*b.positions)[run.begin], ctx = (*b.positions)[run.end - 1] + 1;
-  // With a window, keys before the first row's window are never seen.
-  const int64_t kstart = b.sliding_window > 0 ? std::max<int64_t>(0, p0 - b.sliding_window + 1) : 0;
-  const int64_t nkeys = ctx - kstart;
-  std::vector<int64_t> slots(nkeys);
-  for (int64_t j = 0; j < nkeys; ++j) slots[j] = SlotOf(b, seq, kstart + j);
-  at::Tensor index = at::from_blob(slots.data(), {nkeys}, at::kLong);
+  const int64_t p0 = (*b.positions)[run.begin], ctx = kstart + index.size(0);
   const int64_t rows = k_layer.size(0) * k_layer.size(1);
   // keys, values: [kv_heads, ctx, d] -> [heads, ctx, d]
   at::Tensor keys = k_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
@@ -57,13 +54,31 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
   at::Tensor scores =
       at::matmul(queries, keys.transpose(1, 2)).to(at::kFloat) / std::sqrt(static_cast<double>(d));
   // Query i (position p0 + i) sees keys j with j <= p0 + i and, with a window, j > p0 + i - window.
-  at::Tensor qpos = at::arange(p0, p0 + n, at::kLong).unsqueeze(1);
-  at::Tensor kpos = at::arange(kstart, ctx, at::kLong).unsqueeze(0);
+  const at::TensorOptions longs = at::TensorOptions().dtype(at::kLong).device(q.device());
+  at::Tensor qpos = at::arange(p0, p0 + n, longs).unsqueeze(1);
+  at::Tensor kpos = at::arange(kstart, ctx, longs).unsqueeze(0);
   at::Tensor hidden = kpos > qpos;
   if (b.sliding_window > 0) hidden = hidden.logical_or(kpos <= qpos - b.sliding_window);
   scores.masked_fill_(hidden, -std::numeric_limits<float>::infinity());
   at::Tensor probs = scores.softmax(-1).to(values.scalar_type());
   out.narrow(0, run.begin, n).copy_(at::matmul(probs, values).permute({1, 0, 2}));
+}
+
+// The first key position a row at position p sees.
+int64_t FirstKey(const AttentionBatch& b, int64_t p) {
+  return b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
+}
+
+// ChunkAttention on the host arrays: the CPU without a vector kernel.
+void HostChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
+                        at::Tensor& out, const AttentionBatch& b, RowRun run) {
+  const int64_t seq = (*b.seq_of_token)[run.begin];
+  // With a window, keys before the first row's window are never seen.
+  const int64_t kstart = FirstKey(b, (*b.positions)[run.begin]), ctx = (*b.positions)[run.end - 1] + 1;
+  std::vector<int64_t> slots(ctx - kstart);
+  for (int64_t j = kstart; j < ctx; ++j) slots[j - kstart] = SlotOf(b, seq, j);
+  at::Tensor index = at::from_blob(slots.data(), {ctx - kstart}, at::kLong);
+  ChunkAttention(q, k_layer, v_layer, out, b, run, index, kstart);
 }
 
 // Decode rows (and short chunks): one task per (row, KV head) computes all
@@ -183,10 +198,42 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
 
 }  // namespace
 
+void PrepareDeviceBatch(AttentionBatch& b, std::vector<int64_t>& slots, std::vector<int64_t>& key_slots,
+                        bool with_keys) {
+  const int64_t tokens = static_cast<int64_t>(b.positions->size());
+  slots.resize(tokens);
+  for (int64_t t = 0; t < tokens; ++t) slots[t] = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
+  if (!with_keys) return;
+  b.runs.clear();
+  key_slots.clear();
+  for (int64_t begin = 0; begin < tokens;) {
+    int64_t end = begin + 1;
+    while (end < tokens && (*b.seq_of_token)[end] == (*b.seq_of_token)[begin]) ++end;
+    KeyRun r;
+    r.begin = begin;
+    r.end = end;
+    r.kstart = FirstKey(b, (*b.positions)[begin]);
+    r.ctx = (*b.positions)[end - 1] + 1;
+    r.key_offset = static_cast<int64_t>(key_slots.size());
+    const int64_t seq = (*b.seq_of_token)[begin];
+    for (int64_t j = r.kstart; j < r.ctx; ++j) key_slots.push_back(SlotOf(b, seq, j));
+    b.runs.push_back(r);
+    begin = end;
+  }
+}
+
 void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::Tensor& v_layer,
              const AttentionBatch& b) {
   const int64_t tokens = k.size(0);
   const int64_t row_elems = k_layer.size(2) * k_layer.size(3);
+  if (kernels::UseAtenOps(k_layer)) {
+    const int64_t rows = k_layer.size(0) * k_layer.size(1);
+    k_layer.view({rows, k_layer.size(2), k_layer.size(3)})
+        .index_copy_(0, b.slots, k.to(k_layer.scalar_type()));
+    v_layer.view({rows, v_layer.size(2), v_layer.size(3)})
+        .index_copy_(0, b.slots, v.to(v_layer.scalar_type()));
+    return;
+  }
   const bool direct = k.scalar_type() == k_layer.scalar_type() && v.scalar_type() == v_layer.scalar_type() &&
                       k.stride(2) == 1 && v.stride(2) == 1 && k.stride(1) == k.size(2) &&
                       v.stride(1) == v.size(2) && k.size(1) * k.size(2) == row_elems;
@@ -221,9 +268,27 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   // q may be a view into the qkv projection: rows strided, heads contiguous.
   at::Tensor qc = (q.stride(2) == 1 && q.stride(1) == q.size(2)) ? q : q.contiguous();
   at::Tensor out = at::empty(qc.sizes(), qc.options());
+  const int64_t tokens = qc.size(0);
+  if (kernels::UseAtenOps(k_layer)) {
+    // A device: its own kernel where there is one, else matrix products per
+    // run, in tiles whose score matrix stays under the budget.
+    if (CudaPagedAttention(qc, k_layer, v_layer, out, batch)) return out;
+    TORCH_CHECK(tokens == 0 || !batch.runs.empty(),
+                "paged attention: no device kernel took the step and its key slots were not prepared");
+    for (const KeyRun& r : batch.runs) {
+      const int64_t tile = std::max<int64_t>(1, kScoreBudgetBytes / (4 * qc.size(1) * (r.ctx - r.kstart)));
+      for (int64_t t = r.begin; t < r.end; t += tile) {
+        const RowRun run{t, std::min(r.end, t + tile)};
+        // A tile's keys end at its last row; they start where the run's do.
+        const int64_t ctx = (*batch.positions)[run.end - 1] + 1;
+        ChunkAttention(qc, k_layer, v_layer, out, batch, run,
+                       batch.key_slots.narrow(0, r.key_offset, ctx - r.kstart), r.kstart);
+      }
+    }
+    return out;
+  }
   // Without a vector kernel, long runs of one sequence's rows (prompt chunks)
   // use matrix products and the rest (decodes, short chunks) the per-row loop.
-  const int64_t tokens = qc.size(0);
   const bool fast = qc.scalar_type() == at::kFloat ? FastKernel<float>(qc.size(2)) != nullptr
                                                    : FastKernel<uint16_t>(qc.size(2)) != nullptr;
   // With the AVX-512 kernel every row goes through it, prompt chunks too: it
@@ -237,7 +302,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
       const int64_t keys = (*batch.positions)[end - 1] + 1;
       const int64_t tile = std::max<int64_t>(1, kScoreBudgetBytes / (4 * qc.size(1) * keys));
       for (int64_t t = begin; t < end; t += tile) {
-        ChunkAttention(qc, k_layer, v_layer, out, batch, RowRun{t, std::min(end, t + tile)});
+        HostChunkAttention(qc, k_layer, v_layer, out, batch, RowRun{t, std::min(end, t + tile)});
       }
     } else {
       for (int64_t r = begin; r < end; ++r) kernel_rows.push_back(r);

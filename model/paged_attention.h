@@ -14,6 +14,14 @@
 
 namespace shardlm {
 
+// The keys one run of a sequence's consecutive rows reads: positions
+// [kstart, ctx), whose slots are key_slots[key_offset, key_offset + ctx - kstart).
+struct KeyRun {
+  int64_t begin = 0, end = 0;  // the run's token rows
+  int64_t kstart = 0, ctx = 0;
+  int64_t key_offset = 0;
+};
+
 struct AttentionBatch {
   const std::vector<int32_t>* positions = nullptr;     // int32[tokens]
   const std::vector<int32_t>* seq_of_token = nullptr;  // int32[tokens]
@@ -21,7 +29,24 @@ struct AttentionBatch {
   int64_t max_blocks = 0;
   int64_t block_size = 16;
   int64_t sliding_window = 0;  // 0 = full attention
+
+  // The ATen-operator path (kernels::UseAtenOps: a GPU, or forced in tests)
+  // reads these tensors on the pool's device instead; PrepareDeviceBatch
+  // fills the host parts and StepUpload carries the arrays.
+  std::vector<KeyRun> runs;
+  at::Tensor slots;             // int64[tokens]: each token's KV slot
+  at::Tensor key_slots;         // int64[keys of all runs]
+  at::Tensor positions_dev;     // int32[tokens]   (for a device kernel)
+  at::Tensor seq_of_token_dev;  // int32[tokens]
+  at::Tensor block_tables_dev;  // int32[seqs * max_blocks]
 };
+
+// The host arrays of the ATen path: each token's slot and, with `with_keys`
+// (when a device kernel will not read the block tables itself), the runs
+// (into `batch`) and every run's key slots; to be uploaded into batch.slots
+// and batch.key_slots.
+void PrepareDeviceBatch(AttentionBatch& batch, std::vector<int64_t>& slots, std::vector<int64_t>& key_slots,
+                        bool with_keys);
 
 // Writes k, v (dtype[tokens, kv_heads.tp, head_dim]) into the pool layer
 // (dtype[blocks, block_size, kv_heads.tp, head_dim]) at each token's slot.

@@ -60,11 +60,15 @@ int32_t Draw(std::vector<float>& logits, const SampleRow& row) {
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
+  const bool need_order = p.top_p < 1.0f;
   if (p.top_k > 0 && p.top_k < vocab) {
     std::nth_element(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
     cand.resize(p.top_k);
+    // Without top-p the draw walks the candidates in vocabulary order, as it
+    // does with no top-k (nth_element leaves them in an unspecified order,
+    // which the device sampler could not reproduce).
+    if (!need_order) std::sort(cand.begin(), cand.end());
   }
-  const bool need_order = p.top_p < 1.0f;
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int32_t c : cand) max_logit = std::max(max_logit, logits[c]);
   auto weight = [&](int32_t c) { return std::exp(static_cast<double>(logits[c] - max_logit)); };

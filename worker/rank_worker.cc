@@ -2,11 +2,14 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
+#include <c10/core/DeviceGuard.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "common/step_memory.h"
 #include "kernels/step_profile.h"
+#include "model/device.h"
+#include "model/device_sampling.h"
 #include "model/sampling.h"
 
 namespace shardlm {
@@ -28,9 +31,14 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   w->comm_ = std::move(comm);
   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(options.model_dir));
   SHARDLM_ASSIGN_OR_RETURN(at::ScalarType dtype, ResolveDtype(options.dtype, cfg));
+  SHARDLM_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(options.device, options.local_rank));
+  // Kernels of our own launch on the current device: make it the rank's on
+  // the loading thread (and on the stepping thread, in Execute).
+  c10::OptionalDeviceGuard guard;
+  if (!device.is_cpu()) guard.reset_device(device);
   SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, w->comm_->rank_info()));
   SHARDLM_ASSIGN_OR_RETURN(w->ckpt_, Checkpoint::Open(options.model_dir));
-  SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get()));
+  SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get(), device));
   w->ckpt_.reset();  // weights are owned copies: unmap the checkpoint
   KvPoolShape shape;
   shape.num_layers = cfg.num_layers;
@@ -38,11 +46,27 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   shape.num_kv_heads_per_rank = plan.num_kv_heads_per_rank();
   shape.head_dim = cfg.head_dim;
   shape.num_blocks = KvPool::BlocksForBudget(shape, dtype, options.kv_cache_bytes);
-  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype));
+  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype, device));
   // Weights and the pool are in place: from here on a step's freed
   // activations stay in the heap for the next step (common/step_memory.h).
   RetainStepMemory();
   return w;
+}
+
+absl::StatusOr<std::vector<RowResult>> RankWorker::SampleOnDevice(const at::Tensor& logits,
+                                                                  const StepInput& step) {
+  std::vector<RowResult> results;
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("sampling", [&] {
+    if (comm_->rank_info().rank == 0) {
+      kernels::StepPartTimer timer(kernels::StepPart::kSampling);
+      results = ProcessRowsOnDevice(logits, step.rows);  // the rows are sampled where the logits are
+    }
+    // Every rank waits for its stream (a tiny kernel queued behind the step),
+    // so that AsyncError sees the whole step's collectives.
+    at::zeros({1}, at::TensorOptions().device(model_->device())).item<float>();
+    return absl::OkStatus();
+  }));
+  return results;
 }
 
 void RankWorker::ClearKvCache() {
@@ -51,12 +75,21 @@ void RankWorker::ClearKvCache() {
 }
 
 absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
+  c10::OptionalDeviceGuard guard;
+  if (!model_->device().is_cpu()) guard.reset_device(model_->device());
   for (const auto& [src, dst] : step.block_copies) {
     // K, V: [layers, blocks, ...]; copy one block across all layers.
     pool_.k().select(1, dst).copy_(pool_.k().select(1, src));
     pool_.v().select(1, dst).copy_(pool_.v().select(1, src));
   }
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
+  if (!model_->device().is_cpu()) {
+    // The step's collectives were enqueued without waiting: the results are
+    // only good if none of them failed (collectives/communicator.h).
+    SHARDLM_ASSIGN_OR_RETURN(std::vector<RowResult> results, SampleOnDevice(logits, step));
+    SHARDLM_RETURN_IF_ERROR(comm_->AsyncError());
+    return results;
+  }
   if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples
   kernels::StepPartTimer timer(kernels::StepPart::kSampling);
   std::vector<RowResult> results(step.rows.size());

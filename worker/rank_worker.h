@@ -27,6 +27,10 @@ struct RankWorkerOptions {
   std::string dtype = "auto";  // "auto" (the checkpoint's), "f32" or "bf16"
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t block_size = 16;
+  // "auto", "cpu", "cuda" or "cuda:N" (model/device.h); `local_rank` picks the
+  // GPU for "cuda" and "auto".
+  std::string device = "cpu";
+  int local_rank = 0;
 };
 
 class RankWorker final : public StepExecutor {
@@ -45,9 +49,14 @@ class RankWorker final : public StepExecutor {
   int64_t num_blocks() const { return pool_.shape().num_blocks; }
   int64_t block_size() const { return pool_.shape().block_size; }
   const LlamaModel& model() const { return *model_; }
+  at::Device device() const { return model_->device(); }
   Communicator& communicator() { return *comm_; }
 
  private:
+  // A GPU step's ending: rank 0 samples where the logits are; the others wait
+  // for their stream, so that AsyncError sees the whole step.
+  absl::StatusOr<std::vector<RowResult>> SampleOnDevice(const at::Tensor& logits, const StepInput& step);
+
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Checkpoint> ckpt_;  // open while loading only
   std::unique_ptr<LlamaModel> model_;

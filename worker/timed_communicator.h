@@ -33,6 +33,7 @@ class TimedCommunicator final : public Communicator {
   absl::Status Barrier() override {
     return Time([&] { return inner_->Barrier(); });
   }
+  absl::Status AsyncError() override { return inner_->AsyncError(); }
 
   // Swaps in a new group's communicator (same rank and world size) after the
   // old one broke; the model keeps pointing at this wrapper.

@@ -12,12 +12,14 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/cuda_communicator.h"
 #include "collectives/gloo_communicator.h"
 #include "collectives/shm_communicator.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/health_service.h"
 #include "common/logging.h"
+#include "model/device.h"
 #include "model/fingerprint.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
 #include "worker/compute_thread.h"
@@ -244,6 +246,13 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     LOG(ERROR) << "worker: " << fingerprint.status();
     return 1;
   }
+  // The device is settled before anything starts: a GPU that is not there
+  // is a start-up error, not a failed group.
+  auto device = ResolveDevice(options.device, options.rank);
+  if (!device.ok()) {
+    LOG(ERROR) << "worker rank " << options.rank << ": " << device.status().message();
+    return 1;
+  }
   WorkerService service(*fingerprint, options.internal_token);
   int port = 0;
   grpc::ServerBuilder builder;
@@ -315,6 +324,24 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     std::unique_ptr<Communicator> inner;
     if (rank.world_size == 1) {
       inner = MakeSingleRankCommunicator();
+    } else if (device->is_cuda()) {
+      // GPU ranks: NCCL, bootstrapped through the coordinator's store.
+      auto store = std::make_shared<RemoteStore>(stub, token, assigned.store_prefix(),
+                                                 std::chrono::milliseconds(options.register_timeout_ms));
+      auto comm = MakeCudaCommunicator(rank, store, device->index(),
+                                       std::chrono::milliseconds(assigned.collective_timeout_ms()));
+      if (!comm.ok()) {
+        LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
+        service.SetNotReady(comm.status());
+        if (comm.status().code() == absl::StatusCode::kFailedPrecondition) {
+          exit_code = 1;  // this build has no NCCL: retrying cannot help
+          break;
+        }
+        if (!SleepUnlessStopped(stop, 200)) break;
+        continue;
+      }
+      inner = std::move(*comm);
+      LOG(INFO) << "worker rank " << rank.rank << ": collectives over NCCL on " << device->str();
     } else {
       GlooOptions gloo;
       gloo.hostname =
@@ -349,6 +376,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       wo.dtype = assigned.dtype();
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
+      wo.device = device->str();
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
       service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
       if (!loaded.ok()) {

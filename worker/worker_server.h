@@ -42,6 +42,7 @@ struct WorkerProcessOptions {
   int64_t coordinator_lost_ms = 5000;     // exit after this long without the coordinator
   int rank = 0;                           // the rank this worker claims
   bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
+  std::string device = "auto";            // --device (model/device.h); "cuda": GPU rank mod count
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its
   // channel to the coordinator (null: plaintext).

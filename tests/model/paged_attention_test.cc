@@ -60,7 +60,13 @@ TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
   std::vector<int32_t> flat(tables.size() * max_blocks, 0);
   for (size_t s = 0; s < tables.size(); ++s)
     std::copy(tables[s].begin(), tables[s].end(), flat.begin() + s * max_blocks);
-  AttentionBatch batch{&positions, &seq_of_token, flat.data(), max_blocks, block, c.window};
+  AttentionBatch batch;
+  batch.positions = &positions;
+  batch.seq_of_token = &seq_of_token;
+  batch.block_tables = flat.data();
+  batch.max_blocks = max_blocks;
+  batch.block_size = block;
+  batch.sliding_window = c.window;
 
   const int64_t total = static_cast<int64_t>(positions.size());
   at::Tensor q = at::randn({total, c.heads, d}).to(c.dtype);

@@ -89,14 +89,18 @@ TAIL_CHARS = 600               # how much engine output a failure message quotes
 # ---------------------------------------------------------------------------
 
 class Engine:
-    def __init__(self, binary, timeout, verbose):
+    def __init__(self, binary, timeout, verbose, device=None):
         self.binary = binary
         self.timeout = timeout
         self.verbose = verbose
+        self.device = device
 
     def run(self, args):
         """Run the engine; return stdout.  Any problem raises CaseFailure."""
         cmd = [self.binary] + [str(a) for a in args]
+        # --device goes to the commands that compute (not make-tiny-model).
+        if self.device and cmd[1] in ("score", "generate", "prefill", "batch"):
+            cmd += ["--device", self.device]
         if self.verbose:
             print("    $ " + " ".join(cmd))
         try:
@@ -595,6 +599,8 @@ def main(argv=None):
     ap.add_argument("--bf16-max-tol", type=float, default=0.25)
     ap.add_argument("--bf16-mean-tol", type=float, default=0.06)
     ap.add_argument("-v", "--verbose", action="store_true", help="print engine command lines")
+    ap.add_argument("--device", default=None,
+                    help="pass --device to every computing call (e.g. cuda on the GPU machine)")
     args = ap.parse_args(argv)
 
     names = [n for n, _ in CASES]
@@ -618,7 +624,7 @@ def main(argv=None):
     workdir = os.path.abspath(args.workdir)
     os.makedirs(workdir, exist_ok=True)
 
-    ctx = Context(Engine(binary, args.timeout, args.verbose), workdir, args)
+    ctx = Context(Engine(binary, args.timeout, args.verbose, args.device), workdir, args)
     passed, failed, warned = [], [], []
     for name, fn in CASES:
         if name not in selected:

@@ -1,0 +1,57 @@
+// Paged attention on an NVIDIA GPU, for decode rows and prompt-chunk rows
+// alike: each computed row attends to its sequence's keys in the paged KV
+// pool, through the block table, up to and including its own position.
+//
+//   out[t, h] = softmax(scale * q[t, h] . k[j] over j) . v[j]    j in [first, p]
+//
+// The same computation as model/paged_attention.cc on the CPU: f32
+// arithmetic whatever the storage type, the output rounded once. Plain C++
+// (no CUDA or torch headers), so callers built without nvcc can include it.
+#pragma once
+
+#include <cstdint>
+
+namespace shardlm::kernels::cuda {
+
+enum class DType { kF32, kBF16 };
+
+struct PagedAttentionParams {
+  DType dtype = DType::kF32;
+  // Queries, dtype[tokens, heads, head_dim] viewed with strides in elements:
+  // q + t * q_row_stride + h * q_head_stride + i (a view into the qkv projection will do).
+  const void* q = nullptr;
+  int64_t q_row_stride = 0;
+  int64_t q_head_stride = 0;
+  // One layer's KV pool, dtype[num_blocks, block_size, kv_heads, head_dim], contiguous and
+  // 16-byte aligned: the key of slot s, kv head g, element i is k[(s * kv_heads + g) * head_dim + i].
+  const void* k = nullptr;
+  const void* v = nullptr;
+  // Output, dtype[tokens, heads, head_dim] contiguous and 16-byte aligned:
+  // out + (t * heads + h) * head_dim + i.
+  void* out = nullptr;
+  // Device arrays (int32): the token rows to compute (num_rows of them; only these rows of out
+  // are written), each token's position and sequence index, and the block tables
+  // int32[num_seqs, max_blocks]. Table entries for blocks a row does not see are never read.
+  const int32_t* rows = nullptr;
+  const int32_t* positions = nullptr;
+  const int32_t* seq_of_token = nullptr;
+  const int32_t* block_tables = nullptr;
+  int32_t max_blocks = 0;
+  int32_t block_size = 16;
+  int32_t num_rows = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  float scale = 1.0f;          // usually 1/sqrt(head_dim)
+  int32_t sliding_window = 0;  // 0 = none; else row at position p sees keys max(0, p-window+1) .. p
+};
+
+// True for the head sizes the kernel is built for: 32, 64, 96, 128 and 256.
+bool PagedAttentionSupports(int head_dim);
+
+// Enqueues the kernel on `stream`, a cudaStream_t (void* here to keep this
+// header free of CUDA's). Any group size heads / kv_heads works; groups above
+// 8 take one block per 8 query heads. Returns nullptr, or a static string
+// describing the error: bad params, an unsupported head_dim, or the
+// cudaGetErrorString of the launch error (which may be an earlier
+// asynchronous error that cudaGetLastError reports first).
+const char* LaunchPagedAttention(const PagedAttentionParams& p, void* stream);
+
+}  // namespace shardlm::kernels::cuda

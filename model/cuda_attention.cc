@@ -1,0 +1,58 @@
+// The CUDA variant: PagedAttention's device path launches
+// kernels/cuda/paged_attention.cu on libtorch's current stream.
+#include "model/cuda_attention.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels/cuda/paged_attention.h"
+
+namespace shardlm {
+
+bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
+                        at::Tensor& out, const AttentionBatch& b) {
+  namespace kc = kernels::cuda;
+  if (!q.is_cuda() || !kc::PagedAttentionSupports(static_cast<int>(q.size(2)))) return false;
+  const at::ScalarType t = q.scalar_type();
+  if ((t != at::kFloat && t != at::kBFloat16) || k_layer.scalar_type() != t || !k_layer.is_contiguous() ||
+      !v_layer.is_contiguous() || !out.is_contiguous() || q.stride(2) != 1 || !b.positions_dev.defined()) {
+    return false;
+  }
+  // The launch goes to the current device: make it q's.
+  const c10::cuda::CUDAGuard guard(q.device());
+  const int64_t tokens = q.size(0);
+  // Every row of the step: decode rows and prompt chunks alike.
+  at::Tensor rows = at::arange(tokens, at::TensorOptions().dtype(at::kInt).device(q.device()));
+  kc::PagedAttentionParams p;
+  p.dtype = t == at::kFloat ? kc::DType::kF32 : kc::DType::kBF16;
+  p.q = q.data_ptr();
+  p.q_row_stride = q.stride(0);
+  p.q_head_stride = q.stride(1);
+  p.k = k_layer.data_ptr();
+  p.v = v_layer.data_ptr();
+  p.out = out.data_ptr();
+  p.rows = rows.data_ptr<int32_t>();
+  p.positions = b.positions_dev.data_ptr<int32_t>();
+  p.seq_of_token = b.seq_of_token_dev.data_ptr<int32_t>();
+  p.block_tables = b.block_tables_dev.data_ptr<int32_t>();
+  p.max_blocks = static_cast<int32_t>(b.max_blocks);
+  p.block_size = static_cast<int32_t>(b.block_size);
+  p.num_rows = static_cast<int32_t>(tokens);
+  p.heads = static_cast<int32_t>(q.size(1));
+  p.kv_heads = static_cast<int32_t>(k_layer.size(2));
+  p.head_dim = static_cast<int32_t>(q.size(2));
+  p.scale = 1.0f / std::sqrt(static_cast<float>(q.size(2)));
+  p.sliding_window = static_cast<int32_t>(b.sliding_window);
+  const char* err = kc::LaunchPagedAttention(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
+  TORCH_CHECK(err == nullptr, "CUDA paged attention: ", err);
+  return true;
+}
+
+bool HaveCudaKernels() { return true; }
+
+bool CudaPagedAttentionSupports(int64_t head_dim) {
+  return kernels::cuda::PagedAttentionSupports(static_cast<int>(head_dim));
+}
+
+}  // namespace shardlm

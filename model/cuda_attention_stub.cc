@@ -1,0 +1,15 @@
+// The CPU build: no CUDA kernels (model/cuda_attention.h).
+#include "model/cuda_attention.h"
+
+namespace shardlm {
+
+bool CudaPagedAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&, at::Tensor&,
+                        const AttentionBatch&) {
+  return false;
+}
+
+bool HaveCudaKernels() { return false; }
+
+bool CudaPagedAttentionSupports(int64_t) { return false; }
+
+}  // namespace shardlm

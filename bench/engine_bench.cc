@@ -29,6 +29,7 @@
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "kernels/step_profile.h"
+#include "model/device.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
@@ -193,12 +194,44 @@ int Main(int argc, char** argv) {
   f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
   f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
   f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix");
+  f.String("device", "the engine's device (cpu, cuda, cuda:N); on a GPU the floor is its copy bandwidth",
+           false, "cpu");
+  f.String("shape", "the model written when --model-dir has none: bench (~100M) or llama3-8b (bf16, random)",
+           false, "bench", {"bench", "llama3-8b"});
+  f.Int("kv-cache-mb", "KV cache budget in MiB", 1024, 1, 1 << 20);
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
     return 2;
   }
   const std::string dir = f.GetString("model-dir");
+  auto device = ResolveDevice(f.GetString("device"));
+  if (!device.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(device.status().message()).c_str());
+    return 2;
+  }
+  const bool gpu = !device->is_cpu();
+  if (!std::filesystem::exists(dir + "/config.json") && f.GetString("shape") == "llama3-8b") {
+    // Llama-3-8B's shapes (GQA 32/8, 128k vocabulary, untied), bf16, random.
+    TinyModelOptions o;
+    o.arch = Arch::kLlama;
+    o.dtype = DType::kBF16;
+    o.vocab_size = 128256;
+    o.hidden_size = 4096;
+    o.num_layers = 32;
+    o.num_heads = 32;
+    o.num_kv_heads = 8;
+    o.intermediate_size = 14336;
+    o.max_position_embeddings = 8192;
+    o.shards = 4;
+    o.fast_random = true;
+    std::printf("writing a Llama-3-8B-shaped model to %s\n", dir.c_str());
+    st = WriteTinyModel(dir, o);
+    if (!st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+  }
   if (!std::filesystem::exists(dir + "/config.json")) {
     // ~100M parameters, Llama-shaped (GQA 12/4 heads), tied embeddings, 32k vocab.
     TinyModelOptions o;
@@ -219,10 +252,16 @@ int Main(int argc, char** argv) {
     }
   }
   const int threads = at::get_num_threads();
-  const double bw = bench::ReadBandwidth();
-  std::printf("machine: %u hardware threads, torch threads %d\n", std::thread::hardware_concurrency(),
-              threads);
-  std::printf("read bandwidth (all threads, 1 GiB): %.1f GB/s\n", bw / 1e9);
+  auto read_bandwidth = [&] { return gpu ? bench::DeviceReadBandwidth(*device) : bench::ReadBandwidth(); };
+  const double bw = read_bandwidth();
+  std::printf("machine: %u hardware threads, torch threads %d, device %s\n",
+              std::thread::hardware_concurrency(), threads, device->str().c_str());
+  if (gpu) {
+    std::printf("read bandwidth (2 GiB device-to-device copy, bytes read and written): %.1f GB/s\n",
+                bw / 1e9);
+  } else {
+    std::printf("read bandwidth (all threads, 1 GiB): %.1f GB/s\n", bw / 1e9);
+  }
 
   std::vector<int32_t> batches, prompt_unused;
   ParseIdList("batches", f.GetString("batches"), &batches).IgnoreError();
@@ -241,7 +280,8 @@ int Main(int argc, char** argv) {
     RankWorkerOptions wo;
     wo.model_dir = dir;
     wo.dtype = dtype;
-    wo.kv_cache_bytes = 1ll << 30;
+    wo.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+    wo.device = device->str();
     auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
     if (!worker.ok()) {
       std::fprintf(stderr, "%s\n", std::string(worker.status().message()).c_str());
@@ -292,7 +332,7 @@ int Main(int argc, char** argv) {
       while (!engine.Idle()) engine.Step().IgnoreError();
       // This VM's bandwidth drifts by 2x within minutes: each row's floor
       // uses the faster of the start's probe and one taken now.
-      const double row_bw = std::max(bw, bench::ReadBandwidth());
+      const double row_bw = std::max(bw, read_bandwidth());
       rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done,
                       1e3 * coordinator / done, parts, 1e3 * prefill_s, prefill_parts, row_bw});
       std::fflush(stdout);
@@ -321,10 +361,14 @@ int Main(int argc, char** argv) {
   std::vector<std::tuple<std::string, double, double>> limits;  // dtype, floor ms, GEMM flop/s
   for (const auto& [d, bytes] : weight_bytes) {
     const at::ScalarType t = d == "bf16" ? at::kBFloat16 : at::kFloat;
-    const double plain = bench::ReferenceGemvBytesPerSecond(t, bytes);
-    const double gemm = bench::GemmFlops(t);
+    const double gemm = gpu ? bench::DeviceGemmFlops(*device, t) : bench::GemmFlops(t);
     const double floor_ms = 1e3 * bytes / bw;
     limits.emplace_back(d, floor_ms, gemm);
+    if (gpu) {  // the plain C GEMV is a CPU reference
+      std::printf("| %s | %.0f | %.2f | - | %.0f |\n", d.c_str(), bytes / 1e6, floor_ms, gemm / 1e9);
+      continue;
+    }
+    const double plain = bench::ReferenceGemvBytesPerSecond(t, bytes);
     std::printf("| %s | %.0f | %.2f | %.2f | %.0f |\n", d.c_str(), bytes / 1e6, floor_ms, 1e3 * bytes / plain,
                 gemm / 1e9);
   }
@@ -352,6 +396,8 @@ int Main(int argc, char** argv) {
         r.decode_tok_s, r.step_ms, floor_ms, r.step_ms / floor_ms, decode_flops / 1e9,
         100 * decode_flops / gemm, r.coordinator_ms, 100 * r.coordinator_ms / r.step_ms);
   }
+  // On a GPU the parts' timers measure the host's enqueueing, not the kernels.
+  if (gpu) return 0;
   PrintBreakdown(rows, /*prefill=*/false);
   PrintBreakdown(rows, /*prefill=*/true);
   return 0;

@@ -98,4 +98,43 @@ double GemmFlops(at::ScalarType dtype) {
   return std::max(best_of([&] { at::linear(a, b); }), best_of([&] { kernels::Linear(a, packed); }));
 }
 
+namespace {
+
+// Waits for the device's queued work: a one-element copy to the host.
+void Sync(const at::Tensor& t) { (void)t.flatten()[0].to(at::kCPU).item<double>(); }
+
+}  // namespace
+
+double DeviceReadBandwidth(at::Device device) {
+  const int64_t bytes = int64_t{2} << 30;
+  at::Tensor a = at::ones({bytes / 4}, at::TensorOptions().dtype(at::kFloat).device(device));
+  at::Tensor b = at::empty_like(a);
+  b.copy_(a);  // warm-up
+  Sync(b);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < 4; ++i) b.copy_(a);
+    Sync(b);
+    best = std::max(best, 2.0 * 4 * bytes / Seconds(t0));
+  }
+  return best;
+}
+
+double DeviceGemmFlops(at::Device device, at::ScalarType dtype) {
+  const int64_t n = 8192;
+  at::Tensor a = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
+  at::Tensor b = at::randn({n, n}, at::TensorOptions().dtype(dtype).device(device));
+  at::Tensor c = at::matmul(a, b);
+  Sync(c);
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    auto t0 = Clock::now();
+    for (int i = 0; i < 5; ++i) c = at::matmul(a, b);
+    Sync(c);
+    best = std::max(best, 5 * 2.0 * n * n * n / Seconds(t0));
+  }
+  return best;
+}
+
 }  // namespace shardlm::bench

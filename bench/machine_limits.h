@@ -26,4 +26,12 @@ double ReadBandwidth();
 double ReferenceGemvBytesPerSecond(at::ScalarType dtype, int64_t weight_bytes);
 double GemmFlops(at::ScalarType dtype);
 
+// The same limits of a GPU (any device ATen has), timed to a stream sync:
+//   DeviceReadBandwidth  bytes/s read by a device-to-device copy of 2 GiB; a
+//                        copy reads and writes every byte, so this is twice
+//                        the bytes copied per second (HBM serves both);
+//   DeviceGemmFlops      an 8192^3 product in `dtype` (cuBLAS).
+double DeviceReadBandwidth(at::Device device);
+double DeviceGemmFlops(at::Device device, at::ScalarType dtype);
+
 }  // namespace shardlm::bench

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -35,31 +36,61 @@ uint16_t ToBf16(float f) {
 
 class TensorWriter {
  public:
-  TensorWriter(uint64_t seed, DType dtype) : rng_(seed), dtype_(dtype) {}
+  TensorWriter(uint64_t seed, DType dtype, bool fast) : rng_(seed), seed_(seed), dtype_(dtype), fast_(fast) {}
 
-  // Normal(mean, std) values of the given shape.
+  // Normal(mean, std) values of the given shape (uniform ones with that mean
+  // and std when fast).
   void Add(const std::string& name, std::vector<int64_t> shape, double mean, double std) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(std));
     OwnedTensor t{name, dtype_, shape, {}};
     t.bytes.resize(n * DTypeSize(dtype_));
-    for (int64_t i = 0; i < n; ++i) {
-      const float v = dist(rng_);
-      if (dtype_ == DType::kF32) {
-        std::memcpy(&t.bytes[i * 4], &v, 4);
-      } else {
-        const uint16_t b = ToBf16(v);
-        std::memcpy(&t.bytes[i * 2], &b, 2);
-      }
+    if (fast_) {
+      FillFast(t, n, static_cast<float>(mean), static_cast<float>(std));
+    } else {
+      std::normal_distribution<float> dist(static_cast<float>(mean), static_cast<float>(std));
+      for (int64_t i = 0; i < n; ++i) Put(t, i, dist(rng_));
     }
     tensors_.push_back(std::move(t));
   }
   std::vector<OwnedTensor>& tensors() { return tensors_; }
 
  private:
+  void Put(OwnedTensor& t, int64_t i, float v) const {
+    if (dtype_ == DType::kF32) {
+      std::memcpy(&t.bytes[i * 4], &v, 4);
+    } else {
+      const uint16_t b = ToBf16(v);
+      std::memcpy(&t.bytes[i * 2], &b, 2);
+    }
+  }
+
+  // splitmix64 of (seed, tensor, element) -> uniform on [mean - a, mean + a),
+  // a = std * sqrt(3); threads take contiguous ranges.
+  void FillFast(OwnedTensor& t, int64_t n, float mean, float std) {
+    const uint64_t base = seed_ * 0x9E3779B97F4A7C15ull + tensors_.size() * 0xD1B54A32D192ED03ull;
+    const float a = std * 1.7320508f;
+    const int64_t threads = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<std::thread> pool;
+    for (int64_t w = 0; w < threads; ++w) {
+      pool.emplace_back([&, w] {
+        for (int64_t i = n * w / threads; i < n * (w + 1) / threads; ++i) {
+          uint64_t z = base + static_cast<uint64_t>(i) * 0x9E3779B97F4A7C15ull;
+          z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+          z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+          z ^= z >> 31;
+          const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+          Put(t, i, mean + a * (2.0f * u - 1.0f));
+        }
+      });
+    }
+    for (auto& th : pool) th.join();
+  }
+
   std::mt19937_64 rng_;
+  uint64_t seed_;
   DType dtype_;
+  bool fast_;
   std::vector<OwnedTensor> tensors_;
 };
 
@@ -138,7 +169,7 @@ absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
   // Scales: inputs to every projection are RMS-normalised (unit per element),
   // so 1/sqrt(fan_in) keeps activations near unit scale; output projections
   // are drawn 2x larger so each block outweighs the unit-scale embedding.
-  TensorWriter w(o.seed, o.dtype);
+  TensorWriter w(o.seed, o.dtype, o.fast_random);
   const double in_std = 1.0 / std::sqrt(static_cast<double>(H));
   w.Add("model.embed_tokens.weight", {vocab, H}, 0.0, 1.0);
   for (int64_t i = 0; i < L; ++i) {

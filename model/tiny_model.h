@@ -35,6 +35,10 @@ struct TinyModelOptions {
   bool tie_embeddings = false;
   bool rope_scaling_llama3 = false;
   int shards = 1;
+  // Uniform values with each tensor's mean and std from a counter hash, on
+  // every core, instead of normal draws from one generator: for multi-GB
+  // benchmark checkpoints (a Llama-3-8B shape in seconds, not minutes).
+  bool fast_random = false;
   std::string tokenizer;      // "", "llama3" or "qwen3"
   std::string tokenizer_dir;  // folder with that tokenizer's tokenizer.json
 };

@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 
 #include "kernels/fused.h"
+#include "model/checkpoint.h"
 #include "model/device.h"
 #include "model/device_sampling.h"
 #include "model/sampling.h"
@@ -235,6 +238,44 @@ TEST(StepUploadTest, RegionsComeBackTypedAndInOrder) {
   EXPECT_TRUE(up.Get(ib).equal(at::tensor(b, at::kInt)));
   EXPECT_TRUE(up.Get(ic).equal(at::tensor(c, at::kFloat)));
   EXPECT_EQ(up.Get(in).numel(), 0);
+}
+
+// The benchmark's multi-GB checkpoints: fast uniform weights with the
+// requested moments, a model that loads and gives finite, varied logits.
+TEST(TinyModelTest, FastRandomWeights) {
+  const std::string dir = ::testing::TempDir() + "/device_fast." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  TinyModelOptions o;
+  o.vocab_size = 256;
+  o.hidden_size = 64;
+  o.intermediate_size = 128;
+  o.shards = 2;
+  o.fast_random = true;
+  ASSERT_THAT(WriteTinyModel(dir, o), IsOk());
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_THAT(ckpt, IsOk());
+  auto w = (*ckpt)->Get("model.layers.0.mlp.gate_proj.weight");  // mean 0, std 1/sqrt(64)
+  ASSERT_THAT(w, IsOk());
+  const float* v = reinterpret_cast<const float*>((*w)->data);
+  double sum = 0, sq = 0;
+  const int64_t n = (*w)->numel();
+  for (int64_t i = 0; i < n; ++i) {
+    sum += v[i];
+    sq += v[i] * v[i];
+  }
+  EXPECT_NEAR(sum / n, 0.0, 0.01);
+  EXPECT_NEAR(std::sqrt(sq / n), 0.125, 0.01);
+  auto norm = (*ckpt)->Get("model.norm.weight");  // mean 1
+  ASSERT_THAT(norm, IsOk());
+  EXPECT_NEAR(reinterpret_cast<const float*>((*norm)->data)[0], 1.0, 0.2);
+  const std::vector<RowResult> out = RunSteps(dir, false);
+  ASSERT_EQ(out.size(), 18u);
+  std::set<int32_t> tokens;
+  for (const RowResult& r : out) {
+    EXPECT_TRUE(std::isfinite(r.target_logprob));
+    tokens.insert(r.token);
+  }
+  EXPECT_GT(tokens.size(), 3u);
 }
 
 TEST(DeviceFlagTest, CpuBuildAnswers) {

@@ -118,7 +118,8 @@ class InferenceService final
 };
 
 // OK while the call's client waits; CANCELLED once it cancelled or went
-// away, DEADLINE_EXCEEDED once its deadline passed.
+// away, DEADLINE_EXCEEDED once its deadline passed (or is within 200 ms: see
+// inference_service.cc).
 absl::Status CallGone(const grpc::ServerContextBase& ctx);
 
 // Appends `top` (most likely first) to `out`.

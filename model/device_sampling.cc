@@ -7,6 +7,8 @@
 #include <random>
 #include <unordered_map>
 
+#include "model/step_upload.h"
+
 namespace shardlm {
 namespace {
 
@@ -75,53 +77,63 @@ at::Tensor ApplyEdits(const at::Tensor& logits, const std::vector<SampleRow>& ro
   return work;
 }
 
-// One row's draw (temperature > 0, top_k != 1) as a 0-d int64 token on the
-// device; `uniform` is the row's number in [0, 1).
-at::Tensor Draw(const at::Tensor& row_logits, const SamplingParams& p, double uniform) {
-  const int64_t vocab = row_logits.size(0);
-  const at::Device d = row_logits.device();
+// The draws of rows `which` (temperature > 0, top_k != 1), all at once:
+// int64[which.size()] tokens on the device. Each row keeps its own
+// parameters; a few operators over [rows, vocab] serve every row, so a batch
+// of sampled rows costs what one does in launches.
+at::Tensor DrawRows(const at::Tensor& work, const std::vector<int64_t>& which,
+                    const std::vector<SampleRow>& rows) {
+  const int64_t m = static_cast<int64_t>(which.size()), vocab = work.size(1);
+  std::vector<float> temperature(m);
+  std::vector<double> top_p(m), min_p(m), uniform(m);
+  std::vector<int64_t> top_k(m), ordered(m);
+  for (int64_t i = 0; i < m; ++i) {
+    const SampleRow& row = rows[which[i]];
+    const SamplingParams& p = *row.params;
+    temperature[i] = p.temperature;
+    top_k[i] = p.top_k > 0 && p.top_k < vocab ? p.top_k : vocab;
+    top_p[i] = p.top_p;
+    min_p[i] = p.min_p > 0 ? p.min_p : 0.0;
+    ordered[i] = p.top_p < 1.0f;  // top-p walks the most likely first, else vocabulary order
+    // The number ProcessRow's draw takes from the same generator.
+    std::mt19937_64 rng(row.draw_seed);
+    uniform[i] = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng);
+  }
+  StepUpload up;
+  const int i_which = up.Add(which), i_temp = up.Add(temperature), i_k = up.Add(top_k), i_p = up.Add(top_p);
+  const int i_min = up.Add(min_p), i_u = up.Add(uniform), i_ord = up.Add(ordered);
+  up.Upload(work.device());
+  const at::Tensor k = up.Get(i_k).unsqueeze(1), p_top = up.Get(i_p).unsqueeze(1);
+  const at::Tensor ord = up.Get(i_ord).unsqueeze(1) != 0;
   // A true division, as ProcessRow's (CUDA turns division by a host scalar
   // into a multiplication by its reciprocal).
-  at::Tensor l = row_logits / at::scalar_tensor(p.temperature, row_logits.options());
-  const bool need_order = p.top_p < 1.0f;
-  at::Tensor value, index;
-  // Candidates: most likely first (ties: lower id first) under top-p, else in
-  // vocabulary order. A stable sort, not topk, so that a tie at the k-th
-  // value keeps the lower ids, as ProcessRow does.
-  if (p.top_k > 0 && p.top_k < vocab) {
-    std::tie(value, index) = at::sort(l, /*stable=*/true, /*dim=*/0, /*descending=*/true);
-    index = index.narrow(0, 0, p.top_k);
-    value = value.narrow(0, 0, p.top_k);
-    if (!need_order) {
-      std::tie(index, std::ignore) = at::sort(index);  // vocabulary order
-      value = l.index_select(0, index);
-    }
-  } else if (need_order) {
-    std::tie(value, index) = at::sort(l, /*stable=*/true, /*dim=*/0, /*descending=*/true);
-  } else {
-    value = l;
-    index = at::arange(vocab, at::TensorOptions().dtype(at::kLong).device(d));
-  }
-  at::Tensor weight = (value - value.max()).to(at::kDouble).exp();
-  if (need_order) {
-    // top-p: the shortest most-likely prefix whose mass reaches p.
-    at::Tensor cum = (weight / weight.sum()).cumsum(0);
-    at::Tensor keep = ((cum < static_cast<double>(p.top_p)).sum() + 1).clamp_max(weight.size(0));
-    at::Tensor pos = at::arange(weight.size(0), at::TensorOptions().dtype(at::kLong).device(d));
-    weight = at::where(pos < keep, weight, at::zeros_like(weight));
-  }
+  at::Tensor l = work.index_select(0, up.Get(i_which)) / up.Get(i_temp).unsqueeze(1);
+  // Most likely first; among equals the lower id first (a stable sort, as
+  // ProcessRow's comparison): top-k is the first k.
+  at::Tensor sv, si;
+  std::tie(sv, si) = at::sort(l, /*stable=*/true, /*dim=*/1, /*descending=*/true);
+  const at::Tensor rank =
+      at::arange(vocab, at::TensorOptions().dtype(at::kLong).device(work.device())).unsqueeze(0);
+  const at::Tensor cand = rank < k;
+  at::Tensor w = at::where(cand, (sv - sv.narrow(1, 0, 1)).to(at::kDouble).exp(),
+                           at::zeros({}, sv.options().dtype(at::kDouble)));
+  // top-p: the shortest most-likely prefix whose mass reaches p.
+  const at::Tensor cum = (w / w.sum(1, /*keepdim=*/true)).cumsum(1);
+  const at::Tensor keep = at::minimum(((cum < p_top) & cand).sum(1, /*keepdim=*/true) + 1, k);
+  w = at::where(ord & (rank >= keep), at::zeros_like(w), w);
   // min-p: below min_p x the most likely token's weight (which is 1).
-  if (p.min_p > 0) weight = at::where(weight < static_cast<double>(p.min_p), at::zeros_like(weight), weight);
-  at::Tensor cum = weight.cumsum(0);
-  at::Tensor u = cum.index({-1}) * uniform;
-  // The first candidate whose running sum exceeds u, as ProcessRow's walk;
-  // where rounding leaves u past the end, the last candidate with weight.
-  at::Tensor pick = at::searchsorted(cum, u.unsqueeze(0), /*out_int32=*/false, /*right=*/true).squeeze(0);
-  at::Tensor pos = at::arange(weight.size(0), at::TensorOptions().dtype(at::kLong).device(d));
-  at::Tensor last = at::where(weight > 0, pos, at::zeros_like(pos)).max();
-  pick = at::where(pick < weight.size(0), pick, last).clamp_max(weight.size(0) - 1);
-  at::Tensor chosen = at::where(weight.index_select(0, pick.unsqueeze(0)).squeeze(0) > 0, pick, last);
-  return index.index_select(0, chosen.unsqueeze(0)).squeeze(0);
+  w = at::where(w < up.Get(i_min).unsqueeze(1), at::zeros_like(w), w);
+  // The walk: sorted order under top-p, else the weights back in vocabulary order.
+  const at::Tensor walk = at::where(ord, w, at::zeros_like(w).scatter_(1, si, w));
+  const at::Tensor run = walk.cumsum(1);
+  const at::Tensor u = run.narrow(1, vocab - 1, 1) * up.Get(i_u).unsqueeze(1);
+  // The first place whose running sum exceeds u, as ProcessRow's walk; where
+  // rounding leaves u past the end, the last place with weight.
+  at::Tensor pick = at::searchsorted(run, u, /*out_int32=*/false, /*right=*/true).squeeze(1);
+  const at::Tensor last = std::get<0>(at::where(walk > 0, rank, at::zeros_like(rank)).max(1));
+  pick = at::where(pick < vocab, pick, last);
+  pick = at::where(walk.gather(1, pick.unsqueeze(1)).squeeze(1) > 0, pick, last);
+  return at::where(ord.squeeze(1), si.gather(1, pick.unsqueeze(1)).squeeze(1), pick);
 }
 
 }  // namespace
@@ -150,19 +162,17 @@ std::vector<RowResult> ProcessRowsOnDevice(const at::Tensor& logits, const std::
   at::Tensor tokens = at::full({n}, -1, at::TensorOptions().dtype(at::kLong).device(d));
   if (any_sample) {
     at::Tensor work = ApplyEdits(logits, rows);
-    at::Tensor greedy = work.argmax(1);
+    std::vector<int64_t> greedy_rows, draw_rows;
     for (int64_t r = 0; r < n; ++r) {
       if (!rows[r].sample) continue;
       const SamplingParams& p = *rows[r].params;
-      if (p.temperature <= 0.0f || p.top_k == 1) {
-        tokens.index_put_({r}, greedy.index({r}));
-        continue;
-      }
-      // The number ProcessRow's draw takes from the same generator.
-      std::mt19937_64 rng(rows[r].draw_seed);
-      const double uniform = std::generate_canonical<double, std::numeric_limits<double>::digits>(rng);
-      tokens.index_put_({r}, Draw(work.select(0, r), p, uniform));
+      (p.temperature <= 0.0f || p.top_k == 1 ? greedy_rows : draw_rows).push_back(r);
     }
+    if (!greedy_rows.empty()) {
+      const at::Tensor g = OnDevice(greedy_rows, d);
+      tokens.index_put_({g}, work.index_select(0, g).argmax(1));
+    }
+    if (!draw_rows.empty()) tokens.index_put_({OnDevice(draw_rows, d)}, DrawRows(work, draw_rows, rows));
   }
   // Log-probabilities of the unmodified distribution; one copy back each.
   at::Tensor safe_tokens = tokens.clamp_min(0).unsqueeze(1);

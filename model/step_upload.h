@@ -25,6 +25,7 @@ class StepUpload {
   int Add(const int64_t* data, int64_t n) { return AddBytes(data, n, at::kLong, sizeof(int64_t)); }
   int Add(const int32_t* data, int64_t n) { return AddBytes(data, n, at::kInt, sizeof(int32_t)); }
   int Add(const float* data, int64_t n) { return AddBytes(data, n, at::kFloat, sizeof(float)); }
+  int Add(const double* data, int64_t n) { return AddBytes(data, n, at::kDouble, sizeof(double)); }
   template <typename T>
   int Add(const std::vector<T>& v) {
     return Add(v.data(), static_cast<int64_t>(v.size()));

@@ -22,7 +22,9 @@ What is checked:
   7. --stop-token-ids: generation stops at (and includes) a stop token.
   8. tokenize: one {"ids"} line per {"text"} line, no special tokens.
   9. Bad flags and values exit 2 with a stderr message naming the flag and the
-     allowed range; a missing --model directory fails with its path.
+     allowed range; a missing --model directory fails with its path. --device:
+     a bad value exits 2 naming the choices; cuda without a GPU (or in the CPU
+     build) fails before loading, saying why; cpu generates.
  10. The context length is enforced at its exact boundary.
  11. A --no-tokenizer checkpoint works with --prompt-ids; --prompt exits 2.
  12. bf16 checkpoints load and decode deterministically (auto, f32, bf16).
@@ -421,6 +423,27 @@ def case_bad_input_exits_2(cli):
           "nonexistent --model: expected failure naming the path: " + r.describe())
 
 
+def case_device_flag(cli):
+    # --device: a bad value is a usage error naming the choices; cuda where this build or
+    # machine has none fails before loading, saying why (docs/gpu.md).
+    llama = cli.model("llama")
+    gen = ["generate", "--model", llama, "--prompt-ids", "1,2,3", "--max-new-tokens", "2", "--json"]
+    r = cli.run(*(gen + ["--device", "gpu"]))
+    check(r.rc == 2 and "--device" in r.err and "cpu, cuda or cuda:N" in r.err and r.out == "",
+          "--device gpu: expected exit 2 naming the choices: " + r.describe())
+    r = cli.run(*(gen + ["--device", "cpu"]))
+    check(r.rc == 0 and json.loads(r.out)["token_ids"], "--device cpu generates: " + r.describe())
+    for args in (gen + ["--device", "cuda"], gen + ["--device", "cuda", "--tp", "2"]):
+        r = cli.run(*args)
+        if r.rc == 0:
+            continue  # a CUDA build on a machine with GPUs
+        check("--device cuda" in r.err and ("without CUDA" in r.err or "GPU" in r.err) and r.out == "",
+              "--device cuda without a GPU: expected a failure saying why: " + r.describe())
+    r = cli.run(*(gen + ["--device", "cuda:7"]))
+    check(r.rc != 0 and "--device cuda:7" in r.err and r.out == "",
+          "--device cuda:7: expected a failure naming it: " + r.describe())
+
+
 def case_context_length_limit(cli):
     short = cli.model("short")
     check(cli.config("short")["max_position_embeddings"] == 64, "short model: max_position_embeddings != 64")
@@ -530,6 +553,7 @@ CASES = [
     case_stop_token_ids,
     case_tokenize,
     case_bad_input_exits_2,
+    case_device_flag,
     case_context_length_limit,
     case_no_tokenizer_model,
     case_bf16_checkpoint,

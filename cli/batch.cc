@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "cli/api_client.h"
+#include "cli/commands.h"
 #include "common/status.h"
 #include "nlohmann/json.hpp"
 
@@ -130,10 +131,7 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
   f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  f.String("device",
-           "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r) "
-           "or cuda:N",
-           false, "auto");
+  AddDeviceFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);

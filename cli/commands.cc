@@ -66,14 +66,19 @@ void AddModelFlags(FlagSet& f) {
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  f.String("device",
-           "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r) "
-           "or cuda:N",
-           false, "auto");
+  AddDeviceFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
   f.Bool("json", "print one JSON object");
+}
+
+void AddDeviceFlag(FlagSet& f) {
+  f.String(
+      "device",
+      "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
+      "the visible count) or cuda:N",
+      false, "auto");
 }
 
 absl::Status CheckLocalGpus(const std::string& device, int tp) {
@@ -448,11 +453,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
   f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
-  f.String(
-      "device",
-      "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (GPU rank mod the "
-      "visible count) or cuda:N",
-      false, "auto");
+  AddDeviceFlag(f);
   f.String("collectives",
            "auto: shared memory when every rank of the group can map one segment (one host), else Gloo; "
            "gloo: always Gloo",

@@ -46,6 +46,9 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
 // --prompt, --prompt-ids, --dtype, --kv-cache-mb, --max-batch-tokens, --tp, --json.
 void AddModelFlags(FlagSet& f);
 
+// --device (model/device.h), the same on every command that computes.
+void AddDeviceFlag(FlagSet& f);
+
 // `--device` for `tp` local workers: a CUDA device needs a GPU per rank
 // (rank r takes GPU r), checked before any worker starts.
 absl::Status CheckLocalGpus(const std::string& device, int tp);

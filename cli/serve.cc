@@ -133,10 +133,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.String("worker-listen", "address workers register at (port 0: any)", false,
            spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  f.String("device",
-           "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r) "
-           "or cuda:N",
-           false, "auto");
+  AddDeviceFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);

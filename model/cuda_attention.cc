@@ -13,10 +13,10 @@ namespace shardlm {
 bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                         at::Tensor& out, const AttentionBatch& b) {
   namespace kc = kernels::cuda;
-  if (!q.is_cuda() || !kc::PagedAttentionSupports(static_cast<int>(q.size(2)))) return false;
   const at::ScalarType t = q.scalar_type();
-  if ((t != at::kFloat && t != at::kBFloat16) || k_layer.scalar_type() != t || !k_layer.is_contiguous() ||
-      !v_layer.is_contiguous() || !out.is_contiguous() || q.stride(2) != 1 || !b.positions_dev.defined()) {
+  if (!CudaPagedAttentionTakes(k_layer, q.size(2)) || k_layer.scalar_type() != t ||
+      !k_layer.is_contiguous() || !v_layer.is_contiguous() || !out.is_contiguous() || q.stride(2) != 1 ||
+      !b.positions_dev.defined()) {
     return false;
   }
   // The launch goes to the current device: make it q's.
@@ -51,8 +51,10 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
 
 bool HaveCudaKernels() { return true; }
 
-bool CudaPagedAttentionSupports(int64_t head_dim) {
-  return kernels::cuda::PagedAttentionSupports(static_cast<int>(head_dim));
+bool CudaPagedAttentionTakes(const at::Tensor& pool, int64_t head_dim) {
+  const at::ScalarType t = pool.scalar_type();
+  return pool.is_cuda() && (t == at::kFloat || t == at::kBFloat16) &&
+         kernels::cuda::PagedAttentionSupports(static_cast<int>(head_dim));
 }
 
 }  // namespace shardlm

@@ -19,8 +19,11 @@ namespace shardlm {
 bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                         at::Tensor& out, const AttentionBatch& batch);
 
-// Whether this build has the CUDA kernels, and one for this head size.
+// Whether this build has the CUDA kernels.
 bool HaveCudaKernels();
-bool CudaPagedAttentionSupports(int64_t head_dim);
+// Whether CudaPagedAttention takes a step over this pool (a CUDA tensor of
+// f32 or bf16) and head size; when not, the caller's ATen path needs the
+// runs' key slots (PrepareDeviceBatch).
+bool CudaPagedAttentionTakes(const at::Tensor& pool, int64_t head_dim);
 
 }  // namespace shardlm

@@ -10,6 +10,6 @@ bool CudaPagedAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&,
 
 bool HaveCudaKernels() { return false; }
 
-bool CudaPagedAttentionSupports(int64_t) { return false; }
+bool CudaPagedAttentionTakes(const at::Tensor&, int64_t) { return false; }
 
 }  // namespace shardlm

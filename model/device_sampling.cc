@@ -186,21 +186,28 @@ std::vector<RowResult> ProcessRowsOnDevice(const at::Tensor& logits, const std::
     // at the n-th place too, as ProcessRow does.
     at::Tensor v, i;
     std::tie(v, i) = at::sort(logits, /*stable=*/true, /*dim=*/1, /*descending=*/true);
-    top_ids = i.narrow(1, 0, n_top).cpu();
-    top_lp = (v.narrow(1, 0, n_top) - lse.unsqueeze(1)).cpu();
+    top_ids = i.narrow(1, 0, n_top).cpu().contiguous();
+    top_lp = (v.narrow(1, 0, n_top) - lse.unsqueeze(1)).cpu().contiguous();
   }
+  // Host copies, read through pointers (a tensor op per element would cost
+  // more than the step's sampling).
+  const int64_t* tok = tokens_host.data_ptr<int64_t>();
+  const float* tok_lp = token_lp.data_ptr<float>();
+  const float* tgt_lp = any_target ? target_lp.data_ptr<float>() : nullptr;
+  const int64_t* top_id = n_top > 0 ? top_ids.data_ptr<int64_t>() : nullptr;
+  const float* top_lps = n_top > 0 ? top_lp.data_ptr<float>() : nullptr;
   for (int64_t r = 0; r < n; ++r) {
     const SampleRow& row = rows[r];
     RowResult& res = out[r];
-    if (row.target >= 0 && row.target < vocab) res.target_logprob = target_lp[r].item<float>();
+    if (row.target >= 0 && row.target < vocab) res.target_logprob = tgt_lp[r];
     const int64_t k = row.params != nullptr ? std::min<int64_t>(row.params->num_top_logprobs, vocab) : 0;
     for (int64_t j = 0; j < k; ++j) {
-      res.top_ids.push_back(static_cast<int32_t>(top_ids[r][j].item<int64_t>()));
-      res.top_logprobs.push_back(top_lp[r][j].item<float>());
+      res.top_ids.push_back(static_cast<int32_t>(top_id[r * n_top + j]));
+      res.top_logprobs.push_back(top_lps[r * n_top + j]);
     }
     if (row.sample) {
-      res.token = static_cast<int32_t>(tokens_host[r].item<int64_t>());
-      res.logprob = token_lp[r].item<float>();
+      res.token = static_cast<int32_t>(tok[r]);
+      res.logprob = tok_lp[r];
     }
   }
   return out;

@@ -199,9 +199,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
       std::vector<int64_t> slots, key_slots;
       // The CUDA kernel reads the block tables itself; the ATen fallback
       // needs every run's key slots.
-      const bool kernel = pool.k().is_cuda() && CudaPagedAttentionSupports(d) &&
-                          (dtype_ == at::kFloat || dtype_ == at::kBFloat16);
-      PrepareDeviceBatch(batch, slots, key_slots, /*with_keys=*/!kernel);
+      PrepareDeviceBatch(batch, slots, key_slots, /*with_keys=*/!CudaPagedAttentionTakes(pool.k(), d));
       StepUpload up;
       const int i_ids = up.Add(ids64), i_cos = up.Add(cos_host), i_sin = up.Add(sin_host);
       const int i_rows = up.Add(rows), i_slots = up.Add(slots), i_keys = up.Add(key_slots);

@@ -21,6 +21,34 @@ int64_t SlotOf(const AttentionBatch& b, int64_t seq, int64_t pos) {
   return static_cast<int64_t>(block) * b.block_size + pos % b.block_size;
 }
 
+// The first key position a row at position p sees.
+int64_t FirstKey(const AttentionBatch& b, int64_t p) {
+  return b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
+}
+
+// Appends the slots of sequence `seq`'s positions [from, to) to `slots`.
+void AppendKeySlots(const AttentionBatch& b, int64_t seq, int64_t from, int64_t to,
+                    std::vector<int64_t>& slots) {
+  slots.reserve(slots.size() + std::max<int64_t>(0, to - from));
+  for (int64_t j = from; j < to; ++j) slots.push_back(SlotOf(b, seq, j));
+}
+
+// Each token's own slot, where its K and V are written.
+std::vector<int64_t> TokenSlots(const AttentionBatch& b) {
+  const int64_t tokens = static_cast<int64_t>(b.positions->size());
+  std::vector<int64_t> slots(tokens);
+  for (int64_t t = 0; t < tokens; ++t) slots[t] = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
+  return slots;
+}
+
+// The end of the run of one sequence's consecutive rows that starts at `begin`.
+int64_t RunEnd(const AttentionBatch& b, int64_t begin) {
+  const int64_t tokens = static_cast<int64_t>(b.seq_of_token->size());
+  int64_t end = begin + 1;
+  while (end < tokens && (*b.seq_of_token)[end] == (*b.seq_of_token)[begin]) ++end;
+  return end;
+}
+
 // Rows of one sequence that a step computes together: [begin, end).
 struct RowRun {
   int64_t begin, end;
@@ -64,19 +92,14 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
   out.narrow(0, run.begin, n).copy_(at::matmul(probs, values).permute({1, 0, 2}));
 }
 
-// The first key position a row at position p sees.
-int64_t FirstKey(const AttentionBatch& b, int64_t p) {
-  return b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
-}
-
 // ChunkAttention on the host arrays: the CPU without a vector kernel.
 void HostChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                         at::Tensor& out, const AttentionBatch& b, RowRun run) {
   const int64_t seq = (*b.seq_of_token)[run.begin];
   // With a window, keys before the first row's window are never seen.
   const int64_t kstart = FirstKey(b, (*b.positions)[run.begin]), ctx = (*b.positions)[run.end - 1] + 1;
-  std::vector<int64_t> slots(ctx - kstart);
-  for (int64_t j = kstart; j < ctx; ++j) slots[j - kstart] = SlotOf(b, seq, j);
+  std::vector<int64_t> slots;
+  AppendKeySlots(b, seq, kstart, ctx, slots);
   at::Tensor index = at::from_blob(slots.data(), {ctx - kstart}, at::kLong);
   ChunkAttention(q, k_layer, v_layer, out, b, run, index, kstart);
 }
@@ -153,9 +176,7 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
   std::vector<std::vector<int64_t>> slots(tokens);
   for (int64_t r = 0; r < tokens; ++r) {
     const int64_t t = row_list[r], seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
-    const int64_t first = b.sliding_window > 0 ? std::max<int64_t>(0, p - b.sliding_window + 1) : 0;
-    slots[r].resize(p - first + 1);
-    for (int64_t j = first; j <= p; ++j) slots[r][j - first] = SlotOf(b, seq, j);
+    AppendKeySlots(b, seq, FirstKey(b, p), p + 1, slots[r]);
   }
   // Rows of a prompt chunk attend to more keys the later they come, so items
   // are handed out one at a time (dynamic), not in equal contiguous ranges.
@@ -201,22 +222,19 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
 void PrepareDeviceBatch(AttentionBatch& b, std::vector<int64_t>& slots, std::vector<int64_t>& key_slots,
                         bool with_keys) {
   const int64_t tokens = static_cast<int64_t>(b.positions->size());
-  slots.resize(tokens);
-  for (int64_t t = 0; t < tokens; ++t) slots[t] = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
+  slots = TokenSlots(b);
   if (!with_keys) return;
   b.runs.clear();
   key_slots.clear();
   for (int64_t begin = 0; begin < tokens;) {
-    int64_t end = begin + 1;
-    while (end < tokens && (*b.seq_of_token)[end] == (*b.seq_of_token)[begin]) ++end;
+    const int64_t end = RunEnd(b, begin);
     KeyRun r;
     r.begin = begin;
     r.end = end;
     r.kstart = FirstKey(b, (*b.positions)[begin]);
     r.ctx = (*b.positions)[end - 1] + 1;
     r.key_offset = static_cast<int64_t>(key_slots.size());
-    const int64_t seq = (*b.seq_of_token)[begin];
-    for (int64_t j = r.kstart; j < r.ctx; ++j) key_slots.push_back(SlotOf(b, seq, j));
+    AppendKeySlots(b, (*b.seq_of_token)[begin], r.kstart, r.ctx, key_slots);
     b.runs.push_back(r);
     begin = end;
   }
@@ -251,10 +269,7 @@ void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::
     }
     return;
   }
-  std::vector<int64_t> slots(tokens);
-  for (int64_t t = 0; t < tokens; ++t) {
-    slots[t] = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
-  }
+  std::vector<int64_t> slots = TokenSlots(b);
   at::Tensor index = at::from_blob(slots.data(), {tokens}, at::kLong);
   const int64_t rows = k_layer.size(0) * k_layer.size(1);
   auto k_flat = k_layer.view({rows, k_layer.size(2), k_layer.size(3)});
@@ -296,8 +311,7 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   const int64_t matmul_min_rows = fast ? std::numeric_limits<int64_t>::max() : kMatmulMinRows;
   std::vector<int64_t> kernel_rows;
   for (int64_t begin = 0; begin < tokens;) {
-    int64_t end = begin + 1;
-    while (end < tokens && (*batch.seq_of_token)[end] == (*batch.seq_of_token)[begin]) ++end;
+    const int64_t end = RunEnd(batch, begin);
     if (end - begin >= matmul_min_rows) {
       const int64_t keys = (*batch.positions)[end - 1] + 1;
       const int64_t tile = std::max<int64_t>(1, kScoreBudgetBytes / (4 * qc.size(1) * keys));

@@ -61,9 +61,10 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::SampleOnDevice(const at::Tens
       kernels::StepPartTimer timer(kernels::StepPart::kSampling);
       results = ProcessRowsOnDevice(logits, step.rows);  // the rows are sampled where the logits are
     }
-    // Every rank waits for its stream (a tiny kernel queued behind the step),
-    // so that AsyncError sees the whole step's collectives.
-    at::zeros({1}, at::TensorOptions().device(model_->device())).item<float>();
+    // Every rank has waited for its stream before AsyncError looks: rank 0
+    // by copying its results back, the others (and a step with no rows) on
+    // a tiny kernel queued behind the step.
+    if (results.empty()) at::zeros({1}, at::TensorOptions().device(model_->device())).item<float>();
     return absl::OkStatus();
   }));
   return results;

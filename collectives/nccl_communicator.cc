@@ -176,7 +176,7 @@ class NcclCommunicator final : public Communicator {
     // NCCL and the event follow the current device: make it this rank's.
     cudaSetDevice(options_.device);
     cudaStream_t stream = options_.stream ? static_cast<cudaStream_t>(options_.stream()) : stream_;
-    const auto deadline = Clock::now() + options_.timeout;
+    const auto start = Clock::now(), deadline = start + options_.timeout;
     ncclResult_t r = enqueue(stream, comm);
     // A non-blocking communicator may still be queueing the collective.
     while (r == ncclInProgress && Clock::now() < deadline) {
@@ -198,21 +198,37 @@ class NcclCommunicator final : public Communicator {
       return broken_;
     }
     while (true) {
-      cudaError_t q = cudaStreamQuery(stream);
-      if (q == cudaSuccess) return absl::OkStatus();
-      if (q != cudaErrorNotReady) return FailLocked(what, absl::StatusCode::kInternal, cudaGetErrorString(q));
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        return FailLocked(what, absl::StatusCode::kUnavailable, ncclGetErrorString(async));
-      }
-      if (Clock::now() > deadline) {
-        return FailLocked(
-            what, absl::StatusCode::kDeadlineExceeded,
-            absl::StrCat("not finished after ", options_.timeout.count(), " ms (peer dead or stopped)"));
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (FinishedOrFailed(what, cudaStreamQuery(stream), start)) return broken_;
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  // One look at a collective not yet known to be done, `query` being its
+  // event's or stream's state: true once it is done or has failed (an error,
+  // an NCCL error, or the timeout since `since`), a failure aborting the
+  // communicator into broken_. mu_ held, broken_ ok.
+  bool FinishedOrFailed(const char* what, cudaError_t query, Clock::time_point since) {
+    if (query == cudaSuccess) return true;
+    if (query != cudaErrorNotReady) {
+      Fail(what, absl::StatusCode::kInternal, cudaGetErrorString(query)).IgnoreError();
+      return true;
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(comm_, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      Fail(what, absl::StatusCode::kUnavailable, ncclGetErrorString(async)).IgnoreError();
+      return true;
+    }
+    if (Clock::now() - since > options_.timeout) {
+      Fail(what, absl::StatusCode::kDeadlineExceeded,
+           absl::StrCat("not finished after ", options_.timeout.count(), " ms (peer dead or stopped)"))
+          .IgnoreError();
+      return true;
+    }
+    return false;
   }
 
   // The watchdog of compute-stream collectives: every millisecond, is the
@@ -224,24 +240,7 @@ class NcclCommunicator final : public Communicator {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
       if (pending_ == nullptr || !broken_.ok()) continue;
-      const cudaError_t q = cudaEventQuery(event_);
-      if (q == cudaSuccess) {
-        pending_ = nullptr;
-        continue;
-      }
-      if (q != cudaErrorNotReady) {
-        Fail(pending_, absl::StatusCode::kInternal, cudaGetErrorString(q)).IgnoreError();
-        continue;
-      }
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      if (async != ncclSuccess && async != ncclInProgress) {
-        Fail(pending_, absl::StatusCode::kUnavailable, ncclGetErrorString(async)).IgnoreError();
-      } else if (Clock::now() - pending_since_ > options_.timeout) {
-        Fail(pending_, absl::StatusCode::kDeadlineExceeded,
-             absl::StrCat("not finished after ", options_.timeout.count(), " ms (peer dead or stopped)"))
-            .IgnoreError();
-      }
+      if (FinishedOrFailed(pending_, cudaEventQuery(event_), pending_since_)) pending_ = nullptr;
     }
   }
 

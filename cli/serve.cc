@@ -153,6 +153,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
         "extra step deadline per token in the step (at least 8x the recent rate)", 20, 0, 60000);
   f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
+  f.Bool("no-overlap-steps",
+         "wait for each step's tokens before sending the next (default: the next step is queued on "
+         "the workers while one runs)");
   f.Int("shutdown-grace-s", "on SIGTERM, streams in flight get this long to finish", 30, 0, 3600);
   f.String("tls-cert", "PEM certificate of the public port (TLS)");
   f.String("tls-key", "PEM private key of the public port");
@@ -267,6 +270,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
+  eo.overlap_steps = !f.GetBool("no-overlap-steps");
   eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
   eo.policy = f.GetString("policy");
   eo.max_queued_requests = static_cast<int32_t>(f.GetInt("max-queued-requests"));

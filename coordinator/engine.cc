@@ -215,6 +215,7 @@ bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
       seq.end_reason = reason;
       seq.end_status = std::move(status);
     }
+    seq.lookahead = false;
     return true;
   }
   FinishAndErase(seq, reason, std::move(status));
@@ -320,7 +321,9 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
     Handle h;
     h.owner = seq.request.owner;
     h.tokens = seq.tokens;
-    h.num_computed = seq.num_computed;
+    // A step that ran behind the last token (overlapped steps) computed a
+    // position past it: only the tokens' positions count.
+    h.num_computed = std::min(seq.num_computed, static_cast<int32_t>(seq.tokens.size()));
     h.blocks = std::move(seq.blocks);
     h.expiry_ms = NowMs() + options_.handle_ttl_ms;
     // 128 bits from the OS's CSPRNG: a handle cannot be guessed from others.
@@ -349,7 +352,7 @@ bool Engine::IsStop(const Sequence& seq, int32_t token) const {
   return std::find(cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end(), token) != cfg_.eos_token_ids.end();
 }
 
-std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
+std::unique_ptr<Engine::PlannedStep> Engine::PlanStep(bool ahead) {
   ExpireHandles();
   const int64_t preemptions_before = scheduler_.preemptions();
   const std::vector<Scheduler::Work> work = scheduler_.Schedule(*this);
@@ -357,7 +360,8 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
     options_.metrics->preemptions->Add(static_cast<double>(scheduler_.preemptions() - preemptions_before));
   }
   if (work.empty()) {
-    if (!seqs_.empty() && scheduler_.preemptions() == preemptions_before) {
+    // With a step in flight, the blocks it holds come back when it is applied.
+    if (!seqs_.empty() && scheduler_.preemptions() == preemptions_before && steps_in_flight_ == 0) {
       // Nothing could be scheduled, nothing was preempted to try again: the
       // oldest request does not fit even alone (handles hold the rest).
       Sequence& seq = *seqs_.begin()->second;
@@ -379,11 +383,20 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
     const int32_t take = w.tokens;
     const int32_t seq_index = static_cast<int32_t>(step.block_tables.size());
     plan->in_step.push_back(seq);
-    seq->in_flight = true;
+    plan->takes.push_back(take);
     const int32_t first_row = static_cast<int32_t>(step.token_ids.size());
+    const int32_t known = static_cast<int32_t>(seq->tokens.size());
     for (int32_t i = 0; i < take; ++i) {
       const int32_t pos = seq->num_computed + i;
-      step.token_ids.push_back(seq->tokens[pos]);
+      if (pos < known) {
+        step.token_ids.push_back(seq->tokens[pos]);
+      } else {
+        // Sampled by the step in flight: the workers fill it in.
+        CHECK(ahead && pos == known && seq->pending == 1 && seq->pending_row >= 0)
+            << "planned an unknown token: position " << pos << " of " << known;
+        step.feedback.emplace_back(static_cast<int32_t>(step.token_ids.size()), seq->pending_row);
+        step.token_ids.push_back(0);
+      }
       step.positions.push_back(pos);
       step.seq_of_token.push_back(seq_index);
       // Score the next token when it is a prompt token (given everything before it).
@@ -399,7 +412,7 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
         plan->owners.push_back({seq, scored});
       }
     }
-    const bool reaches_end = seq->num_computed + take == static_cast<int32_t>(seq->tokens.size());
+    const bool reaches_end = seq->num_computed + take == seq->length();
     if (reaches_end && seq->request.max_new_tokens == 0 && seq->request.next_top) {
       SampleRow row;
       row.row = first_row + take - 1;
@@ -416,24 +429,48 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep() {
       row.params = &seq->request.sampling;
       row.prompt = &seq->context;
       row.generated = &seq->result.tokens;
-      row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size());
+      row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size() + seq->pending);
+      seq->pending_row = static_cast<int32_t>(step.rows.size());
       step.rows.push_back(row);
       plan->owners.push_back({seq, -1});
     }
+    // The step counts as computed from now on; its sampled token is pending.
+    const bool samples = reaches_end && seq->request.max_new_tokens > 0;
+    seq->num_computed += take;
+    seq->ahead += take;
+    ++seq->steps_in_flight;
+    seq->in_flight = true;
+    if (samples) ++seq->pending;
+    // Goes on behind this step unless it certainly ends with it.
+    seq->lookahead =
+        ahead && samples && !seq->end_requested &&
+        static_cast<int32_t>(seq->result.tokens.size()) + seq->pending < seq->request.max_new_tokens;
     step.block_tables.push_back(seq->blocks);
     step.request_ids.push_back(seq->request.request_id);
     step.starts.push_back(!seq->started);
     seq->started = true;
     step.block_copies.insert(step.block_copies.end(), seq->copies.begin(), seq->copies.end());
+    plan->copies.insert(plan->copies.end(), seq->copies.begin(), seq->copies.end());
+    seq->copies.clear();
   }
   ++steps_;
+  ++steps_in_flight_;
   UpdateGauges();
   return plan;
 }
 
 absl::StatusOr<std::vector<RowResult>> Engine::ExecuteStep(const PlannedStep& plan) {
+  std::unique_ptr<PendingStep> pending = StartStep(plan);
+  return WaitStep(plan, *pending);
+}
+
+std::unique_ptr<PendingStep> Engine::StartStep(const PlannedStep& plan) {
+  return executor_->StartStep(plan.input);
+}
+
+absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(const PlannedStep& plan, PendingStep& pending) {
   const auto start = std::chrono::steady_clock::now();
-  auto results = executor_->Execute(plan.input);
+  auto results = pending.Wait();
   if (options_.metrics) {
     // The metrics are atomics: counting here needs no lock.
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -451,19 +488,37 @@ absl::Status Engine::Step() {
 }
 
 absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
-  for (Sequence* seq : plan.in_step) seq->in_flight = false;
-  if (!results.ok()) {
-    // Fail the work in flight, keep the engine usable.
-    for (Sequence* seq : plan.in_step) FinishAndErase(*seq, FinishReason::kNone, results.status());
-    return results.status();
-  }
-  const StepInput& step = plan.input;
+  --steps_in_flight_;
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
     Sequence* seq = plan.in_step[k];
-    seq->num_computed +=
-        static_cast<int32_t>(std::count(step.seq_of_token.begin(), step.seq_of_token.end(), k));
-    for (const auto& [src, dst] : seq->copies) allocator_.Release(src);  // copied now
-    seq->copies.clear();
+    seq->in_flight = --seq->steps_in_flight > 0;
+    seq->ahead -= plan.takes[k];
+  }
+  for (const RowOwner& o : plan.owners) {
+    if (o.scored_index == -1) --o.seq->pending;  // in `tokens` below, or dropped
+  }
+  for (const auto& [src, dst] : plan.copies) allocator_.Release(src);  // copied now (or never needed)
+  if (!results.ok()) {
+    // Fail the work in flight, keep the engine usable. A sequence also in
+    // the step behind this one ends when that one is applied.
+    for (Sequence* seq : plan.in_step) {
+      if (!seq->in_flight) {
+        // One that had already ended ends as it did; its tokens' steps ran.
+        if (seq->end_requested) {
+          FinishAndErase(*seq, seq->end_reason, seq->end_status);
+        } else {
+          FinishAndErase(*seq, FinishReason::kNone, results.status());
+        }
+      } else if (!seq->end_requested) {
+        seq->end_requested = true;
+        seq->end_reason = FinishReason::kNone;
+        seq->end_status = results.status();
+      }
+    }
+    return results.status();
+  }
+  for (size_t k = 0; k < plan.in_step.size(); ++k) {
+    Sequence* seq = plan.in_step[k];
     if (options_.prefix_caching) PublishBlocks(*seq);
     if (options_.metrics && !seq->prompt_counted &&
         seq->num_computed >= seq->prompt_offset + static_cast<int32_t>(seq->request.prompt.size())) {
@@ -504,8 +559,18 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
     }
   }
   // Retire what ended: cancelled or stopped meanwhile, generation done, or a
-  // scoring-only prompt fully computed.
+  // scoring-only prompt fully computed. One also in the step behind this one
+  // ends when that one is applied (the workers write its blocks until then).
   for (Sequence* seq : plan.in_step) {
+    if (seq->in_flight) {
+      if (seq->result.finish_reason != FinishReason::kNone && !seq->end_requested) {
+        seq->end_requested = true;
+        seq->end_reason = seq->result.finish_reason;
+        seq->end_status = absl::OkStatus();
+      }
+      if (seq->end_requested) seq->lookahead = false;
+      continue;
+    }
     const bool scored_only =
         seq->request.max_new_tokens == 0 && seq->num_computed == static_cast<int32_t>(seq->tokens.size());
     if (seq->end_requested) {

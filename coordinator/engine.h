@@ -109,7 +109,10 @@ class Engine : private KvSpace {
     double max_handle_share = 0.5;        // kept handles may pin at most this share of the blocks
     int64_t handle_ttl_ms = 600000;       // a handle not released expires after this
     bool prefix_caching = true;           // reuse full blocks of identical token prefixes
-    ServiceMetrics* metrics = nullptr;    // counted into when set
+    // Plan and start the next step while one runs, when the executor
+    // overlaps steps (worker processes): PlanStep(/*ahead=*/true).
+    bool overlap_steps = true;
+    ServiceMetrics* metrics = nullptr;  // counted into when set
   };
 
   struct Stats {
@@ -133,11 +136,20 @@ class Engine : private KvSpace {
   // failure fails the work in flight.
   absl::Status Step();
   // The next step's batch, or null when nothing can run now (a request the
-  // cache cannot hold even alone is failed here).
-  std::unique_ptr<PlannedStep> PlanStep();
+  // cache cannot hold even alone is failed here). With `ahead`, a step may
+  // be in flight: its sequences that sample a token and go on may take one
+  // more token in this step, fed back from it (docs/scheduler.md).
+  std::unique_ptr<PlannedStep> PlanStep(bool ahead = false);
   // Runs the plan on the executor. Reads only `plan`: safe to call while
   // other threads use the engine under the caller's lock.
   absl::StatusOr<std::vector<RowResult>> ExecuteStep(const PlannedStep& plan);
+  // ExecuteStep in two halves: StartStep (with the lock: it encodes the
+  // plan) returns at once where the executor overlaps steps; WaitStep needs
+  // no lock.
+  std::unique_ptr<PendingStep> StartStep(const PlannedStep& plan);
+  absl::StatusOr<std::vector<RowResult>> WaitStep(const PlannedStep& plan, PendingStep& pending);
+  // Whether PlanStep(true) is worth calling while a step runs.
+  bool overlaps() const { return options_.overlap_steps && executor_->Overlaps(); }
   // Applies the results (tokens, finished requests, deferred cancellations).
   absl::Status ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results);
   bool Idle() const { return seqs_.empty(); }
@@ -181,7 +193,8 @@ class Engine : private KvSpace {
 
  private:
   struct Sequence : SchedSeq {
-    int32_t length() const override { return static_cast<int32_t>(tokens.size()); }
+    // Known tokens, and the one a step in flight samples (overlapped steps).
+    int32_t length() const override { return static_cast<int32_t>(tokens.size()) + pending; }
     GenerateRequest request;
     std::vector<int32_t> tokens;   // prefix handle's tokens, prompt, then generated
     std::vector<int32_t> context;  // prefix + prompt: what penalties look back on
@@ -197,6 +210,13 @@ class Engine : private KvSpace {
     bool end_requested = false;
     FinishReason end_reason = FinishReason::kNone;
     absl::Status end_status;
+    // Steps in flight. num_computed counts their tokens already (`ahead` of
+    // them), and `pending` tokens they sample are not in `tokens` yet; the
+    // last one comes from row `pending_row` of the step planned last.
+    int32_t steps_in_flight = 0;
+    int32_t ahead = 0;
+    int32_t pending = 0;
+    int32_t pending_row = -1;
     std::chrono::steady_clock::time_point arrival, first_token;
     GenerateResult result;
   };
@@ -219,7 +239,9 @@ class Engine : private KvSpace {
   struct PlannedStep {
     StepInput input;
     std::vector<Sequence*> in_step;
+    std::vector<int32_t> takes;  // tokens of each in_step sequence
     std::vector<RowOwner> owners;
+    std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write sources released once applied
   };
 
  private:
@@ -262,6 +284,7 @@ class Engine : private KvSpace {
   absl::Status HandleNotFound(const std::string& what, const std::string& handle) const;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
+  int32_t steps_in_flight_ = 0;  // planned and not yet applied
   std::mt19937_64 seed_rng_{std::random_device{}()};
 };
 

@@ -70,8 +70,9 @@ void Engine::LookupPrefix(Sequence& seq) {
 }
 
 void Engine::PublishBlocks(Sequence& seq) {
-  const int32_t full =
-      std::min<int32_t>(seq.num_computed / block_size_, static_cast<int32_t>(seq.blocks.size()));
+  // Only what applied steps wrote: a step in flight is `ahead`.
+  const int32_t written = std::min(seq.num_computed - seq.ahead, static_cast<int32_t>(seq.tokens.size()));
+  const int32_t full = std::min<int32_t>(written / block_size_, static_cast<int32_t>(seq.blocks.size()));
   for (int32_t i = static_cast<int32_t>(seq.hashes.size()); i < full; ++i) {
     const uint64_t parent = i == 0 ? 0 : seq.hashes[i - 1];
     const int32_t* tokens = seq.tokens.data() + i * block_size_;

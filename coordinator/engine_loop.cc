@@ -144,39 +144,55 @@ void EngineLoop::Dispatch(std::unique_lock<std::mutex>& lock) {
 
 void EngineLoop::Run() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
+  // The step on the workers, and (overlapped steps) the one queued behind it.
+  std::unique_ptr<Engine::PlannedStep> plan, next;
+  std::unique_ptr<PendingStep> pending, next_pending;
+  while (true) {
     Dispatch(lock);
-    if (!FollowGroup().ok()) {
-      // The group is down: nothing can run until it is formed again.
-      cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !outbox_.empty(); });
-      continue;
-    }
-    if (engine_->Idle()) {
-      // Idle: wake up now and then so expired handles free their blocks.
-      cv_.wait_for(lock, std::chrono::seconds(1),
-                   [&] { return stop_ || !outbox_.empty() || !engine_->Idle(); });
-      engine_->ExpireHandles();
-      continue;
-    }
-    std::unique_ptr<Engine::PlannedStep> plan = engine_->PlanStep();
-    Deliver();  // a request the cache cannot hold fails while planning
     if (!plan) {
-      Dispatch(lock);
-      lock.unlock();
-      std::this_thread::yield();
-      lock.lock();
-      continue;
+      if (stop_) break;
+      if (!FollowGroup().ok()) {
+        // The group is down: nothing can run until it is formed again.
+        cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_ || !outbox_.empty(); });
+        continue;
+      }
+      if (engine_->Idle()) {
+        // Idle: wake up now and then so expired handles free their blocks.
+        cv_.wait_for(lock, std::chrono::seconds(1),
+                     [&] { return stop_ || !outbox_.empty() || !engine_->Idle(); });
+        engine_->ExpireHandles();
+        continue;
+      }
+      plan = engine_->PlanStep();
+      Deliver();  // a request the cache cannot hold fails while planning
+      if (!plan) {
+        Dispatch(lock);
+        lock.unlock();
+        std::this_thread::yield();
+        lock.lock();
+        continue;
+      }
+      in_flight_ = true;
+      pending = engine_->StartStep(*plan);
+    }
+    // While the workers run `plan`, the next step is planned and queued
+    // behind it (docs/scheduler.md, overlapped steps).
+    if (engine_->overlaps() && !stop_ && FollowGroup().ok()) {
+      next = engine_->PlanStep(/*ahead=*/true);
+      Deliver();
+      if (next) next_pending = engine_->StartStep(*next);
     }
     // The workers run the step without the lock: Submit, Cancel, GetStats
     // and the handle calls go on meanwhile (docs/scheduler.md).
-    in_flight_ = true;
     lock.unlock();
-    auto results = engine_->ExecuteStep(*plan);
+    auto results = engine_->WaitStep(*plan, *pending);
     lock.lock();
-    in_flight_ = false;
     absl::Status st = engine_->ApplyStep(*plan, std::move(results));
     if (!st.ok()) LOG(WARNING) << "engine step failed: " << st;
     Deliver();
+    plan = std::move(next);
+    pending = std::move(next_pending);
+    in_flight_ = plan != nullptr;
   }
   Dispatch(lock);
 }

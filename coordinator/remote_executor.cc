@@ -76,59 +76,110 @@ std::chrono::milliseconds RemoteExecutor::StepDeadline(size_t tokens) const {
   return options_.step_timeout + std::chrono::milliseconds(static_cast<int64_t>(per_token * tokens));
 }
 
-absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& step) {
-  const auto start = Clock::now();
-  const wpb::StepRequest request = EncodeStep(step, next_step_++);
-  const size_t n = stubs_.size();
-  const auto timeout = StepDeadline(step.token_ids.size());
-  grpc::CompletionQueue cq;
-  std::vector<std::unique_ptr<grpc::ClientContext>> contexts(n);
-  std::vector<wpb::StepResponse> responses(n);
-  std::vector<grpc::Status> statuses(n);
-  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<wpb::StepResponse>>> calls(n);
-  for (size_t r = 0; r < n; ++r) {
-    contexts[r] = std::make_unique<grpc::ClientContext>();
-    AttachInternalToken(*contexts[r], options_.internal_token);
-    contexts[r]->set_deadline(std::chrono::system_clock::now() + timeout);
-    calls[r] = stubs_[r]->AsyncStep(contexts[r].get(), request, &cq);
-    calls[r]->Finish(&responses[r], &statuses[r], reinterpret_cast<void*>(r));
+// One step on every rank: the calls go out in the constructor, Wait collects them.
+class RemoteExecutor::RemoteStep final : public PendingStep {
+ public:
+  RemoteStep(RemoteExecutor* exec, const StepInput& step, uint64_t id, uint64_t after)
+      : exec_(exec), tokens_(step.token_ids.size()), rows_(step.rows.size()), start_(Clock::now()) {
+    const wpb::StepRequest request = EncodeStep(step, id, after);
+    const size_t n = exec->stubs_.size();
+    const auto timeout = exec->StepDeadline(step.token_ids.size());
+    contexts_.resize(n);
+    responses_.resize(n);
+    statuses_.resize(n);
+    calls_.resize(n);
+    for (size_t r = 0; r < n; ++r) {
+      contexts_[r] = std::make_unique<grpc::ClientContext>();
+      AttachInternalToken(*contexts_[r], exec->options_.internal_token);
+      contexts_[r]->set_deadline(std::chrono::system_clock::now() + timeout);
+      calls_[r] = exec->stubs_[r]->AsyncStep(contexts_[r].get(), request, &cq_);
+      calls_[r]->Finish(&responses_[r], &statuses_[r], reinterpret_cast<void*>(r));
+    }
   }
-  absl::Status failure;
-  for (size_t done = 0; done < n; ++done) {
+
+  ~RemoteStep() override {
+    if (!waited_) {
+      for (auto& ctx : contexts_) ctx->TryCancel();
+      Collect();
+    }
+  }
+
+  absl::StatusOr<std::vector<RowResult>> Wait() override {
+    waited_ = true;
+    absl::Status failure = Collect();
+    if (!failure.ok()) return failure;
+    StepTiming& timing = exec_->timing_;
+    timing.coordinator_us =
+        std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start_).count();
+    timing.worker_us = responses_[0].timing().total_us();
+    timing.collective_us = responses_[0].timing().collective_us();
+    if (exec_->options_.metrics) {
+      for (size_t r = 0; r < responses_.size(); ++r) {
+        exec_->options_.metrics->RankStep(static_cast<int>(r), responses_[r].timing().total_us() / 1e6,
+                                          responses_[r].timing().collective_us() / 1e6);
+      }
+    }
+    if (tokens_ > 0) {
+      // The rank's own time: with a step queued behind another, the wall
+      // time since sending includes the one before.
+      const double ms = responses_[0].timing().total_us() / 1000.0 / static_cast<double>(tokens_);
+      exec_->ms_per_token_ = exec_->ms_per_token_ == 0 ? ms : 0.8 * exec_->ms_per_token_ + 0.2 * ms;
+    }
+    std::vector<RowResult> rows = DecodeRows(responses_[0]);
+    if (rows.size() != rows_) {
+      return absl::InternalError(absl::StrCat("rank 0 returned ", rows.size(), " rows for ", rows_));
+    }
+    return rows;
+  }
+
+ private:
+  // Every rank's answer; the first failure cancels the rest.
+  absl::Status Collect() {
+    absl::Status failure;
+    for (size_t done = 0; done < calls_.size(); ++done) {
+      void* tag = nullptr;
+      bool ok = false;
+      if (!cq_.Next(&tag, &ok)) break;
+      const size_t r = reinterpret_cast<size_t>(tag);
+      if (failure.ok() && !statuses_[r].ok()) {
+        failure = absl::Status(statuses_[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT
+                                   ? absl::StatusCode::kInvalidArgument
+                                   : absl::StatusCode::kUnavailable,
+                               absl::StrCat("tensor-parallel rank ", r, " at ", exec_->addresses_[r],
+                                            " failed the step: ", statuses_[r].error_message()));
+        for (auto& ctx : contexts_) ctx->TryCancel();  // do not wait for the rest
+      }
+    }
+    cq_.Shutdown();
     void* tag = nullptr;
     bool ok = false;
-    if (!cq.Next(&tag, &ok)) break;
-    const size_t r = reinterpret_cast<size_t>(tag);
-    if (failure.ok() && !statuses[r].ok()) {
-      failure = absl::Status(statuses[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT
-                                 ? absl::StatusCode::kInvalidArgument
-                                 : absl::StatusCode::kUnavailable,
-                             absl::StrCat("tensor-parallel rank ", r, " at ", addresses_[r],
-                                          " failed the step: ", statuses[r].error_message()));
-      for (auto& ctx : contexts) ctx->TryCancel();  // do not wait for the rest
+    while (cq_.Next(&tag, &ok)) {
     }
+    return failure;
   }
-  cq.Shutdown();
-  if (!failure.ok()) return failure;
-  const auto elapsed = Clock::now() - start;
-  timing_.coordinator_us = std::chrono::duration_cast<std::chrono::microseconds>(elapsed).count();
-  timing_.worker_us = responses[0].timing().total_us();
-  timing_.collective_us = responses[0].timing().collective_us();
-  if (options_.metrics) {
-    for (size_t r = 0; r < n; ++r) {
-      options_.metrics->RankStep(static_cast<int>(r), responses[r].timing().total_us() / 1e6,
-                                 responses[r].timing().collective_us() / 1e6);
-    }
-  }
-  if (!step.token_ids.empty()) {
-    const double ms = timing_.coordinator_us / 1000.0 / step.token_ids.size();
-    ms_per_token_ = ms_per_token_ == 0 ? ms : 0.8 * ms_per_token_ + 0.2 * ms;
-  }
-  std::vector<RowResult> rows = DecodeRows(responses[0]);
-  if (rows.size() != step.rows.size()) {
-    return absl::InternalError(absl::StrCat("rank 0 returned ", rows.size(), " rows for ", step.rows.size()));
-  }
-  return rows;
+
+  RemoteExecutor* exec_;
+  size_t tokens_, rows_;
+  Clock::time_point start_;
+  bool waited_ = false;
+  grpc::CompletionQueue cq_;
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts_;
+  std::vector<wpb::StepResponse> responses_;
+  std::vector<grpc::Status> statuses_;
+  std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<wpb::StepResponse>>> calls_;
+};
+
+std::unique_ptr<PendingStep> RemoteExecutor::StartStep(const StepInput& step) {
+  const uint64_t id = next_step_++;
+  // The ranks run this step after the last one sent, whether or not its
+  // rows are back (exact: a rank that never ran that one fails this one).
+  const uint64_t after = last_sent_;
+  last_sent_ = id;
+  return std::make_unique<RemoteStep>(this, step, id, after);
+}
+
+absl::StatusOr<std::vector<RowResult>> RemoteExecutor::Execute(const StepInput& step) {
+  return StartStep(step)->Wait();
 }
 
 std::vector<RankProbe> RemoteExecutor::Probe(std::chrono::milliseconds timeout) {

@@ -62,6 +62,10 @@ class RemoteExecutor final : public StepExecutor {
                                                                  RemoteExecutorOptions options);
 
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
+  // Sends the step to every rank and returns; Wait on the result collects the
+  // rows. Call from one thread; steps run on the ranks in the order started.
+  bool Overlaps() const override { return true; }
+  std::unique_ptr<PendingStep> StartStep(const StepInput& step) override;
   // Asks every rank's Health in parallel, each within `timeout`.
   std::vector<RankProbe> Probe(std::chrono::milliseconds timeout);
 
@@ -76,6 +80,7 @@ class RemoteExecutor final : public StepExecutor {
   StepTiming last_timing() const { return timing_; }
 
  private:
+  class RemoteStep;
   std::chrono::milliseconds StepDeadline(size_t tokens) const;
 
   uint64_t epoch_ = 0;
@@ -86,6 +91,7 @@ class RemoteExecutor final : public StepExecutor {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   uint64_t next_step_ = 1;
+  uint64_t last_sent_ = 0;   // the step sent last (0: none yet)
   double ms_per_token_ = 0;  // recent steps, exponentially weighted
   StepTiming timing_;
 };

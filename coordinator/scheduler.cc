@@ -102,8 +102,9 @@ std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
                         [](const SchedSeq* s) { return s->num_computed + 1 == s->length(); });
   for (SchedSeq* seq : order) {
     if (budget <= 0) break;
-    if (!seq->running || seq->in_flight) continue;  // preempted above, or still on the workers
-    kv.Admit(*seq);                                 // a static batch's members join before their first chunk
+    // Preempted above, or still on the workers (unless it may go on behind its step).
+    if (!seq->running || (seq->in_flight && !seq->lookahead)) continue;
+    kv.Admit(*seq);  // a static batch's members join before their first chunk
     const int32_t take = take_of(*seq);
     if (take <= 0) continue;
     // Sits this step out (keeping its blocks) if even preempting every newer

@@ -32,7 +32,8 @@ struct SchedSeq {
   int64_t id = 0;            // increases with arrival: a smaller id arrived first
   int32_t num_computed = 0;  // leading tokens whose K/V are in the cache
   int32_t max_chunk = std::numeric_limits<int32_t>::max();  // tokens per step at most
-  bool in_flight = false;                                   // in the step on the workers (not preemptible)
+  bool in_flight = false;                                   // in a step on the workers (not preemptible)
+  bool lookahead = false;  // in flight, yet may take its next token in the step being planned
   // Set by the scheduler.
   bool running = false;       // admitted (else queued)
   bool scheduled = false;     // in the step being planned

@@ -172,11 +172,50 @@ absl::StatusOr<std::vector<RowResult>> WorkerGroup::Execute(const StepInput& ste
   }
   auto rows = exec->Execute(step);
   if (rows.ok()) return rows;
+  return Judge(*exec, rows.status());
+}
+
+absl::Status WorkerGroup::Judge(RemoteExecutor& exec, absl::Status failed) {
   // Did the failure break the group, or only this step?
-  absl::Status broken = Diagnose(exec->Probe(kProbeTimeout));
-  if (broken.ok()) return rows.status();
-  MarkBroken(exec->epoch(), broken);
+  absl::Status broken = Diagnose(exec.Probe(kProbeTimeout));
+  if (broken.ok()) return failed;
+  MarkBroken(exec.epoch(), broken);
   return broken;
+}
+
+std::unique_ptr<PendingStep> WorkerGroup::StartStep(const StepInput& step) {
+  class Failed final : public PendingStep {
+   public:
+    explicit Failed(absl::Status why) : why_(std::move(why)) {}
+    absl::StatusOr<std::vector<RowResult>> Wait() override { return why_; }
+
+   private:
+    absl::Status why_;
+  };
+  // Keeps the formation it started on alive until its rows are in.
+  class OnGroup final : public PendingStep {
+   public:
+    OnGroup(WorkerGroup* group, std::shared_ptr<RemoteExecutor> exec, std::unique_ptr<PendingStep> step)
+        : group_(group), exec_(std::move(exec)), step_(std::move(step)) {}
+    absl::StatusOr<std::vector<RowResult>> Wait() override {
+      auto rows = step_->Wait();
+      if (rows.ok()) return rows;
+      return group_->Judge(*exec_, rows.status());
+    }
+
+   private:
+    WorkerGroup* group_;
+    std::shared_ptr<RemoteExecutor> exec_;
+    std::unique_ptr<PendingStep> step_;
+  };
+  std::shared_ptr<RemoteExecutor> exec;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!state_.serving) return std::make_unique<Failed>(state_.failure);
+    exec = exec_;
+  }
+  std::unique_ptr<PendingStep> started = exec->StartStep(step);
+  return std::make_unique<OnGroup>(this, std::move(exec), std::move(started));
 }
 
 void WorkerGroup::MarkBroken(uint64_t epoch, absl::Status why) {

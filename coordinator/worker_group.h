@@ -86,6 +86,10 @@ class WorkerGroup final : public StepExecutor {
 
   // Runs the step on the current formation; fails fast while none serves.
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
+  // Overlapped steps on the current formation (RemoteExecutor::StartStep);
+  // a failure is judged as Execute's is.
+  bool Overlaps() const override { return true; }
+  std::unique_ptr<PendingStep> StartStep(const StepInput& step) override;
   GroupState state() const;
   bool serving() const { return serving_.load(); }
   // The current formation's executor (benchmarks read its timings); null
@@ -96,6 +100,9 @@ class WorkerGroup final : public StepExecutor {
  private:
   WorkerGroup() = default;
   absl::Status Connect(std::chrono::milliseconds timeout);
+  // A failed step's rows on `exec`: the group's failure if the step broke
+  // it (then marked broken), else the step's own.
+  absl::Status Judge(RemoteExecutor& exec, absl::Status failed);
   // Ends serving in `epoch` with `why` (once) and starts a new epoch.
   void MarkBroken(uint64_t epoch, absl::Status why);
   // The failure to report after a failed step or probe, or OK when every rank is sound.

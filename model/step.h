@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -60,6 +61,11 @@ struct StepInput {
   // and whether this step is its first (after arrival or a preemption).
   std::vector<std::string> request_ids;
   std::vector<bool> starts;
+  // Overlapped steps (docs/scheduler.md): tokens not known when the step was
+  // planned. (token index, row of the previous step): the token at that index
+  // is the one the previous step sampled for that row; token_ids holds a
+  // placeholder there, and the sequence's penalty history lacks it.
+  std::vector<std::pair<int32_t, int32_t>> feedback;
 };
 
 // Logprobs are of the model's own distribution (before temperature and
@@ -76,12 +82,36 @@ struct RowResult {
 
 namespace shardlm {
 
+// A step started on the ranks; Wait returns its rows (once).
+class PendingStep {
+ public:
+  virtual ~PendingStep() = default;
+  virtual absl::StatusOr<std::vector<RowResult>> Wait() = 0;
+};
+
 // What the coordinator drives: every rank (in-process or remote) behind one call.
 class StepExecutor {
  public:
   virtual ~StepExecutor() = default;
   // One RowResult per step.rows entry, in order.
   virtual absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) = 0;
+
+  // Whether StartStep returns before the step has run, so that the next step can
+  // be queued behind it (and feed back its tokens: StepInput::feedback).
+  virtual bool Overlaps() const { return false; }
+  // Starts `step` behind those started before and not yet waited for; the
+  // ranks run steps in the order started. Here: runs it now.
+  virtual std::unique_ptr<PendingStep> StartStep(const StepInput& step) {
+    class Done final : public PendingStep {
+     public:
+      explicit Done(absl::StatusOr<std::vector<RowResult>> rows) : rows_(std::move(rows)) {}
+      absl::StatusOr<std::vector<RowResult>> Wait() override { return std::move(rows_); }
+
+     private:
+      absl::StatusOr<std::vector<RowResult>> rows_;
+    };
+    return std::make_unique<Done>(Execute(step));
+  }
 };
 
 }  // namespace shardlm

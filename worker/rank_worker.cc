@@ -75,7 +75,71 @@ void RankWorker::ClearKvCache() {
   pool_.v().zero_();
 }
 
+absl::StatusOr<StepInput> RankWorker::WithFeedback(const StepInput& step,
+                                                   std::vector<std::vector<int32_t>>& histories) {
+  const int64_t n = static_cast<int64_t>(step.feedback.size());
+  // Rank 0 names the tokens; -1 for a row that sampled nothing, so that
+  // every rank fails the step alike after the broadcast.
+  at::Tensor tokens = at::empty({n}, at::kFloat);
+  float* t = tokens.data_ptr<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t prev = step.feedback[i].second;
+    t[i] =
+        prev < static_cast<int32_t>(last_sampled_.size()) ? static_cast<float>(last_sampled_[prev]) : -1.0f;
+  }
+  if (comm_->rank_info().world_size > 1) {
+    at::Tensor shared = tokens.to(model_->device());
+    SHARDLM_RETURN_IF_ERROR(comm_->Broadcast(shared, /*root=*/0));
+    tokens = shared.cpu();
+    t = tokens.data_ptr<float>();
+  }
+  StepInput out = step;
+  out.feedback.clear();
+  histories.assign(step.block_tables.size(), {});
+  std::vector<bool> extended(step.block_tables.size(), false);
+  for (int64_t i = 0; i < n; ++i) {
+    const auto [index, prev] = step.feedback[i];
+    if (t[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step feedback: row ", prev, " of the previous step sampled no token"));
+    }
+    const int32_t token = static_cast<int32_t>(t[i]);
+    out.token_ids[index] = token;
+    const int32_t seq = step.seq_of_token[index];
+    for (SampleRow& row : out.rows) {
+      if (row.seq != seq || row.generated == nullptr) continue;
+      if (!extended[seq]) {
+        histories[seq] = *row.generated;
+        histories[seq].push_back(token);
+        extended[seq] = true;
+      }
+      row.generated = &histories[seq];
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<RowResult>> RankWorker::Execute(const StepInput& step) {
+  c10::OptionalDeviceGuard guard;
+  if (!model_->device().is_cpu()) guard.reset_device(model_->device());
+  absl::StatusOr<std::vector<RowResult>> rows;
+  if (step.feedback.empty()) {
+    rows = Run(step);
+  } else {
+    std::vector<std::vector<int32_t>> histories;
+    absl::StatusOr<StepInput> filled = WithFeedback(step, histories);
+    rows = filled.ok() ? Run(*filled) : absl::StatusOr<std::vector<RowResult>>(filled.status());
+  }
+  last_sampled_.assign(step.rows.size(), -1);
+  if (rows.ok() && rows->size() == step.rows.size()) {
+    for (size_t i = 0; i < step.rows.size(); ++i) {
+      if (step.rows[i].sample) last_sampled_[i] = (*rows)[i].token;
+    }
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
   c10::OptionalDeviceGuard guard;
   if (!model_->device().is_cpu()) guard.reset_device(model_->device());
   for (const auto& [src, dst] : step.block_copies) {

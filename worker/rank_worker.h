@@ -39,7 +39,8 @@ class RankWorker final : public StepExecutor {
                                                           std::unique_ptr<Communicator> comm);
 
   // Runs one step; on rank 0 returns one RowResult per step.rows entry,
-  // elsewhere nothing (rank 0 samples).
+  // elsewhere nothing (rank 0 samples). step.feedback refers to the rows of
+  // the step this rank ran last.
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
 
   // Zeroes the KV pool (a new group starts with an empty cache).
@@ -57,8 +58,15 @@ class RankWorker final : public StepExecutor {
   // for their stream, so that AsyncError sees the whole step.
   absl::StatusOr<std::vector<RowResult>> SampleOnDevice(const at::Tensor& logits, const StepInput& step);
 
+  // The step with its fed-back tokens filled in (every rank gets them from
+  // rank 0, which sampled them), and penalty histories extended to match;
+  // `histories` holds those.
+  absl::StatusOr<StepInput> WithFeedback(const StepInput& step, std::vector<std::vector<int32_t>>& histories);
+  absl::StatusOr<std::vector<RowResult>> Run(const StepInput& step);
+
   std::unique_ptr<Communicator> comm_;
-  std::unique_ptr<Checkpoint> ckpt_;  // open while loading only
+  std::vector<int32_t> last_sampled_;  // rank 0: the token each row of the last step sampled (-1: none)
+  std::unique_ptr<Checkpoint> ckpt_;   // open while loading only
   std::unique_ptr<LlamaModel> model_;
   KvPool pool_;
 };

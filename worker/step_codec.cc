@@ -45,9 +45,15 @@ absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError("s
 
 }  // namespace
 
-wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id) {
+wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t after_step_id) {
   wpb::StepRequest req;
   req.set_step_id(step_id);
+  req.set_after_step_id(after_step_id);
+  for (const auto& [token, prev_row] : step.feedback) {
+    wpb::TokenFeedback* f = req.add_feedback();
+    f->set_token(token);
+    f->set_prev_row(prev_row);
+  }
   req.mutable_token_ids()->Add(step.token_ids.begin(), step.token_ids.end());
   req.mutable_positions()->Add(step.positions.begin(), step.positions.end());
   req.mutable_seq_of_token()->Add(step.seq_of_token.begin(), step.seq_of_token.end());
@@ -138,6 +144,16 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
                               lim.num_blocks, ")"));
     }
     s.block_copies.emplace_back(c.src(), c.dst());
+  }
+  if (req.feedback_size() > 0 && req.after_step_id() == 0) {
+    return Bad("feedback needs the step it comes from (after_step_id)");
+  }
+  for (const wpb::TokenFeedback& f : req.feedback()) {
+    if (f.token() < 0 || f.token() >= tokens || f.prev_row() < 0) {
+      return Bad(absl::StrCat("feedback for token ", f.token(), " from row ", f.prev_row(),
+                              " is outside the step's ", tokens, " tokens"));
+    }
+    s.feedback.emplace_back(f.token(), f.prev_row());
   }
   s.token_ids.assign(req.token_ids().begin(), req.token_ids().end());
   s.positions.assign(req.positions().begin(), req.positions().end());

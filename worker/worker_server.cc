@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <fstream>
 #include <functional>
 #include <mutex>
@@ -82,6 +83,7 @@ class WorkerService final : public wpb::Worker::Service {
     comm_ = comm;
     kv_bytes_ = kv_bytes;
     epoch_ = epoch;
+    last_step_ = 0;  // a new group's coordinator numbers its steps from 1
     SetState(absl::OkStatus(), "ready");
   }
   // Not serving: loading, rejoining a new group, or failed for good.
@@ -134,9 +136,30 @@ class WorkerService final : public wpb::Worker::Service {
 
   grpc::Status Step(grpc::ServerContext* ctx, const wpb::StepRequest* req, wpb::StepResponse* resp) override {
     if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
-    std::lock_guard<std::mutex> lock(mu_);
+    std::unique_lock<std::mutex> lock(mu_);
+    // The coordinator may send the next step before this one's rows are
+    // back: run them in the order sent (docs/scheduler.md, overlapped steps).
+    if (req->after_step_id() != 0) {
+      while (last_step_ != req->after_step_id() && State().ok()) {
+        if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat("step ", req->step_id(), " waited for step ", req->after_step_id(),
+                                           ", which never ran here (the last was ", last_step_, ")"));
+        }
+        order_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+    }
     absl::Status state = State();
     if (!state.ok()) return ToGrpcStatus(state);
+    // Whatever happens below, the steps sent after this one may go.
+    struct Ran {
+      WorkerService* self;
+      uint64_t id;
+      ~Ran() {
+        self->last_step_ = id;
+        self->order_cv_.notify_all();
+      }
+    } ran{this, req->step_id()};
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
@@ -192,8 +215,10 @@ class WorkerService final : public wpb::Worker::Service {
     state_text_ = std::move(text);
   }
 
-  std::mutex mu_;          // one step at a time
-  ComputeThread compute_;  // every forward pass (worker/compute_thread.h)
+  std::mutex mu_;                     // one step at a time
+  std::condition_variable order_cv_;  // last_step_ moved (with mu_)
+  uint64_t last_step_ = 0;            // the step run last in this epoch (guarded by mu_)
+  ComputeThread compute_;             // every forward pass (worker/compute_thread.h)
   const std::string fingerprint_;
   const std::string token_;
   RankWorker* worker_ = nullptr;

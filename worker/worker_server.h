@@ -31,7 +31,7 @@ class ServerCredentials;
 
 namespace shardlm {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 2;
+inline constexpr uint32_t kWorkerProtocolVersion = 3;  // 3: overlapped steps
 
 struct WorkerProcessOptions {
   std::string coordinator;  // host:port of the coordinator's worker endpoint

@@ -1,0 +1,340 @@
+// Overlapped steps (docs/scheduler.md): the engine loop queues step N+1 on the
+// workers before step N's tokens are back, and the worker fills in the tokens
+// it sampled. Driven through the real EngineLoop over a real rank worker that
+// runs steps on its own thread, in the order sent, from the bytes a worker
+// process would receive (encoded and decoded by the step codec). Every output
+// must equal the step-by-step engine's, with EOS-like stops, penalties,
+// seeded sampling, preemption, cancellation, Stop and kept handles mixed in,
+// and every block must come back.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "coordinator/engine.h"
+#include "coordinator/engine_loop.h"
+#include "model/tiny_model.h"
+#include "tests/testing/status_matchers.h"
+#include "worker/rank_worker.h"
+#include "worker/step_codec.h"
+
+namespace shardlm {
+namespace {
+
+using ::shardlm::testing::IsOk;
+using Rows = absl::StatusOr<std::vector<RowResult>>;
+
+// A worker process without the process: StartStep snapshots the step through
+// the codec (as the wire does) and a thread runs the steps in order.
+class QueuedWorker final : public StepExecutor {
+ public:
+  explicit QueuedWorker(RankWorker* worker) : worker_(worker), thread_([this] { Loop(); }) {}
+  ~QueuedWorker() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  bool Overlaps() const override { return true; }
+  absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override {
+    return StartStep(step)->Wait();
+  }
+  std::unique_ptr<PendingStep> StartStep(const StepInput& step) override {
+    class Waiting final : public PendingStep {
+     public:
+      explicit Waiting(std::future<Rows> f) : f_(std::move(f)) {}
+      Rows Wait() override { return f_.get(); }
+
+     private:
+      std::future<Rows> f_;
+    };
+    const ModelConfig& cfg = worker_->config();
+    StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
+                      cfg.max_position_embeddings};
+    const uint64_t id = ++sent_;
+    auto decoded = DecodeStep(EncodeStep(step, id, id - 1), limits);
+    std::promise<Rows> promise;
+    std::future<Rows> future = promise.get_future();
+    if (!decoded.ok()) {
+      promise.set_value(decoded.status());
+      return std::make_unique<Waiting>(std::move(future));
+    }
+    if (!step.feedback.empty()) ++fed_back_steps_;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back({std::move(*decoded), std::move(promise)});
+    }
+    cv_.notify_all();
+    return std::make_unique<Waiting>(std::move(future));
+  }
+  int fed_back_steps() const { return fed_back_steps_; }
+
+ private:
+  struct Job {
+    std::unique_ptr<DecodedStep> step;
+    std::promise<Rows> done;
+  };
+  void Loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      Job job = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      // A little slower than planning, as a real step is: the next step is
+      // planned and queued while this one runs.
+      std::this_thread::sleep_for(std::chrono::microseconds(300));
+      job.done.set_value(worker_->Execute(job.step->step));
+      lock.lock();
+    }
+  }
+
+  RankWorker* worker_;
+  uint64_t sent_ = 0;
+  int fed_back_steps_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class OverlapTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(::testing::TempDir() + "/overlap_test_model." + std::to_string(::getpid()));
+    std::filesystem::remove_all(*dir_);
+    TinyModelOptions o;
+    o.vocab_size = 256;
+    o.hidden_size = 64;
+    o.num_heads = 4;
+    o.num_kv_heads = 2;
+    o.intermediate_size = 128;
+    o.max_position_embeddings = 256;
+    o.seed = 7;
+    ASSERT_THAT(WriteTinyModel(*dir_, o), IsOk());
+  }
+  static void TearDownTestSuite() { std::filesystem::remove_all(*dir_); }
+
+  std::unique_ptr<RankWorker> Worker(int64_t kv_blocks) {
+    RankWorkerOptions o;
+    o.model_dir = *dir_;
+    // Per block: 2 (K,V) x 2 layers x 16 tokens x 2 kv heads x 16 dims x 4 bytes.
+    o.kv_cache_bytes = kv_blocks * 2 * 2 * 16 * 2 * 16 * 4;
+    auto w = RankWorker::Load(o, MakeSingleRankCommunicator());
+    EXPECT_THAT(w, IsOk());
+    return std::move(*w);
+  }
+
+  // Request i of the mix: prompts of 1-40 tokens, greedy and seeded
+  // sampling, penalties, and stop tokens taken from the solo run (set later).
+  static GenerateRequest Request(int i) {
+    GenerateRequest r;
+    for (int k = 0; k < 1 + (i * 13) % 40; ++k) r.prompt.push_back((k * 31 + i * 17) % 256);
+    r.max_new_tokens = 3 + (i * 7) % 14;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    if (i % 3 == 1) {
+      r.sampling.temperature = 0.9f;
+      r.has_seed = true;
+      r.sampling.seed = 100 + i;
+    }
+    if (i % 4 == 2) {
+      r.sampling.repetition_penalty = 1.3f;
+      r.sampling.presence_penalty = 0.4f;
+      r.sampling.frequency_penalty = 0.2f;
+    }
+    return r;
+  }
+
+  static std::string* dir_;
+};
+std::string* OverlapTest::dir_ = nullptr;
+
+struct Outcome {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, GenerateResult> results;
+};
+
+TEST_F(OverlapTest, OverlappedStepsEqualStepByStepWithStopsCancelsAndPreemption) {
+  constexpr int kRequests = 24;
+  // Step by step, one request at a time.
+  std::vector<GenerateRequest> requests;
+  std::vector<GenerateResult> solo;
+  {
+    auto w = Worker(64);
+    Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
+             static_cast<int32_t>(w->block_size()), Engine::Options{});
+    for (int i = 0; i < kRequests; ++i) {
+      GenerateRequest r = Request(i);
+      auto first = e.Run(r);
+      ASSERT_THAT(first, IsOk());
+      // Every 5th stops at a token its run produces (an EOS the engine cannot foresee).
+      if (i % 5 == 0 && first->tokens.size() > 3) {
+        r.stop_token_ids = {first->tokens[first->tokens.size() / 2]};
+        first = e.Run(r);
+        ASSERT_THAT(first, IsOk());
+        ASSERT_EQ(first->finish_reason, FinishReason::kStop);
+      }
+      requests.push_back(r);
+      solo.push_back(*first);
+    }
+  }
+
+  // All at once through the loop, steps overlapped, in a pool too small for
+  // all of them (preemption), with every 7th cancelled after its 2nd token.
+  auto w = Worker(10);
+  QueuedWorker exec(w.get());
+  Engine::Options opts;
+  opts.max_batch_tokens = 48;
+  auto engine = std::make_unique<Engine>(&exec, w->config(), static_cast<int32_t>(w->num_blocks()),
+                                         static_cast<int32_t>(w->block_size()), opts);
+  ASSERT_TRUE(engine->overlaps());
+  Outcome out;
+  {
+    EngineLoop loop(std::move(engine));
+    std::vector<int64_t> ids(kRequests, -1);
+    std::mutex ids_mu;
+    for (int i = 0; i < kRequests; ++i) {
+      GenerateRequest r = requests[i];
+      if (i % 7 == 3) {
+        auto seen = std::make_shared<int>(0);
+        r.on_token = [&, i, seen](int32_t, float, const std::vector<TopLogprob>&) {
+          if (++*seen != 2) return;
+          std::lock_guard<std::mutex> lock(ids_mu);
+          loop.Cancel(ids[i]);
+        };
+      }
+      std::lock_guard<std::mutex> lock(ids_mu);
+      auto id = loop.Submit(std::move(r), [&out, i](GenerateResult res) {
+        std::lock_guard<std::mutex> lock(out.mu);
+        out.results[i] = std::move(res);
+        out.cv.notify_all();
+      });
+      ASSERT_THAT(id, IsOk());
+      ids[i] = *id;
+    }
+    std::unique_lock<std::mutex> lock(out.mu);
+    ASSERT_TRUE(out.cv.wait_for(lock, std::chrono::seconds(120),
+                                [&] { return static_cast<int>(out.results.size()) == kRequests; }));
+    lock.unlock();
+    EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks()) << "every KV block is free when idle";
+    EXPECT_EQ(loop.pending(), 0);
+    Engine::Stats st = loop.stats();
+    EXPECT_EQ(st.running + st.waiting, 0);
+  }
+  EXPECT_GT(exec.fed_back_steps(), 10) << "steps should have been queued behind running ones";
+  for (int i = 0; i < kRequests; ++i) {
+    const GenerateResult& r = out.results[i];
+    if (i % 7 == 3 && solo[i].tokens.size() > 2) {
+      EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled) << "request " << i;
+      continue;
+    }
+    ASSERT_THAT(r.status, IsOk()) << "request " << i;
+    EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
+    EXPECT_EQ(r.finish_reason, solo[i].finish_reason) << "request " << i;
+    ASSERT_EQ(r.logprobs.size(), solo[i].logprobs.size());
+    for (size_t t = 0; t < r.logprobs.size(); ++t) EXPECT_NEAR(r.logprobs[t], solo[i].logprobs[t], 1e-4);
+  }
+}
+
+TEST_F(OverlapTest, AStoppedRequestKeepsAHandleThatContinuesLikeTheColdRun) {
+  auto w = Worker(64);
+  QueuedWorker exec(w.get());
+  auto engine = std::make_unique<Engine>(&exec, w->config(), static_cast<int32_t>(w->num_blocks()),
+                                         static_cast<int32_t>(w->block_size()), Engine::Options{});
+  EngineLoop loop(std::move(engine));
+  auto run = [&](GenerateRequest r, std::function<void(int64_t, int)> on_token = nullptr) {
+    auto done = std::make_shared<std::promise<GenerateResult>>();
+    auto f = done->get_future();
+    auto id_box = std::make_shared<int64_t>(-1);
+    auto count = std::make_shared<int>(0);
+    auto id_mu = std::make_shared<std::mutex>();
+    if (on_token) {
+      r.on_token = [=](int32_t, float, const std::vector<TopLogprob>&) {
+        std::lock_guard<std::mutex> lock(*id_mu);
+        on_token(*id_box, ++*count);
+      };
+    }
+    std::lock_guard<std::mutex> lock(*id_mu);
+    auto id = loop.Submit(std::move(r), [done](GenerateResult res) { done->set_value(std::move(res)); });
+    EXPECT_THAT(id, IsOk());
+    *id_box = *id;
+    return f;
+  };
+  // Stopped (as a stop string would) after its 4th token while its next
+  // step is already queued: the handle covers exactly the tokens returned.
+  GenerateRequest first = Request(0);
+  first.max_new_tokens = 20;
+  first.keep_handle = true;
+  auto stopped_future = run(first, [&](int64_t id, int n) {
+    if (n == 4) loop.Stop(id);
+  });
+  GenerateResult stopped = stopped_future.get();
+  ASSERT_THAT(stopped.status, IsOk());
+  ASSERT_FALSE(stopped.handle.empty());
+  ASSERT_EQ(stopped.tokens.size(), 4u);
+
+  GenerateRequest cont;
+  cont.prefix_handle = stopped.handle;
+  cont.prompt = {5, 6, 7};
+  cont.max_new_tokens = 6;
+  cont.ignore_eos = true;
+  cont.sampling.temperature = 0.0f;
+  GenerateResult warm = run(cont).get();
+  ASSERT_THAT(warm.status, IsOk());
+
+  GenerateRequest cold = cont;
+  cold.prefix_handle.clear();
+  cold.prompt = first.prompt;
+  cold.prompt.insert(cold.prompt.end(), stopped.tokens.begin(), stopped.tokens.end());
+  cold.prompt.insert(cold.prompt.end(), {5, 6, 7});
+  GenerateResult fresh = run(cold).get();
+  ASSERT_THAT(fresh.status, IsOk());
+  EXPECT_EQ(warm.tokens, fresh.tokens);
+  ASSERT_THAT(loop.ReleaseHandle(stopped.handle), IsOk());
+  EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks());
+}
+
+TEST_F(OverlapTest, BadFeedbackIsRefusedNamingWhy) {
+  auto w = Worker(8);
+  const ModelConfig& cfg = w->config();
+  StepLimits limits{cfg.vocab_size, w->num_blocks(), w->block_size(), cfg.max_position_embeddings};
+  StepInput step;
+  step.token_ids = {1, 0};
+  step.positions = {0, 1};
+  step.seq_of_token = {0, 0};
+  step.block_tables = {{0}};
+  step.feedback = {{1, 0}};
+  // Feedback names the step it comes from.
+  EXPECT_THAT(DecodeStep(EncodeStep(step, 2, 0), limits).status(),
+              ::shardlm::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("after_step_id")));
+  step.feedback = {{2, 0}};
+  EXPECT_THAT(DecodeStep(EncodeStep(step, 2, 1), limits).status(),
+              ::shardlm::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("outside the step's 2 tokens")));
+  // A row of the previous step that sampled nothing (here: there was none).
+  step.feedback = {{1, 0}};
+  auto decoded = DecodeStep(EncodeStep(step, 2, 1), limits);
+  ASSERT_THAT(decoded, IsOk());
+  EXPECT_THAT(
+      w->Execute((*decoded)->step).status(),
+      ::shardlm::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                   ::testing::HasSubstr("row 0 of the previous step sampled no token")));
+}
+
+}  // namespace
+}  // namespace shardlm

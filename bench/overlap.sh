@@ -3,7 +3,7 @@
 # benchmark model with and without --no-overlap-steps, alternating, then `shardlm bench` with C
 # clients back to back (16-token prompts, 64 output tokens). Prints per run:
 #   tp concurrency mode output_tok/s tpot_p50_ms tpot_p90_ms
-#   bench/overlap.sh [build/shardlm] [build/bench-model] [runs]
+#   [TPS="1 2"] bench/overlap.sh [build/shardlm] [build/bench-model] [runs]
 set -euo pipefail
 bin=${1:-build/shardlm}
 model=${2:-build/bench-model}
@@ -12,7 +12,7 @@ out=$(mktemp -d)
 pid=
 trap '[ -n "$pid" ] && kill -TERM $pid 2>/dev/null; wait 2>/dev/null; rm -rf "$out"' EXIT
 port=52100
-for tp in 1 2; do
+for tp in ${TPS:-1 2}; do
   for run in $(seq 1 "$runs"); do
     for mode in overlap step; do
       extra=()

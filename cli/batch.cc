@@ -57,7 +57,8 @@ absl::Status CheckMode(const FlagSet& f) {
     return absl::InvalidArgumentError("give exactly one of --model or --server");
   const bool remote = f.Has("server");
   static const std::vector<const char*> kLocal = {
-      "tp", "dtype", "device", "kv-cache-mb", "max-batch-tokens", "max-num-seqs", "policy"};
+      "tp",           "dtype",  "device",          "kv-cache-mb", "max-batch-tokens",
+      "max-num-seqs", "policy", "no-overlap-steps"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {
@@ -137,6 +138,9 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);
   f.String("policy", "scheduling: continuous (admit at every step) or static (batch to completion)", false,
            "continuous", {"continuous", "static"});
+  f.Bool("no-overlap-steps",
+         "with --tp, wait for each step's tokens before sending the next (default: the next step is queued "
+         "on the workers while one runs)");
   f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000);
   f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true);
   AddApiClientFlags(f);

@@ -63,6 +63,7 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
   eo.policy = f.GetString("policy");
+  eo.overlap_steps = !f.GetBool("no-overlap-steps");
   const size_t window = std::max<size_t>(64, 2 * static_cast<size_t>(eo.max_num_seqs));
   eo.max_queued_requests = static_cast<int32_t>(std::max<size_t>(eo.max_queued_requests, window));
   eo.max_queued_tokens = int64_t{1} << 50;  // the window bounds the queue
@@ -78,6 +79,8 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
   std::vector<int64_t> to_stop;                       // stop strings matched during the last step
   size_t next = 0;
   int no_progress = 0;
+  std::unique_ptr<Engine::PlannedStep> plan;  // on the workers (overlapped steps)
+  std::unique_ptr<PendingStep> pending;
   absl::Status outcome = absl::OkStatus();
   while (next < lines.size() || !active.empty()) {
     if (env.stop != nullptr && env.stop->load()) {
@@ -113,8 +116,23 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
       results.Error(slot, req.status());
     }
     const int64_t steps_before = engine.steps();
-    if (!engine.Idle()) {
-      // A failed step fails the requests in it (their results carry why); the engine goes on.
+    // A failed step fails the requests in it (their results carry why); the engine goes on.
+    if (engine.overlaps()) {
+      // Worker processes: the next step is queued behind the running one
+      // (docs/scheduler.md, overlapped steps).
+      if (!plan && !engine.Idle()) {
+        plan = engine.PlanStep();
+        if (plan) pending = engine.StartStep(*plan);
+      }
+      if (plan) {
+        std::unique_ptr<Engine::PlannedStep> next_plan = engine.PlanStep(/*ahead=*/true);
+        std::unique_ptr<PendingStep> next_pending = next_plan ? engine.StartStep(*next_plan) : nullptr;
+        absl::Status st = engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending));
+        if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
+        plan = std::move(next_plan);
+        pending = std::move(next_pending);
+      }
+    } else if (!engine.Idle()) {
       absl::Status st = engine.Step();
       if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
     }
@@ -145,6 +163,8 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
     }
     results.ShowProgress();
   }
+  // Every sequence in a step is active until that step is applied: none is left.
+  if (plan) engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending)).IgnoreError();
   info->engine_steps = engine.steps();
   info->preemptions = engine.preemptions();
   return outcome;

@@ -3,7 +3,8 @@
 # docs/gpu.md. The random bf16 checkpoint (16 GB) is written on the machine, not carried;
 # shardlm_bench prints decode at batch 1/8/32/64 next to the HBM floor (weight bytes / the
 # read bandwidth of a device-to-device copy) and cuBLAS' GEMM rate; bench/gpu_eager.py adds
-# transformers' generate on the same weights. Output also in $OUT/bench.txt.
+# transformers' generate on the same weights; bench/seed001.sh runs seed 001's workload
+# (continuous against static, issue 9's 2.5x) on one GPU. Output also in $OUT/bench.txt.
 #   scripts/gpu/bench.sh [BUILD_DIR]
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -16,3 +17,4 @@ source "$build/env.sh"
 "$build/shardlm_bench" --model-dir "$model" --shape llama3-8b --device cuda --dtypes bf16 \
   --batches 1,8,32,64 --decode-steps 64 --kv-cache-mb 16384 | tee "$out/bench.txt"
 python3 "$here/bench/gpu_eager.py" --model "$model" --batches 1,8 --steps 64 | tee -a "$out/bench.txt"
+TPS=1 DEVICE=cuda "$here/bench/seed001.sh" "$build/shardlm" "$model" bf16 | tee -a "$out/bench.txt"

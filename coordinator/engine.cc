@@ -304,6 +304,13 @@ void Engine::Finish(Sequence& seq, FinishReason reason, absl::Status status) {
   seq.copies.clear();
   if (seq.cow_src >= 0) allocator_.Release(seq.cow_src);
   seq.cow_src = -1;
+  // A step run behind the last token (overlapped steps) may have added a
+  // block past the tokens: a handle holds only the tokens' blocks.
+  const size_t needed = static_cast<size_t>(BlocksFor(static_cast<int64_t>(seq.tokens.size()), block_size_));
+  if (seq.blocks.size() > needed) {
+    allocator_.Release(std::vector<int32_t>(seq.blocks.begin() + needed, seq.blocks.end()));
+    seq.blocks.resize(needed);
+  }
   if (status.ok() && seq.request.keep_handle && !seq.request.transient_handle) {
     // Submit checked the share; concurrent keeps may have used it up since.
     const int64_t cap = static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
@@ -459,17 +466,19 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep(bool ahead) {
   return plan;
 }
 
-absl::StatusOr<std::vector<RowResult>> Engine::ExecuteStep(const PlannedStep& plan) {
+absl::StatusOr<std::vector<RowResult>> Engine::ExecuteStep(PlannedStep& plan) {
   std::unique_ptr<PendingStep> pending = StartStep(plan);
   return WaitStep(plan, *pending);
 }
 
-std::unique_ptr<PendingStep> Engine::StartStep(const PlannedStep& plan) {
+std::unique_ptr<PendingStep> Engine::StartStep(PlannedStep& plan) {
+  plan.started = std::chrono::steady_clock::now();
   return executor_->StartStep(plan.input);
 }
 
 absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(const PlannedStep& plan, PendingStep& pending) {
-  const auto start = std::chrono::steady_clock::now();
+  // From sending to the rows back (overlapped: including the wait behind the step before).
+  const auto start = plan.started;
   auto results = pending.Wait();
   if (options_.metrics) {
     // The metrics are atomics: counting here needs no lock.
@@ -519,7 +528,8 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
   }
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
     Sequence* seq = plan.in_step[k];
-    if (options_.prefix_caching) PublishBlocks(*seq);
+    // One whose earlier step failed has positions nobody wrote.
+    if (options_.prefix_caching && (!seq->end_requested || seq->end_status.ok())) PublishBlocks(*seq);
     if (options_.metrics && !seq->prompt_counted &&
         seq->num_computed >= seq->prompt_offset + static_cast<int32_t>(seq->request.prompt.size())) {
       seq->prompt_counted = true;

@@ -142,11 +142,11 @@ class Engine : private KvSpace {
   std::unique_ptr<PlannedStep> PlanStep(bool ahead = false);
   // Runs the plan on the executor. Reads only `plan`: safe to call while
   // other threads use the engine under the caller's lock.
-  absl::StatusOr<std::vector<RowResult>> ExecuteStep(const PlannedStep& plan);
+  absl::StatusOr<std::vector<RowResult>> ExecuteStep(PlannedStep& plan);
   // ExecuteStep in two halves: StartStep (with the lock: it encodes the
   // plan) returns at once where the executor overlaps steps; WaitStep needs
   // no lock.
-  std::unique_ptr<PendingStep> StartStep(const PlannedStep& plan);
+  std::unique_ptr<PendingStep> StartStep(PlannedStep& plan);
   absl::StatusOr<std::vector<RowResult>> WaitStep(const PlannedStep& plan, PendingStep& pending);
   // Whether PlanStep(true) is worth calling while a step runs.
   bool overlaps() const { return options_.overlap_steps && executor_->Overlaps(); }
@@ -242,6 +242,7 @@ class Engine : private KvSpace {
     std::vector<int32_t> takes;  // tokens of each in_step sequence
     std::vector<RowOwner> owners;
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write sources released once applied
+    std::chrono::steady_clock::time_point started;    // sent to the executor (StartStep)
   };
 
  private:

@@ -83,7 +83,11 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
       : exec_(exec), tokens_(step.token_ids.size()), rows_(step.rows.size()), start_(Clock::now()) {
     const wpb::StepRequest request = EncodeStep(step, id, after);
     const size_t n = exec->stubs_.size();
-    const auto timeout = exec->StepDeadline(step.token_ids.size());
+    // A step queued behind another gets its own time after that one's:
+    // the ranks start it only then.
+    const auto deadline = std::max(std::chrono::system_clock::now(), exec->last_deadline_) +
+                          exec->StepDeadline(step.token_ids.size());
+    exec->last_deadline_ = deadline;
     contexts_.resize(n);
     responses_.resize(n);
     statuses_.resize(n);
@@ -91,7 +95,7 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
     for (size_t r = 0; r < n; ++r) {
       contexts_[r] = std::make_unique<grpc::ClientContext>();
       AttachInternalToken(*contexts_[r], exec->options_.internal_token);
-      contexts_[r]->set_deadline(std::chrono::system_clock::now() + timeout);
+      contexts_[r]->set_deadline(deadline);
       calls_[r] = exec->stubs_[r]->AsyncStep(contexts_[r].get(), request, &cq_);
       calls_[r]->Finish(&responses_[r], &statuses_[r], reinterpret_cast<void*>(r));
     }
@@ -100,7 +104,7 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
   ~RemoteStep() override {
     if (!waited_) {
       for (auto& ctx : contexts_) ctx->TryCancel();
-      Collect();
+      Collect().IgnoreError();  // abandoned: its rows are not wanted
     }
   }
 

@@ -91,8 +91,9 @@ class RemoteExecutor final : public StepExecutor {
   int32_t num_blocks_ = 0;
   int32_t block_size_ = 16;
   uint64_t next_step_ = 1;
-  uint64_t last_sent_ = 0;   // the step sent last (0: none yet)
-  double ms_per_token_ = 0;  // recent steps, exponentially weighted
+  uint64_t last_sent_ = 0;                                 // the step sent last (0: none yet)
+  std::chrono::system_clock::time_point last_deadline_{};  // that step's deadline
+  double ms_per_token_ = 0;                                // recent steps, exponentially weighted
   StepTiming timing_;
 };
 

@@ -100,17 +100,19 @@ class StepExecutor {
   // be queued behind it (and feed back its tokens: StepInput::feedback).
   virtual bool Overlaps() const { return false; }
   // Starts `step` behind those started before and not yet waited for; the
-  // ranks run steps in the order started. Here: runs it now.
+  // ranks run steps in the order started. Here: Wait runs it (so a caller
+  // that waits without its lock computes without it); `step` must outlive it.
   virtual std::unique_ptr<PendingStep> StartStep(const StepInput& step) {
-    class Done final : public PendingStep {
+    class Later final : public PendingStep {
      public:
-      explicit Done(absl::StatusOr<std::vector<RowResult>> rows) : rows_(std::move(rows)) {}
-      absl::StatusOr<std::vector<RowResult>> Wait() override { return std::move(rows_); }
+      Later(StepExecutor* exec, const StepInput* step) : exec_(exec), step_(step) {}
+      absl::StatusOr<std::vector<RowResult>> Wait() override { return exec_->Execute(*step_); }
 
      private:
-      absl::StatusOr<std::vector<RowResult>> rows_;
+      StepExecutor* exec_;
+      const StepInput* step_;
     };
-    return std::make_unique<Done>(Execute(step));
+    return std::make_unique<Later>(this, &step);
   }
 };
 

@@ -45,6 +45,8 @@ class RankWorker final : public StepExecutor {
 
   // Zeroes the KV pool (a new group starts with an empty cache).
   void ClearKvCache();
+  // A step was refused without running: feedback from it finds no tokens.
+  void ForgetSampled() { last_sampled_.clear(); }
 
   const ModelConfig& config() const { return model_->config(); }
   int64_t num_blocks() const { return pool_.shape().num_blocks; }

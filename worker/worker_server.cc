@@ -142,9 +142,13 @@ class WorkerService final : public wpb::Worker::Service {
     if (req->after_step_id() != 0) {
       while (last_step_ != req->after_step_id() && State().ok()) {
         if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
-          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrCat("step ", req->step_id(), " waited for step ", req->after_step_id(),
-                                           ", which never ran here (the last was ", last_step_, ")"));
+          // The steps sent after this one would wait for it in turn: this
+          // rank's step stream is broken, and the group must be formed again.
+          absl::Status broken = absl::UnavailableError(absl::StrCat(
+              "rank ", worker_->model().plan().rank().rank, ": step ", req->step_id(), " waited for step ",
+              req->after_step_id(), ", which never ran here (the last was ", last_step_, ")"));
+          SetState(broken, std::string(broken.message()));
+          return ToGrpcStatus(broken);
         }
         order_cv_.wait_for(lock, std::chrono::milliseconds(50));
       }
@@ -165,7 +169,10 @@ class WorkerService final : public wpb::Worker::Service {
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
                       cfg.max_position_embeddings};
     auto decoded = DecodeStep(*req, limits);
-    if (!decoded.ok()) return ToGrpcStatus(decoded.status());
+    if (!decoded.ok()) {
+      worker_->ForgetSampled();  // a step fed back from this one finds nothing, on every rank
+      return ToGrpcStatus(decoded.status());
+    }
     comm_->TakeMicros();
     const int rank = worker_->model().plan().rank().rank;
     LogStarts(*req, rank);

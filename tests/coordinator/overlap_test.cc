@@ -35,7 +35,9 @@ using Rows = absl::StatusOr<std::vector<RowResult>>;
 // the codec (as the wire does) and a thread runs the steps in order.
 class QueuedWorker final : public StepExecutor {
  public:
-  explicit QueuedWorker(RankWorker* worker) : worker_(worker), thread_([this] { Loop(); }) {}
+  // fail_step: that step (counting from 1) fails without running, as a rank that refuses it.
+  explicit QueuedWorker(RankWorker* worker, uint64_t fail_step = 0)
+      : worker_(worker), fail_step_(fail_step), thread_([this] { Loop(); }) {}
   ~QueuedWorker() override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -72,7 +74,7 @@ class QueuedWorker final : public StepExecutor {
     if (!step.feedback.empty()) ++fed_back_steps_;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      queue_.push_back({std::move(*decoded), std::move(promise)});
+      queue_.push_back({std::move(*decoded), std::move(promise), id == fail_step_});
     }
     cv_.notify_all();
     return std::make_unique<Waiting>(std::move(future));
@@ -83,6 +85,7 @@ class QueuedWorker final : public StepExecutor {
   struct Job {
     std::unique_ptr<DecodedStep> step;
     std::promise<Rows> done;
+    bool fail = false;
   };
   void Loop() {
     std::unique_lock<std::mutex> lock(mu_);
@@ -95,12 +98,18 @@ class QueuedWorker final : public StepExecutor {
       // A little slower than planning, as a real step is: the next step is
       // planned and queued while this one runs.
       std::this_thread::sleep_for(std::chrono::microseconds(300));
-      job.done.set_value(worker_->Execute(job.step->step));
+      if (job.fail) {
+        worker_->ForgetSampled();
+        job.done.set_value(absl::UnavailableError("rank 0 refused the step"));
+      } else {
+        job.done.set_value(worker_->Execute(job.step->step));
+      }
       lock.lock();
     }
   }
 
   RankWorker* worker_;
+  uint64_t fail_step_;
   uint64_t sent_ = 0;
   int fed_back_steps_ = 0;
   std::mutex mu_;
@@ -305,6 +314,65 @@ TEST_F(OverlapTest, AStoppedRequestKeepsAHandleThatContinuesLikeTheColdRun) {
   ASSERT_THAT(fresh.status, IsOk());
   EXPECT_EQ(warm.tokens, fresh.tokens);
   ASSERT_THAT(loop.ReleaseHandle(stopped.handle), IsOk());
+  EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks());
+}
+
+TEST_F(OverlapTest, AFailedStepWithOneQueuedBehindItFailsItsRequestsAndLeaksNothing) {
+  // Solo outputs, step by step.
+  std::vector<GenerateResult> solo;
+  {
+    auto w = Worker(64);
+    Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
+             static_cast<int32_t>(w->block_size()), Engine::Options{});
+    for (int i = 0; i < 6; ++i) {
+      GenerateRequest r = Request(3 * i);
+      r.max_new_tokens = 12;
+      auto res = e.Run(r);
+      ASSERT_THAT(res, IsOk());
+      solo.push_back(*res);
+    }
+  }
+  // Prompts of 16 tokens or more, so that full blocks would be published.
+  auto w = Worker(64);
+  QueuedWorker exec(w.get(), /*fail_step=*/5);
+  auto engine = std::make_unique<Engine>(&exec, w->config(), static_cast<int32_t>(w->num_blocks()),
+                                         static_cast<int32_t>(w->block_size()), Engine::Options{});
+  EngineLoop loop(std::move(engine));
+  auto run_all = [&] {
+    Outcome out;
+    for (int i = 0; i < 6; ++i) {
+      GenerateRequest r = Request(3 * i);
+      r.max_new_tokens = 12;
+      auto id = loop.Submit(std::move(r), [&out, i](GenerateResult res) {
+        std::lock_guard<std::mutex> lock(out.mu);
+        out.results[i] = std::move(res);
+        out.cv.notify_all();
+      });
+      EXPECT_THAT(id, IsOk());
+    }
+    std::unique_lock<std::mutex> lock(out.mu);
+    EXPECT_TRUE(out.cv.wait_for(lock, std::chrono::seconds(60), [&] { return out.results.size() == 6; }));
+    return std::move(out.results);
+  };
+  std::map<int, GenerateResult> first = run_all();
+  int failed = 0;
+  for (auto& [i, r] : first) {
+    if (r.status.ok()) {
+      EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
+    } else {
+      EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+      ++failed;
+    }
+  }
+  EXPECT_GT(failed, 0) << "step 5 should have failed the requests in it";
+  EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks()) << "every KV block is free after the failure";
+  // Nothing the failed step left unwritten reached the prefix cache: the
+  // same requests again (cache hits included) equal the solo runs.
+  std::map<int, GenerateResult> again = run_all();
+  for (auto& [i, r] : again) {
+    ASSERT_THAT(r.status, IsOk());
+    EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
+  }
   EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks());
 }
 

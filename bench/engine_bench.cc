@@ -124,22 +124,13 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
       auto overlapped = [&] {
         for (int32_t b = 0; b < batch; ++b)
           engine.Submit(Request(16, steps + 2, b + 1000, cfg->vocab_size)).IgnoreError();
-        engine.Step().IgnoreError();  // prefill, not timed
-        std::unique_ptr<Engine::PlannedStep> plan = engine.PlanStep();
-        std::unique_ptr<PendingStep> pending = plan ? engine.StartStep(*plan) : nullptr;
+        engine.Step().IgnoreError();            // prefill, not timed
+        engine.StepOverlapped().IgnoreError();  // the first step queued, not timed
         int32_t done = 0;
         const auto t0 = Clock::now();
-        while (plan && done < steps) {
-          std::unique_ptr<Engine::PlannedStep> next = engine.PlanStep(/*ahead=*/true);
-          std::unique_ptr<PendingStep> next_pending = next ? engine.StartStep(*next) : nullptr;
-          engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending)).IgnoreError();
-          ++done;
-          plan = std::move(next);
-          pending = std::move(next_pending);
-        }
+        for (; !engine.Idle() && done < steps; ++done) engine.StepOverlapped().IgnoreError();
         const double ms = 1e3 * Seconds(t0, Clock::now()) / std::max(1, done);
-        if (plan) engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending)).IgnoreError();
-        while (!engine.Idle()) engine.Step().IgnoreError();
+        while (!engine.Idle()) engine.StepOverlapped().IgnoreError();
         return ms;
       };
       // This VM's speed drifts within seconds: the two alternate, 3 times

@@ -79,8 +79,6 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
   std::vector<int64_t> to_stop;                       // stop strings matched during the last step
   size_t next = 0;
   int no_progress = 0;
-  std::unique_ptr<Engine::PlannedStep> plan;  // on the workers (overlapped steps)
-  std::unique_ptr<PendingStep> pending;
   absl::Status outcome = absl::OkStatus();
   while (next < lines.size() || !active.empty()) {
     if (env.stop != nullptr && env.stop->load()) {
@@ -116,24 +114,11 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
       results.Error(slot, req.status());
     }
     const int64_t steps_before = engine.steps();
-    // A failed step fails the requests in it (their results carry why); the engine goes on.
-    if (engine.overlaps()) {
-      // Worker processes: the next step is queued behind the running one
+    if (!engine.Idle()) {
+      // A failed step fails the requests in it (their results carry why); the engine goes on.
+      // With worker processes the next step is queued behind the running one
       // (docs/scheduler.md, overlapped steps).
-      if (!plan && !engine.Idle()) {
-        plan = engine.PlanStep();
-        if (plan) pending = engine.StartStep(*plan);
-      }
-      if (plan) {
-        std::unique_ptr<Engine::PlannedStep> next_plan = engine.PlanStep(/*ahead=*/true);
-        std::unique_ptr<PendingStep> next_pending = next_plan ? engine.StartStep(*next_plan) : nullptr;
-        absl::Status st = engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending));
-        if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
-        plan = std::move(next_plan);
-        pending = std::move(next_pending);
-      }
-    } else if (!engine.Idle()) {
-      absl::Status st = engine.Step();
+      absl::Status st = engine.StepOverlapped();
       if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
     }
     for (int64_t id : to_stop) engine.Stop(id);
@@ -163,8 +148,6 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
     }
     results.ShowProgress();
   }
-  // Every sequence in a step is active until that step is applied: none is left.
-  if (plan) engine.ApplyStep(*plan, engine.WaitStep(*plan, *pending)).IgnoreError();
   info->engine_steps = engine.steps();
   info->preemptions = engine.preemptions();
   return outcome;

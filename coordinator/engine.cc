@@ -210,16 +210,20 @@ bool Engine::EndRunning(int64_t id, FinishReason reason, absl::Status status) {
   Sequence& seq = *it->second;
   if (seq.in_flight) {
     // The workers are writing its blocks: end it when the step is applied.
-    if (!seq.end_requested) {
-      seq.end_requested = true;
-      seq.end_reason = reason;
-      seq.end_status = std::move(status);
-    }
-    seq.lookahead = false;
+    RequestEnd(seq, reason, std::move(status));
     return true;
   }
   FinishAndErase(seq, reason, std::move(status));
   return true;
+}
+
+void Engine::RequestEnd(Sequence& seq, FinishReason reason, absl::Status status) {
+  if (!seq.end_requested) {
+    seq.end_requested = true;
+    seq.end_reason = reason;
+    seq.end_status = std::move(status);
+  }
+  seq.lookahead = false;
 }
 
 void Engine::FailAll(const absl::Status& status) {
@@ -445,8 +449,7 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep(bool ahead) {
     const bool samples = reaches_end && seq->request.max_new_tokens > 0;
     seq->num_computed += take;
     seq->ahead += take;
-    ++seq->steps_in_flight;
-    seq->in_flight = true;
+    ++seq->in_flight;
     if (samples) ++seq->pending;
     // Goes on behind this step unless it certainly ends with it.
     seq->lookahead =
@@ -496,11 +499,26 @@ absl::Status Engine::Step() {
   return ApplyStep(*plan, ExecuteStep(*plan));
 }
 
+absl::Status Engine::StepOverlapped() {
+  if (!overlaps()) return Step();
+  if (!queued_) {
+    queued_ = PlanStep();
+    if (!queued_) return absl::OkStatus();
+    queued_pending_ = StartStep(*queued_);
+  }
+  std::unique_ptr<PlannedStep> next = PlanStep(/*ahead=*/true);
+  std::unique_ptr<PendingStep> next_pending = next ? StartStep(*next) : nullptr;
+  absl::Status st = ApplyStep(*queued_, WaitStep(*queued_, *queued_pending_));
+  queued_ = std::move(next);
+  queued_pending_ = std::move(next_pending);
+  return st;
+}
+
 absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
   --steps_in_flight_;
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
     Sequence* seq = plan.in_step[k];
-    seq->in_flight = --seq->steps_in_flight > 0;
+    --seq->in_flight;
     seq->ahead -= plan.takes[k];
   }
   for (const RowOwner& o : plan.owners) {
@@ -510,19 +528,10 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
   if (!results.ok()) {
     // Fail the work in flight, keep the engine usable. A sequence also in
     // the step behind this one ends when that one is applied.
+    // One that had already ended ends as it did: its tokens' steps ran.
     for (Sequence* seq : plan.in_step) {
-      if (!seq->in_flight) {
-        // One that had already ended ends as it did; its tokens' steps ran.
-        if (seq->end_requested) {
-          FinishAndErase(*seq, seq->end_reason, seq->end_status);
-        } else {
-          FinishAndErase(*seq, FinishReason::kNone, results.status());
-        }
-      } else if (!seq->end_requested) {
-        seq->end_requested = true;
-        seq->end_reason = FinishReason::kNone;
-        seq->end_status = results.status();
-      }
+      RequestEnd(*seq, FinishReason::kNone, results.status());
+      if (!seq->in_flight) FinishAndErase(*seq, seq->end_reason, seq->end_status);
     }
     return results.status();
   }
@@ -573,12 +582,7 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
   // ends when that one is applied (the workers write its blocks until then).
   for (Sequence* seq : plan.in_step) {
     if (seq->in_flight) {
-      if (seq->result.finish_reason != FinishReason::kNone && !seq->end_requested) {
-        seq->end_requested = true;
-        seq->end_reason = seq->result.finish_reason;
-        seq->end_status = absl::OkStatus();
-      }
-      if (seq->end_requested) seq->lookahead = false;
+      if (seq->result.finish_reason != FinishReason::kNone) RequestEnd(*seq, seq->result.finish_reason, {});
       continue;
     }
     const bool scored_only =

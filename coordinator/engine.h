@@ -135,6 +135,12 @@ class Engine : private KvSpace {
   // One scheduler iteration: PlanStep, ExecuteStep, ApplyStep. An executor
   // failure fails the work in flight.
   absl::Status Step();
+  // Step for a caller on one thread (batch, the benchmark) with overlapped
+  // steps where the executor allows (else Step): applies the step in flight
+  // after queueing the next behind it, which stays in flight until the next
+  // call. Every sequence in it is unfinished, so !Idle() until it is applied.
+  // Do not mix with Step or PlanStep while one is in flight.
+  absl::Status StepOverlapped();
   // The next step's batch, or null when nothing can run now (a request the
   // cache cannot hold even alone is failed here). With `ahead`, a step may
   // be in flight: its sequences that sample a token and go on may take one
@@ -210,10 +216,10 @@ class Engine : private KvSpace {
     bool end_requested = false;
     FinishReason end_reason = FinishReason::kNone;
     absl::Status end_status;
-    // Steps in flight. num_computed counts their tokens already (`ahead` of
-    // them), and `pending` tokens they sample are not in `tokens` yet; the
-    // last one comes from row `pending_row` of the step planned last.
-    int32_t steps_in_flight = 0;
+    // Of its steps in flight (SchedSeq::in_flight): num_computed counts their
+    // tokens already (`ahead` of them), and `pending` tokens they sample are
+    // not in `tokens` yet; the last one comes from row `pending_row` of the
+    // step planned last.
     int32_t ahead = 0;
     int32_t pending = 0;
     int32_t pending_row = -1;
@@ -266,6 +272,9 @@ class Engine : private KvSpace {
   void Finish(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
   // Finishes running request `id` now; false if it is not running.
   bool EndRunning(int64_t id, FinishReason reason, absl::Status status);
+  // Marks `seq` (in a step in flight) to end with `reason` and `status` once
+  // its last step is applied, unless an end was already asked for.
+  static void RequestEnd(Sequence& seq, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
   // Sets the metrics' gauges from the current state (when metrics are on).
   void UpdateGauges() const;
@@ -286,6 +295,9 @@ class Engine : private KvSpace {
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
+  // StepOverlapped's step in flight, and its rows to come.
+  std::unique_ptr<PlannedStep> queued_;
+  std::unique_ptr<PendingStep> queued_pending_;
   std::mt19937_64 seed_rng_{std::random_device{}()};
 };
 

@@ -32,7 +32,7 @@ struct SchedSeq {
   int64_t id = 0;            // increases with arrival: a smaller id arrived first
   int32_t num_computed = 0;  // leading tokens whose K/V are in the cache
   int32_t max_chunk = std::numeric_limits<int32_t>::max();  // tokens per step at most
-  bool in_flight = false;                                   // in a step on the workers (not preemptible)
+  int32_t in_flight = 0;   // steps on the workers it is in (not preemptible while any)
   bool lookahead = false;  // in flight, yet may take its next token in the step being planned
   // Set by the scheduler.
   bool running = false;       // admitted (else queued)

@@ -95,26 +95,25 @@ absl::StatusOr<StepInput> RankWorker::WithFeedback(const StepInput& step,
   }
   StepInput out = step;
   out.feedback.clear();
-  histories.assign(step.block_tables.size(), {});
-  std::vector<bool> extended(step.block_tables.size(), false);
+  std::vector<int32_t> fed(step.block_tables.size(), -1);  // per sequence: its fed-back token
   for (int64_t i = 0; i < n; ++i) {
     const auto [index, prev] = step.feedback[i];
     if (t[i] < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("step feedback: row ", prev, " of the previous step sampled no token"));
     }
-    const int32_t token = static_cast<int32_t>(t[i]);
-    out.token_ids[index] = token;
-    const int32_t seq = step.seq_of_token[index];
-    for (SampleRow& row : out.rows) {
-      if (row.seq != seq || row.generated == nullptr) continue;
-      if (!extended[seq]) {
-        histories[seq] = *row.generated;
-        histories[seq].push_back(token);
-        extended[seq] = true;
-      }
-      row.generated = &histories[seq];
+    out.token_ids[index] = static_cast<int32_t>(t[i]);
+    fed[step.seq_of_token[index]] = out.token_ids[index];
+  }
+  // Its rows share one history (the codec decodes one per sequence): extend it once.
+  histories.assign(step.block_tables.size(), {});
+  for (SampleRow& row : out.rows) {
+    if (fed[row.seq] < 0 || row.generated == nullptr) continue;
+    if (histories[row.seq].empty()) {
+      histories[row.seq] = *row.generated;
+      histories[row.seq].push_back(fed[row.seq]);
     }
+    row.generated = &histories[row.seq];
   }
   return out;
 }

@@ -1,10 +1,17 @@
-// The projection kernels alone: kernels::Linear (GEMV for small batches,
-// ATen's GEMM beyond) on a weight as large as the benchmark model's, at each
-// batch size, next to the read-bandwidth floor and ATen's own matmul on the
-// same operands, measured in this run. Used to choose the GEMV cut-over
-// (kernels/linear.h) and the row grouping of cpu/gemv_avx512.cc.
+// The step's kernels alone, each next to its limit measured in this run:
 //
-//   build/shardlm_kernels_bench [--rows 1,2,4,8,16,32] [--mb 400]
+// - the projections: kernels::Linear (GEMV for small batches, ATen's GEMM
+//   beyond) on a weight as large as the benchmark model's, at each batch
+//   size, next to the read-bandwidth floor and ATen's own matmul on the same
+//   operands. Used to choose the GEMV cut-over (kernels/linear.h) and the row
+//   grouping of cpu/gemv_avx512.cc;
+// - with --ops, the rest of a decode step of the benchmark model's shape
+//   (12 layers, 12 query / 4 KV heads of 64, hidden 768, intermediate 2048):
+//   paged decode attention over `--context` keys per sequence, next to the
+//   time its K and V bytes take to read, and the element-wise kernels
+//   (two RMSNorms, rotary, two residual adds, SiLU x up per layer).
+//
+//   build/shardlm_kernels_bench [--rows 1,2,4,8,16,32] [--mb 400] [--ops] [--context 160]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -18,18 +25,104 @@
 #include "cli/flags.h"
 #include "common/openmp_env.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/fused.h"
 #include "kernels/linear.h"
+#include "model/paged_attention.h"
 
 namespace shardlm {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The fastest of `reps` runs of fn(), in seconds.
+template <typename Fn>
+double Best(int reps, Fn&& fn) {
+  double best = 1e30;
+  for (int rep = 0; rep < reps; ++rep) {
+    auto t0 = Clock::now();
+    fn();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// One decode step's attention and element-wise kernels, for each batch size
+// in `rows` (see the file comment). Each layer has its own KV pool layer, so
+// a step reads every layer's keys as the model's step does.
+void BenchStepOps(const std::vector<int32_t>& rows, int64_t context, double bw) {
+  constexpr int64_t kLayers = 12, kHeads = 12, kKvHeads = 4, kD = 64, kHidden = 768, kInter = 2048;
+  constexpr int64_t kBlock = 16;
+  std::printf(
+      "\n| dtype | batch | context | attention ms | KV MB read | KV read ms | attention / KV read | "
+      "element-wise ms | element-wise MB | element-wise / its bytes |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const int64_t elem = dtype == at::kFloat ? 4 : 2;
+    for (int32_t batch : rows) {
+      const int64_t blocks_per_seq = (context + kBlock - 1) / kBlock;
+      const int64_t blocks = batch * blocks_per_seq;
+      at::Tensor k_pool = at::rand({kLayers, blocks, kBlock, kKvHeads, kD}).sub(0.5).to(dtype);
+      at::Tensor v_pool = at::rand({kLayers, blocks, kBlock, kKvHeads, kD}).sub(0.5).to(dtype);
+      // Each sequence's blocks are spread through the pool, as after many
+      // requests have come and gone.
+      std::vector<int32_t> tables(batch * blocks_per_seq);
+      for (int64_t i = 0; i < blocks; ++i) tables[i] = static_cast<int32_t>((i * 7919) % blocks);
+      std::vector<int32_t> positions(batch, static_cast<int32_t>(context - 1)), seq_of_token(batch);
+      for (int32_t b = 0; b < batch; ++b) seq_of_token[b] = b;
+      AttentionBatch ab;
+      ab.positions = &positions;
+      ab.seq_of_token = &seq_of_token;
+      ab.block_tables = tables.data();
+      ab.max_blocks = blocks_per_seq;
+      ab.block_size = kBlock;
+      at::Tensor q = at::rand({batch, kHeads, kD}).sub(0.5).to(dtype);
+      std::vector<at::Tensor> k_layers, v_layers;
+      for (int64_t l = 0; l < kLayers; ++l) {
+        k_layers.push_back(k_pool.select(0, l));
+        v_layers.push_back(v_pool.select(0, l));
+      }
+      const double attention = Best(20, [&] {
+        for (int64_t l = 0; l < kLayers; ++l) PagedAttention(q, k_layers[l], v_layers[l], ab);
+      });
+      const double kv_bytes = 2.0 * kLayers * batch * context * kKvHeads * kD * elem;
+
+      // The element-wise kernels of 12 layers, on the step's own shapes.
+      at::Tensor x = at::rand({batch, kHidden}).to(dtype), y = at::rand({batch, kHidden}).to(dtype);
+      at::Tensor norm_w = at::rand({kHidden}).to(dtype);
+      at::Tensor qkv = at::rand({batch, (kHeads + 2 * kKvHeads) * kD}).to(dtype);
+      at::Tensor gate_up = at::rand({batch, 2 * kInter}).to(dtype);
+      at::Tensor cos = at::rand({batch, kD / 2}), sin = at::rand({batch, kD / 2});
+      const double elementwise = Best(20, [&] {
+        for (int64_t l = 0; l < kLayers; ++l) {
+          kernels::RmsNorm(x, norm_w, 1e-5);
+          kernels::RotaryInPlace(qkv, kHeads + kKvHeads, kD, cos, sin);
+          kernels::AddInPlace(x, y);
+          kernels::RmsNorm(x, norm_w, 1e-5);
+          kernels::SiluMul(gate_up);
+          kernels::AddInPlace(x, y);
+        }
+      });
+      // Bytes each kernel reads and writes once: norm 2x, add 3x the
+      // hidden row; rotary 2x the q and k heads; SiLU x up 3x the
+      // intermediate row.
+      const double ew_bytes = static_cast<double>(kLayers) * batch * elem *
+                              (2 * 2 * kHidden + 2 * 3 * kHidden + 2 * (kHeads + kKvHeads) * kD + 3 * kInter);
+      std::printf("| %s | %d | %lld | %.3f | %.2f | %.3f | %.1fx | %.3f | %.2f | %.1fx |\n",
+                  dtype == at::kFloat ? "f32" : "bf16", batch, static_cast<long long>(context),
+                  attention * 1e3, kv_bytes / 1e6, kv_bytes / bw * 1e3, attention / (kv_bytes / bw),
+                  elementwise * 1e3, ew_bytes / 1e6, elementwise / (ew_bytes / bw));
+      std::fflush(stdout);
+    }
+  }
+}
+
 int Main(int argc, char** argv) {
   FlagSet f("kernels_bench");
   f.String("rows", "comma-separated activation rows (batch sizes)", false, "1,2,4,8,16,32");
   f.Int("mb", "weight megabytes per dtype-f32 matrix set (halved for bf16)", 400, 16, 4096);
   f.Int("k", "input features", 768, 16, 16384);
+  f.Bool("ops", "also time a decode step's attention and element-wise kernels (the model's shape)");
+  f.Int("context", "keys per sequence for --ops' attention", 160, 1, 65536);
+  f.Bool("only-ops", "time only --ops' kernels, not the projections");
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -41,6 +134,10 @@ int Main(int argc, char** argv) {
   const double bw = bench::ReadBandwidth();
   std::printf("isa %s, %d threads, read bandwidth %.1f GB/s\n",
               kernels::IsaName(kernels::ActiveIsa()).c_str(), at::get_num_threads(), bw / 1e9);
+  if (f.GetBool("only-ops")) {
+    BenchStepOps(rows, f.GetInt("context"), bw);
+    return 0;
+  }
   std::printf(
       "\n| dtype | rows | weight MB | kernels::Linear ms | at::linear ms | floor ms | Linear / floor | "
       "Linear GFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
@@ -59,13 +156,9 @@ int Main(int argc, char** argv) {
     for (int32_t m : rows) {
       at::Tensor x = at::rand({m, k}).to(dtype);
       auto time = [&](const auto& weights, auto fn) {
-        double best = 1e30;
-        for (int rep = 0; rep < 5; ++rep) {
-          auto t0 = Clock::now();
+        return Best(5, [&] {
           for (const auto& w : weights) fn(w);
-          best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-        }
-        return best;
+        });
       };
       const double mine = time(prepared, [&](const kernels::LinearWeight& w) { kernels::Linear(x, w); });
       const double aten = time(ws, [&](const at::Tensor& w) { at::linear(x, w); });
@@ -78,6 +171,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("\nATen GEMM (1024x2048x2048): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
               bench::GemmFlops(at::kFloat) / 1e9, bench::GemmFlops(at::kBFloat16) / 1e9);
+  if (f.GetBool("ops")) BenchStepOps(rows, f.GetInt("context"), bw);
   return 0;
 }
 

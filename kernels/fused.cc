@@ -56,6 +56,28 @@ void NormRow(const T* x, const T* w, T* out, int64_t dim, float eps) {
   }
 }
 
+// The data of an f32 or bf16 tensor as the vector kernels take it (bf16 as its bits).
+template <typename T>
+T* Data(const at::Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// Runs fn(f32 kernel) or fn(bf16 kernel) where this CPU has the one for x's
+// dtype (kernels/cpu/elementwise.h); false where it has neither.
+template <typename F32Fn, typename Bf16Fn, typename Fn>
+bool WithVectorKernel(const at::Tensor& x, F32Fn f32_kernel, Bf16Fn bf16_kernel, Fn&& fn) {
+  const Isa isa = ActiveIsa();
+  if (x.scalar_type() == at::kFloat && f32_kernel(isa) != nullptr) {
+    fn(f32_kernel(isa), float{});
+    return true;
+  }
+  if (x.scalar_type() == at::kBFloat16 && bf16_kernel(isa) != nullptr) {
+    fn(bf16_kernel(isa), uint16_t{});
+    return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
@@ -64,6 +86,17 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (UseAtenOps(x)) return RmsNormAten(x, weight, eps);
   at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t rows = x.size(0), dim = x.size(1), ld = x.stride(0);
+  const float feps = static_cast<float>(eps);
+  const bool vector = WithVectorKernel(x, RmsNormF32Kernel, RmsNormBf16Kernel, [&](auto fn, auto tag) {
+    using T = decltype(tag);
+    const T* xp = Data<T>(x);
+    const T* wp = Data<T>(weight);
+    T* op = Data<T>(out);
+    at::parallel_for(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) fn(xp + r * ld, wp, op + r * dim, dim, feps);
+    });
+  });
+  if (vector) return out;
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     const T* xp = x.data_ptr<T>();
@@ -87,6 +120,21 @@ void RmsNormHeadsInPlace(at::Tensor& x, int64_t first_head, int64_t heads, int64
     part.copy_(RmsNormAten(part, weight, eps));
     return;
   }
+  const float feps = static_cast<float>(eps);
+  const bool vector = WithVectorKernel(x, RmsNormF32Kernel, RmsNormBf16Kernel, [&](auto fn, auto tag) {
+    using T = decltype(tag);
+    T* xp = Data<T>(x);
+    const T* wp = Data<T>(weight);
+    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        for (int64_t h = first_head; h < first_head + heads; ++h) {
+          T* row = xp + r * ld + h * head_dim;
+          fn(row, wp, row, head_dim, feps);
+        }
+      }
+    });
+  });
+  if (vector) return;
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
@@ -120,6 +168,14 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
   }
   const float* cp = cos.data_ptr<float>();
   const float* sp = sin.data_ptr<float>();
+  const bool vector = WithVectorKernel(x, RotaryF32Kernel, RotaryBf16Kernel, [&](auto fn, auto tag) {
+    using T = decltype(tag);
+    T* xp = Data<T>(x);
+    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) fn(xp + r * ld, heads, half, cp + r * half, sp + r * half);
+    });
+  });
+  if (vector) return;
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
@@ -149,6 +205,13 @@ void AddInPlace(at::Tensor& x, const at::Tensor& y) {
     return;
   }
   const int64_t n = x.numel();
+  const bool vector = WithVectorKernel(x, AddF32Kernel, AddBf16Kernel, [&](auto fn, auto tag) {
+    using T = decltype(tag);
+    T* xp = Data<T>(x);
+    const T* yp = Data<T>(y);
+    at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) { fn(xp + b, yp + b, e - b); });
+  });
+  if (vector) return;
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();

@@ -1,5 +1,6 @@
-// AVX-512 SiLU x up and log-sum-exp (compiled with the AVX-512 flags; called
-// only when cpu/isa.cc found them), on the Exp16 of cpu/avx512_math.h.
+// AVX-512 element-wise loops (cpu/elementwise.h; compiled with the AVX-512
+// flags, called only when cpu/isa.cc found them): SiLU x up and log-sum-exp
+// on the Exp16 of cpu/avx512_math.h, RMSNorm, rotary and the residual add.
 #include <cmath>
 #include <limits>
 
@@ -8,6 +9,11 @@
 
 namespace shardlm::kernels::internal {
 namespace {
+
+// bf16 widened to f32 after rounding: what a value rounded to the dtype reads back as.
+inline __m512 RoundBf16(__m512 x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(x)), 16));
+}
 
 inline __m512 Silu(__m512 g) {
   const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
@@ -28,8 +34,7 @@ void SiluMulBf16Avx512(const uint16_t* g, const uint16_t* u, uint16_t* o, int64_
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask16(n - i);
     // The activation rounded to bf16 and widened again, then the product.
-    const __m512 act = _mm512_castsi512_ps(
-        _mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(Silu(MaskLoadBf16x16(m, g + i)))), 16));
+    const __m512 act = RoundBf16(Silu(MaskLoadBf16x16(m, g + i)));
     _mm256_mask_storeu_epi16(o + i, m, ToBf16x16(_mm512_mul_ps(act, MaskLoadBf16x16(m, u + i))));
   }
 }
@@ -58,5 +63,73 @@ float LogSumExpAvx512(const float* x, int64_t n) {
   const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
   return mx + std::log(sum);
 }
+
+namespace {
+
+inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
+inline void MaskStore(float* p, __mmask16 m, __m512 x) { _mm512_mask_storeu_ps(p, m, x); }
+inline void MaskStore(uint16_t* p, __mmask16 m, __m512 x) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(x)); }
+// A value as the dtype holds it: f32 as is, bf16 rounded.
+inline __m512 AsDtype(float*, __m512 x) { return x; }
+inline __m512 AsDtype(uint16_t*, __m512 x) { return RoundBf16(x); }
+
+template <typename T>
+void RmsNormRow(const T* x, const T* w, T* out, int64_t n, float eps) {
+  __m512 ss = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __m512 v = MaskLoad(TailMask16(n - i), x + i);
+    ss = _mm512_fmadd_ps(v, v, ss);
+  }
+  const float r = 1.0f / std::sqrt(_mm512_reduce_add_ps(ss) / static_cast<float>(n) + eps);
+  const __m512 rv = _mm512_set1_ps(r);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    // Normalised and rounded to the dtype, then scaled by the weight in it.
+    const __m512 normed = AsDtype(out, _mm512_mul_ps(MaskLoad(m, x + i), rv));
+    MaskStore(out + i, m, _mm512_mul_ps(normed, MaskLoad(m, w + i)));
+  }
+}
+
+template <typename T>
+void RotaryHeads(T* x, int64_t heads, int64_t half, const float* cos, const float* sin) {
+  for (int64_t h = 0; h < heads; ++h) {
+    T* lo = x + h * 2 * half;
+    T* hi = lo + half;
+    for (int64_t i = 0; i < half; i += 16) {
+      const __mmask16 m = TailMask16(half - i);
+      const __m512 x1 = MaskLoad(m, lo + i), x2 = MaskLoad(m, hi + i);
+      const __m512 c = _mm512_maskz_loadu_ps(m, cos + i), s = _mm512_maskz_loadu_ps(m, sin + i);
+      // Products rounded before the sum, as the scalar loop and ATen compute them.
+      MaskStore(lo + i, m, _mm512_sub_ps(_mm512_mul_ps(x1, c), _mm512_mul_ps(x2, s)));
+      MaskStore(hi + i, m, _mm512_add_ps(_mm512_mul_ps(x2, c), _mm512_mul_ps(x1, s)));
+    }
+  }
+}
+
+template <typename T>
+void AddRows(T* x, const T* y, int64_t n) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask16(n - i);
+    MaskStore(x + i, m, _mm512_add_ps(MaskLoad(m, x + i), MaskLoad(m, y + i)));
+  }
+}
+
+}  // namespace
+
+void RmsNormF32Avx512(const float* x, const float* w, float* out, int64_t n, float eps) {
+  RmsNormRow(x, w, out, n, eps);
+}
+void RmsNormBf16Avx512(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t n, float eps) {
+  RmsNormRow(x, w, out, n, eps);
+}
+void RotaryF32Avx512(float* x, int64_t heads, int64_t half, const float* cos, const float* sin) {
+  RotaryHeads(x, heads, half, cos, sin);
+}
+void RotaryBf16Avx512(uint16_t* x, int64_t heads, int64_t half, const float* cos, const float* sin) {
+  RotaryHeads(x, heads, half, cos, sin);
+}
+void AddF32Avx512(float* x, const float* y, int64_t n) { AddRows(x, y, n); }
+void AddBf16Avx512(uint16_t* x, const uint16_t* y, int64_t n) { AddRows(x, y, n); }
 
 }  // namespace shardlm::kernels::internal

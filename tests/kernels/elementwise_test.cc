@@ -1,6 +1,8 @@
-// The AVX-512 SiLU x up and log-sum-exp against scalar references: every
-// length around the 16-lane blocks, large and tiny inputs, bf16 rounding of
-// the activation as Hugging Face rounds it.
+// The AVX-512 element-wise kernels against scalar references: SiLU x up and
+// log-sum-exp at every length around the 16-lane blocks, large and tiny
+// inputs, bf16 rounding of the activation as Hugging Face rounds it; RMSNorm,
+// rotary and the residual add through kernels/fused.h against its scalar
+// loops, in both dtypes.
 #include "kernels/cpu/elementwise.h"
 
 #include <ATen/ATen.h>
@@ -9,6 +11,8 @@
 #include <cmath>
 #include <limits>
 #include <vector>
+
+#include "kernels/fused.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -70,10 +74,74 @@ TEST_F(ElementwiseTest, LogSumExpMatchesDouble) {
   EXPECT_EQ(LogSumExpKernel(Isa::kAvx512)(all_masked.data(), 3), -inf);
 }
 
+// fn() under the scalar loops (the ISA capped) and under the vector kernels.
+template <typename Fn>
+std::pair<at::Tensor, at::Tensor> ScalarAndVector(Fn fn) {
+  const Isa before = SetIsaForTesting(Isa::kScalar);
+  at::Tensor scalar = fn();
+  SetIsaForTesting(Isa::kAvx512);
+  at::Tensor vector = fn();
+  SetIsaForTesting(before);
+  return {scalar, vector};
+}
+
+TEST_F(ElementwiseTest, RmsNormRotaryAndAddMatchTheScalarLoops) {
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t dim : {16, 40, 768}) {
+      at::manual_seed(dim);
+      // Rows strided: the norm reads a narrowed view, as of the residual stream.
+      at::Tensor x = (at::randn({5, dim + 8}) * 3).to(dtype).narrow(1, 0, dim);
+      at::Tensor w = at::randn({dim}).to(dtype);
+      auto [norm_s, norm_v] = ScalarAndVector([&] { return RmsNorm(x, w, 1e-5); });
+      // The sum of squares is added in another order: f32 within an ulp or
+      // two; bf16 the same value, or one step away where a product sits on a
+      // rounding boundary.
+      const at::Tensor diff = (norm_s.to(at::kFloat) - norm_v.to(at::kFloat)).abs();
+      const double step = dtype == at::kFloat ? 1e-6 : 1.0 / 128;
+      EXPECT_LE(diff.max().item<double>(), step * (norm_s.to(at::kFloat).abs().max().item<double>() + 1))
+          << dtype << " dim=" << dim;
+      EXPECT_LE((diff > 0).sum().item<int64_t>(), dtype == at::kFloat ? diff.numel() : diff.numel() / 50 + 1);
+
+      // Heads of 2 * half; columns past them stay as they were.
+      const int64_t heads = 3, half = dim / 2;
+      at::Tensor qk = (at::randn({4, heads * dim + 5}) * 2).to(dtype);
+      at::Tensor cos = at::rand({4, half}), sin = at::rand({4, half});
+      auto [rot_s, rot_v] = ScalarAndVector([&] {
+        at::Tensor t = qk.clone();
+        RotaryInPlace(t, heads, dim, cos, sin);
+        return t;
+      });
+      EXPECT_TRUE(at::equal(rot_s, rot_v)) << dtype << " dim=" << dim;
+
+      at::Tensor a = at::randn({3, dim + 1}).to(dtype), b = at::randn({3, dim + 1}).to(dtype);
+      auto [add_s, add_v] = ScalarAndVector([&] {
+        at::Tensor t = a.clone();
+        AddInPlace(t, b);
+        return t;
+      });
+      EXPECT_TRUE(at::equal(add_s, add_v)) << dtype << " dim=" << dim;
+
+      // Qwen3's per-head norm, in place on a qkv row's heads.
+      at::Tensor hw = at::randn({16}).to(dtype);
+      auto [heads_s, heads_v] = ScalarAndVector([&] {
+        at::Tensor t = qk.clone();
+        RmsNormHeadsInPlace(t, 1, 2, 16, hw, 1e-6);
+        return t;
+      });
+      EXPECT_LE((heads_s.to(at::kFloat) - heads_v.to(at::kFloat)).abs().max().item<double>(),
+                step * (heads_s.to(at::kFloat).abs().max().item<double>() + 1));
+      EXPECT_TRUE(at::equal(heads_s.narrow(1, 48, heads * dim + 5 - 48), heads_v.narrow(1, 48, heads * dim + 5 - 48)));
+    }
+  }
+}
+
 TEST(ElementwiseKernels, NoneWithoutAvx512) {
   EXPECT_EQ(SiluMulF32Kernel(Isa::kAvx2), nullptr);
   EXPECT_EQ(SiluMulBf16Kernel(Isa::kScalar), nullptr);
   EXPECT_EQ(LogSumExpKernel(Isa::kAvx2), nullptr);
+  EXPECT_EQ(RmsNormBf16Kernel(Isa::kAvx2), nullptr);
+  EXPECT_EQ(RotaryF32Kernel(Isa::kScalar), nullptr);
+  EXPECT_EQ(AddBf16Kernel(Isa::kAvx2), nullptr);
 }
 
 }  // namespace

@@ -11,7 +11,7 @@
 //   time its K and V bytes take to read, and the element-wise kernels
 //   (two RMSNorms, rotary, two residual adds, SiLU x up per layer).
 //
-//   build/shardlm_kernels_bench [--rows 1,2,4,8,16,32] [--mb 400] [--ops] [--context 160]
+//   build/shardlm_kernels_bench [--rows 1,2,4,8,16,32] [--mb 400 | --model-shapes] [--ops] [--context 160]
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
@@ -123,6 +123,7 @@ int Main(int argc, char** argv) {
   f.Bool("ops", "also time a decode step's attention and element-wise kernels (the model's shape)");
   f.Int("context", "keys per sequence for --ops' attention", 160, 1, 65536);
   f.Bool("only-ops", "time only --ops' kernels, not the projections");
+  f.Bool("model-shapes", "the projections of a decode step of the benchmark model instead of [4k, k] matrices");
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -141,31 +142,46 @@ int Main(int argc, char** argv) {
   std::printf(
       "\n| dtype | rows | weight MB | kernels::Linear ms | at::linear ms | floor ms | Linear / floor | "
       "Linear GFLOP/s |\n|---|---|---|---|---|---|---|---|\n");
+  // The weights: [4 k, k] matrices together `mb` MB in f32, or with
+  // --model-shapes a decode step's own (12 layers of qkv, o, gate_up and down,
+  // then the LM head, of the benchmark model).
+  std::vector<std::pair<int64_t, int64_t>> shapes;  // [n, k] each
+  if (f.GetBool("model-shapes")) {
+    for (int layer = 0; layer < 12; ++layer) {
+      for (auto shape : {std::pair<int64_t, int64_t>{1280, 768}, {768, 768}, {4096, 768}, {768, 2048}})
+        shapes.push_back(shape);
+    }
+    shapes.push_back({32000, 768});
+  } else {
+    const int64_t count = std::max<int64_t>(1, (f.GetInt("mb") << 20) / (4 * 4 * k * k));
+    shapes.assign(count, {4 * k, k});
+  }
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    // Several matrices, as a model's layers: [4 * k, k] each, together `mb` MB in f32.
     const int64_t elem = dtype == at::kFloat ? 4 : 2;
-    const int64_t n = 4 * k;
-    const int64_t count = std::max<int64_t>(1, (f.GetInt("mb") << 20) / (4 * n * k));
     std::vector<at::Tensor> ws;
     std::vector<kernels::LinearWeight> prepared;  // as the model holds them (packed on AVX-512)
-    for (int64_t i = 0; i < count; ++i) {
-      ws.push_back(at::rand({n, k}).sub(0.5).to(dtype));
+    double elements = 0;
+    for (auto [n, kk] : shapes) {
+      ws.push_back(at::rand({n, kk}).sub(0.5).to(dtype));
       prepared.push_back(kernels::LinearWeight::Prepare(ws.back().clone()));
+      elements += static_cast<double>(n * kk);
     }
-    const double bytes = static_cast<double>(count * n * k * elem);
+    const double bytes = elements * elem;
     for (int32_t m : rows) {
-      at::Tensor x = at::rand({m, k}).to(dtype);
-      auto time = [&](const auto& weights, auto fn) {
-        return Best(5, [&] {
-          for (const auto& w : weights) fn(w);
-        });
-      };
-      const double mine = time(prepared, [&](const kernels::LinearWeight& w) { kernels::Linear(x, w); });
-      const double aten = time(ws, [&](const at::Tensor& w) { at::linear(x, w); });
+      // One activation per input width.
+      at::Tensor x768 = at::rand({m, 768}).to(dtype), xk = at::rand({m, k}).to(dtype),
+                 x2048 = at::rand({m, 2048}).to(dtype);
+      auto input = [&](int64_t kk) -> const at::Tensor& { return kk == k ? xk : kk == 768 ? x768 : x2048; };
+      const double mine = Best(5, [&] {
+        for (const auto& w : prepared) kernels::Linear(input(w.in_features()), w);
+      });
+      const double aten = Best(5, [&] {
+        for (const auto& w : ws) at::linear(input(w.size(1)), w);
+      });
       const double floor = bytes / bw;
       std::printf("| %s | %d | %.0f | %.2f | %.2f | %.2f | %.2fx | %.1f |\n",
                   dtype == at::kFloat ? "f32" : "bf16", m, bytes / 1e6, mine * 1e3, aten * 1e3, floor * 1e3,
-                  mine / floor, 2.0 * m * bytes / elem / mine / 1e9);
+                  mine / floor, 2.0 * m * elements / mine / 1e9);
       std::fflush(stdout);
     }
   }

@@ -1,8 +1,9 @@
 // AVX-512 decode attention (compiled with -mavx512f -mavx512bw -mavx512vl;
 // called only when cpu/isa.cc found them). Three passes over the group's
 // keys and values, all in f32 registers:
-//   1. scores: for each query head, 8 keys at a time, a d-long dot product
-//      per key, summed across lanes by one transposing reduction;
+//   1. scores: 8 keys at a time for every head of the pass, a d-long dot
+//      product per key in its own register, summed across lanes by one
+//      transposing reduction (bf16: pairs multiplied by VDPBF16PS);
 //   2. softmax: exp(s - max) 16 scores at a time (a degree-6 polynomial on
 //      a range-reduced argument, within 2 ulp of expf), and their sum;
 //   3. values: each value row is loaded once per pass, as many of its
@@ -16,6 +17,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/avx512_math.h"
@@ -104,11 +106,31 @@ inline __m256 Scores8(const float* q, const T* const* rows, int64_t vecs) {
   return Reduce8(part);
 }
 
+// Pass 1 in bf16: the query and key rows as they are stored, 32 bf16 a
+// vector, multiplied in pairs by VDPBF16PS into f32 (each product of two bf16
+// is exact in f32), half the instructions of widening both to f32 first. The
+// scale is applied to the sums. A head size that is not a multiple of 32
+// ends in a masked load whose zeros add nothing.
+inline __m256 Scores8Bf16(const __m512bh* q, const uint16_t* const* rows, int64_t d) {
+  __m512 part[8];
+  for (int jj = 0; jj < 8; ++jj) part[jj] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < d; i += 32) {
+    const __mmask32 m = d - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (d - i)) - 1);
+    const __m512bh qv = q[i / 32];
+#pragma GCC unroll 8
+    for (int jj = 0; jj < 8; ++jj)
+      part[jj] = _mm512_dpbf16_ps(part[jj], qv, (__m512bh)_mm512_maskz_loadu_epi16(m, rows[jj] + i));
+  }
+  return Reduce8(part);
+}
+
 template <typename T>
 void Decode(const DecodeAttentionArgs<T>& a) {
   const int64_t n = a.n, d = a.d, vecs = d / 16;
   float* scores = a.scratch;  // [group][n]
   alignas(64) float q[kMaxHeadsPerPass * kMaxD];
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+  __m512bh qbf[kMaxHeadsPerPass][kMaxD / 32];  // bf16: the unscaled query rows
   alignas(64) float acc[kMaxHeadsPerPass * kMaxD];
   for (int64_t g0 = 0; g0 < a.group; g0 += kMaxHeadsPerPass) {
     const int64_t heads = std::min<int64_t>(kMaxHeadsPerPass, a.group - g0);
@@ -116,8 +138,15 @@ void Decode(const DecodeAttentionArgs<T>& a) {
     __m512 vmax[kMaxHeadsPerPass];
     for (int64_t g = 0; g < heads; ++g) {
       const T* qg = a.q + (g0 + g) * a.q_head_stride;
-      for (int64_t i = 0; i < d; i += 16) {
-        _mm512_store_ps(q + g * d + i, _mm512_mul_ps(Load16(qg + i), _mm512_set1_ps(a.scale)));
+      if constexpr (kBf16) {
+        for (int64_t i = 0; i < d; i += 32) {
+          const __mmask32 m = d - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (d - i)) - 1);
+          qbf[g][i / 32] = (__m512bh)_mm512_maskz_loadu_epi16(m, qg + i);
+        }
+      } else {
+        for (int64_t i = 0; i < d; i += 16) {
+          _mm512_store_ps(q + g * d + i, _mm512_mul_ps(Load16(qg + i), _mm512_set1_ps(a.scale)));
+        }
       }
       vmax[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     }
@@ -132,7 +161,12 @@ void Decode(const DecodeAttentionArgs<T>& a) {
         PrefetchBytes(a.k + a.slots[j] * a.kv_slot_stride, d * static_cast<int64_t>(sizeof(T)));
       const __mmask8 valid = static_cast<__mmask8>((1u << keys) - 1);
       for (int64_t g = 0; g < heads; ++g) {
-        const __m256 sums = Scores8(q + g * d, rows, vecs);
+        __m256 sums;
+        if constexpr (kBf16) {
+          sums = _mm256_mul_ps(Scores8Bf16(qbf[g], rows, d), _mm256_set1_ps(a.scale));
+        } else {
+          sums = Scores8(q + g * d, rows, vecs);
+        }
         _mm256_mask_storeu_ps(scores + (g0 + g) * n + j0, valid, sums);
         vmax[g] = _mm512_mask_max_ps(vmax[g], valid, vmax[g], _mm512_castps256_ps512(sums));
       }

@@ -81,7 +81,7 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
  public:
   RemoteStep(RemoteExecutor* exec, const StepInput& step, uint64_t id, uint64_t after)
       : exec_(exec), tokens_(step.token_ids.size()), rows_(step.rows.size()), start_(Clock::now()) {
-    const wpb::StepRequest request = EncodeStep(step, id, after);
+    const wpb::StepRequest request = EncodeStep(step, id, after, exec->epoch_);
     const size_t n = exec->stubs_.size();
     // A step queued behind another gets its own time after that one's:
     // the ranks start it only then.

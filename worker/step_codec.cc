@@ -45,10 +45,11 @@ absl::Status Bad(const std::string& what) { return absl::InvalidArgumentError("s
 
 }  // namespace
 
-wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t after_step_id) {
+wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t after_step_id, uint64_t epoch) {
   wpb::StepRequest req;
   req.set_step_id(step_id);
   req.set_after_step_id(after_step_id);
+  req.set_epoch(epoch);
   for (const auto& [token, prev_row] : step.feedback) {
     wpb::TokenFeedback* f = req.add_feedback();
     f->set_token(token);

@@ -23,7 +23,8 @@ namespace shardlm {
 namespace wpb = ::shardlm::worker::v1;
 
 // after_step_id: the step the ranks must have run first (0: none).
-wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t after_step_id = 0);
+wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t after_step_id = 0,
+                            uint64_t epoch = 0);
 
 // A decoded step and the storage its SampleRow pointers refer to.
 struct DecodedStep {

@@ -137,10 +137,21 @@ class WorkerService final : public wpb::Worker::Service {
   grpc::Status Step(grpc::ServerContext* ctx, const wpb::StepRequest* req, wpb::StepResponse* resp) override {
     if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
     std::unique_lock<std::mutex> lock(mu_);
+    // A step planned for another group formation (delayed past a regroup, or
+    // from a coordinator this rank no longer serves) is refused before it
+    // runs, and without marking this rank broken: the group it belongs to is
+    // gone, this one is not. Checked again after waiting for its
+    // predecessor, since a regroup can happen meanwhile.
+    auto stale = [&] {
+      return absl::FailedPreconditionError(
+          absl::StrCat("step ", req->step_id(), " was planned for epoch ", req->epoch(), "; rank ",
+                       worker_ != nullptr ? worker_->model().plan().rank().rank : -1, " serves epoch ", epoch_));
+    };
+    if (req->epoch() != epoch_) return ToGrpcStatus(stale());
     // The coordinator may send the next step before this one's rows are
     // back: run them in the order sent (docs/scheduler.md, overlapped steps).
     if (req->after_step_id() != 0) {
-      while (last_step_ != req->after_step_id() && State().ok()) {
+      while (last_step_ != req->after_step_id() && State().ok() && req->epoch() == epoch_) {
         if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
           // The steps sent after this one would wait for it in turn: this
           // rank's step stream is broken, and the group must be formed again.
@@ -152,6 +163,7 @@ class WorkerService final : public wpb::Worker::Service {
         }
         order_cv_.wait_for(lock, std::chrono::milliseconds(50));
       }
+      if (req->epoch() != epoch_) return ToGrpcStatus(stale());
     }
     absl::Status state = State();
     if (!state.ok()) return ToGrpcStatus(state);

@@ -31,7 +31,7 @@ class ServerCredentials;
 
 namespace shardlm {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 3;  // 3: overlapped steps
+inline constexpr uint32_t kWorkerProtocolVersion = 4;  // 3: overlapped steps; 4: steps carry the epoch
 
 struct WorkerProcessOptions {
   std::string coordinator;  // host:port of the coordinator's worker endpoint

@@ -332,6 +332,14 @@ def internal_security(ctx, chk):
         wch = grpc.insecure_channel("127.0.0.1:%d" % w_ports[0])
         code, details = code_of(lambda: wpb_grpc.WorkerStub(wch).Step(wpb.StepRequest(token_ids=[1]), timeout=5))
         chk.check(code == grpc.StatusCode.PERMISSION_DENIED, "a Step without the token: %s %s" % (code, details))
+        # A step of another group formation (as one delayed past a regroup):
+        # refused at once, naming both epochs, and the rank stays in its group.
+        member = [("x-shardlm-internal-token", open(token).read().strip())]
+        stale_step = wpb.StepRequest(step_id=7, after_step_id=6, epoch=987654321, token_ids=[1])
+        code, details = code_of(lambda: wpb_grpc.WorkerStub(wch).Step(stale_step, timeout=5, metadata=member))
+        chk.check(code == grpc.StatusCode.FAILED_PRECONDITION and "epoch 987654321" in (details or ""),
+                  "a step of another epoch is refused: %s %s" % (code, details))
+        chk.check(len(greedy(st, n=4)) == 4, "the group still serves after the stale step")
         rch = grpc.insecure_channel(endpoint)
         code, details = code_of(lambda: wpb_grpc.RendezvousStub(rch).StoreSet(
             wpb.StoreSetRequest(key="x", value=b"y"), timeout=5))

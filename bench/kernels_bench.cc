@@ -54,7 +54,8 @@ void BenchStepOps(const std::vector<int32_t>& rows, int64_t context, double bw) 
   constexpr int64_t kBlock = 16;
   std::printf(
       "\n| dtype | batch | context | attention ms | KV MB read | KV read ms | attention / KV read | "
-      "element-wise ms | element-wise MB | element-wise / its bytes |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "element-wise ms | element-wise MB | element-wise / its bytes "
+      "|\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     const int64_t elem = dtype == at::kFloat ? 4 : 2;
     for (int32_t batch : rows) {
@@ -123,7 +124,8 @@ int Main(int argc, char** argv) {
   f.Bool("ops", "also time a decode step's attention and element-wise kernels (the model's shape)");
   f.Int("context", "keys per sequence for --ops' attention", 160, 1, 65536);
   f.Bool("only-ops", "time only --ops' kernels, not the projections");
-  f.Bool("model-shapes", "the projections of a decode step of the benchmark model instead of [4k, k] matrices");
+  f.Bool("model-shapes",
+         "the projections of a decode step of the benchmark model instead of [4k, k] matrices");
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());

@@ -153,7 +153,8 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     const int64_t row_bytes = rows.size(1) * rows.element_size();
     for (int64_t t = 0; t < T; ++t) {
       // Another rank's token: zeros here, its row from the reduction.
-      if (ip[t] - start != local[t]) std::memset(static_cast<char*>(rows.data_ptr()) + t * row_bytes, 0, row_bytes);
+      if (ip[t] - start != local[t])
+        std::memset(static_cast<char*>(rows.data_ptr()) + t * row_bytes, 0, row_bytes);
     }
   } else {
     at::Tensor local = ids - start;

@@ -143,9 +143,9 @@ class WorkerService final : public wpb::Worker::Service {
     // gone, this one is not. Checked again after waiting for its
     // predecessor, since a regroup can happen meanwhile.
     auto stale = [&] {
-      return absl::FailedPreconditionError(
-          absl::StrCat("step ", req->step_id(), " was planned for epoch ", req->epoch(), "; rank ",
-                       worker_ != nullptr ? worker_->model().plan().rank().rank : -1, " serves epoch ", epoch_));
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", req->step_id(), " was planned for epoch ", req->epoch(), "; rank ",
+          worker_ != nullptr ? worker_->model().plan().rank().rank : -1, " serves epoch ", epoch_));
     };
     if (req->epoch() != epoch_) return ToGrpcStatus(stale());
     // The coordinator may send the next step before this one's rows are

@@ -130,7 +130,8 @@ TEST_F(ElementwiseTest, RmsNormRotaryAndAddMatchTheScalarLoops) {
       });
       EXPECT_LE((heads_s.to(at::kFloat) - heads_v.to(at::kFloat)).abs().max().item<double>(),
                 step * (heads_s.to(at::kFloat).abs().max().item<double>() + 1));
-      EXPECT_TRUE(at::equal(heads_s.narrow(1, 48, heads * dim + 5 - 48), heads_v.narrow(1, 48, heads * dim + 5 - 48)));
+      EXPECT_TRUE(at::equal(heads_s.narrow(1, 48, heads * dim + 5 - 48),
+                            heads_v.narrow(1, 48, heads * dim + 5 - 48)));
     }
   }
 }

@@ -256,7 +256,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
                                }));
       h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.input_norm, eps); });
       // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
-      // normed (Qwen3) and rotated in place, then read through views.
+      // normed (Qwen3) and rotated in place, then attended from where they are.
       at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
       {
         kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
@@ -266,13 +266,8 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
         }
         kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
       }
-      at::Tensor q = qkv.narrow(1, 0, hq * d).view({T, hq, d});
-      at::Tensor k = qkv.narrow(1, hq * d, hkv * d).view({T, hkv, d});
-      at::Tensor v = qkv.narrow(1, (hq + hkv) * d, hkv * d).view({T, hkv, d});
-      at::Tensor k_layer = pool.k().select(0, li), v_layer = pool.v().select(0, li);
       at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
-        WriteKv(k, v, k_layer, v_layer, batch);
-        return PagedAttention(q, k_layer, v_layer, batch).view({T, hq * d});
+        return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch);
       });
       at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,

@@ -159,17 +159,30 @@ void (*FastKernel(int64_t d))(const kernels::DecodeAttentionArgs<T>&) {
   }
 }
 
-// T: float or uint16_t (bf16 bits), as the kernels take them.
+// One layer's operands for the host kernels: query head h of token t at
+// q + t * q_row + h * d; KV head kvh of slot s at k + (s * kv_heads + kvh) * d
+// (v alike); the output [tokens, heads, d] contiguous.
 template <typename T>
-void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
-                     at::Tensor& out, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
-  const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = q.size(1), d = q.size(2);
-  const int64_t kv_heads = k_layer.size(2);
+struct HostOperands {
+  const T* q;
+  int64_t q_row;
+  const T* k;
+  const T* v;
+  T* out;
+  int64_t heads, kv_heads, d;
+};
+
+// Rows `row_list` through the per-(row, KV head) kernel. T: float or
+// uint16_t (bf16 bits), as the kernels take them.
+template <typename T>
+void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
+  const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = o.heads, d = o.d;
+  const int64_t kv_heads = o.kv_heads;
   const int64_t group = heads / kv_heads;
-  const T* qp = static_cast<const T*>(q.data_ptr());
-  const T* kp = static_cast<const T*>(k_layer.data_ptr());
-  const T* vp = static_cast<const T*>(v_layer.data_ptr());
-  T* op = static_cast<T*>(out.data_ptr());
+  const T* qp = o.q;
+  const T* kp = o.k;
+  const T* vp = o.v;
+  T* op = o.out;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto fast = FastKernel<T>(d);
   // Each row's key slots, shared by its KV heads.
@@ -194,8 +207,8 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
     for (int64_t item = 0; item < items; ++item) {
       const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
       kernels::DecodeAttentionArgs<T> a;
-      a.q = qp + t * q.stride(0) + kvh * group * q.stride(1);
-      a.q_head_stride = q.stride(1);
+      a.q = qp + t * o.q_row + kvh * group * d;
+      a.q_head_stride = d;
       a.k = kp + kvh * d;
       a.v = vp + kvh * d;
       a.kv_slot_stride = kv_heads * d;
@@ -215,6 +228,23 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
       }
     }
   }
+}
+
+// AttentionRows on tensors: q dtype[tokens, heads, d] with heads contiguous
+// (rows may be strided), the pool layers dtype[blocks, block_size, kv_heads, d].
+template <typename T>
+void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
+                     at::Tensor& out, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
+  HostOperands<T> o;
+  o.q = static_cast<const T*>(q.data_ptr());
+  o.q_row = q.stride(0);
+  o.k = static_cast<const T*>(k_layer.data_ptr());
+  o.v = static_cast<const T*>(v_layer.data_ptr());
+  o.out = static_cast<T*>(out.data_ptr());
+  o.heads = q.size(1);
+  o.kv_heads = k_layer.size(2);
+  o.d = q.size(2);
+  AttentionRows(o, b, row_list);
 }
 
 }  // namespace
@@ -329,6 +359,61 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   } else {
     TORCH_CHECK(qc.scalar_type() == at::kBFloat16, "attention supports f32 and bf16");
     AttentionKernel<uint16_t>(qc, k_layer, v_layer, out, batch, kernel_rows);
+  }
+  return out;
+}
+
+at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch) {
+  const int64_t tokens = qkv.size(0), d = head_dim;
+  const bool f32 = qkv.scalar_type() == at::kFloat;
+  const bool vector_kernel = f32 ? FastKernel<float>(d) != nullptr
+                                 : qkv.scalar_type() == at::kBFloat16 && FastKernel<uint16_t>(d) != nullptr;
+  const bool direct = vector_kernel && !kernels::UseAtenOps(qkv) && qkv.dim() == 2 && qkv.stride(1) == 1 &&
+                      k_pool.scalar_type() == qkv.scalar_type() &&
+                      v_pool.scalar_type() == qkv.scalar_type() && k_pool.is_contiguous() &&
+                      v_pool.is_contiguous() && k_pool.size(3) == kv_heads && k_pool.size(4) == d;
+  if (!direct) {
+    // Views of the projection and of the pool's layer, for WriteKv and
+    // PagedAttention (a device, or a CPU without the vector kernel).
+    at::Tensor q = qkv.narrow(1, 0, heads * d).view({tokens, heads, d});
+    at::Tensor k = qkv.narrow(1, heads * d, kv_heads * d).view({tokens, kv_heads, d});
+    at::Tensor v = qkv.narrow(1, (heads + kv_heads) * d, kv_heads * d).view({tokens, kv_heads, d});
+    at::Tensor k_layer = k_pool.select(0, layer), v_layer = v_pool.select(0, layer);
+    WriteKv(k, v, k_layer, v_layer, batch);
+    return PagedAttention(q, k_layer, v_layer, batch).view({tokens, heads * d});
+  }
+  at::Tensor out = at::empty({tokens, heads * d}, qkv.options());
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    const T* rows = static_cast<const T*>(qkv.data_ptr());
+    const int64_t slot_elems = kv_heads * d;
+    T* k_layer = static_cast<T*>(k_pool.data_ptr()) + layer * k_pool.stride(0);
+    T* v_layer = static_cast<T*>(v_pool.data_ptr()) + layer * v_pool.stride(0);
+    // Each token's K and V heads, adjacent in its qkv row, to its slot.
+    for (int64_t t = 0; t < tokens; ++t) {
+      const int64_t slot = SlotOf(batch, (*batch.seq_of_token)[t], (*batch.positions)[t]);
+      const T* row = rows + t * qkv.stride(0);
+      std::memcpy(k_layer + slot * slot_elems, row + heads * d, slot_elems * sizeof(T));
+      std::memcpy(v_layer + slot * slot_elems, row + (heads + kv_heads) * d, slot_elems * sizeof(T));
+    }
+    HostOperands<T> o;
+    o.q = rows;
+    o.q_row = qkv.stride(0);
+    o.k = k_layer;
+    o.v = v_layer;
+    o.out = static_cast<T*>(out.data_ptr());
+    o.heads = heads;
+    o.kv_heads = kv_heads;
+    o.d = d;
+    std::vector<int64_t> all(tokens);
+    for (int64_t t = 0; t < tokens; ++t) all[t] = t;
+    AttentionRows(o, batch, all);
+  };
+  if (f32) {
+    run(float{});
+  } else {
+    run(uint16_t{});
   }
   return out;
 }

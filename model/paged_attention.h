@@ -57,4 +57,14 @@ void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::
 at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                           const AttentionBatch& batch);
 
+// One layer's attention from its qkv projection: writes each token's K and V
+// heads (qkv: dtype[tokens, (heads + 2 kv_heads) * head_dim], rows may be
+// strided) into layer `layer` of the pools (dtype[layers, blocks, block_size,
+// kv_heads, head_dim]) and returns dtype[tokens, heads * head_dim]. On the
+// CPU with the vector kernel it works on pointers: the dozen tensor views a
+// layer would make otherwise cost about 0.1 ms of a step. Elsewhere it is
+// WriteKv and PagedAttention on views.
+at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch);
+
 }  // namespace shardlm

@@ -33,6 +33,18 @@ void AppendKeySlots(const AttentionBatch& b, int64_t seq, int64_t from, int64_t 
   for (int64_t j = from; j < to; ++j) slots.push_back(SlotOf(b, seq, j));
 }
 
+// Copies each token's K and V rows (`bytes` each, token t's at k_src + t *
+// src_stride and v_src + t * src_stride) to its slot of the pool layer.
+void CopyKvToSlots(const char* k_src, const char* v_src, int64_t src_stride, int64_t bytes, char* k_dst,
+                   char* v_dst, const AttentionBatch& b) {
+  const int64_t tokens = static_cast<int64_t>(b.positions->size());
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
+    std::memcpy(k_dst + slot * bytes, k_src + t * src_stride, bytes);
+    std::memcpy(v_dst + slot * bytes, v_src + t * src_stride, bytes);
+  }
+}
+
 // Each token's own slot, where its K and V are written.
 std::vector<int64_t> TokenSlots(const AttentionBatch& b) {
   const int64_t tokens = static_cast<int64_t>(b.positions->size());
@@ -284,19 +296,13 @@ void WriteKv(const at::Tensor& k, const at::Tensor& v, at::Tensor& k_layer, at::
   }
   const bool direct = k.scalar_type() == k_layer.scalar_type() && v.scalar_type() == v_layer.scalar_type() &&
                       k.stride(2) == 1 && v.stride(2) == 1 && k.stride(1) == k.size(2) &&
-                      v.stride(1) == v.size(2) && k.size(1) * k.size(2) == row_elems;
+                      v.stride(1) == v.size(2) && k.size(1) * k.size(2) == row_elems &&
+                      k.stride(0) == v.stride(0);
   if (direct) {
     // One memcpy per token and tensor: k[t] and v[t] are rows of the qkv projection.
-    const int64_t bytes = row_elems * k.element_size();
-    auto* kd = static_cast<char*>(k_layer.data_ptr());
-    auto* vd = static_cast<char*>(v_layer.data_ptr());
-    const auto* ks = static_cast<const char*>(k.data_ptr());
-    const auto* vs = static_cast<const char*>(v.data_ptr());
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t slot = SlotOf(b, (*b.seq_of_token)[t], (*b.positions)[t]);
-      std::memcpy(kd + slot * bytes, ks + t * k.stride(0) * k.element_size(), bytes);
-      std::memcpy(vd + slot * bytes, vs + t * v.stride(0) * v.element_size(), bytes);
-    }
+    CopyKvToSlots(static_cast<const char*>(k.data_ptr()), static_cast<const char*>(v.data_ptr()),
+                  k.stride(0) * k.element_size(), row_elems * k.element_size(),
+                  static_cast<char*>(k_layer.data_ptr()), static_cast<char*>(v_layer.data_ptr()), b);
     return;
   }
   std::vector<int64_t> slots = TokenSlots(b);
@@ -391,12 +397,10 @@ at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, i
     T* k_layer = static_cast<T*>(k_pool.data_ptr()) + layer * k_pool.stride(0);
     T* v_layer = static_cast<T*>(v_pool.data_ptr()) + layer * v_pool.stride(0);
     // Each token's K and V heads, adjacent in its qkv row, to its slot.
-    for (int64_t t = 0; t < tokens; ++t) {
-      const int64_t slot = SlotOf(batch, (*batch.seq_of_token)[t], (*batch.positions)[t]);
-      const T* row = rows + t * qkv.stride(0);
-      std::memcpy(k_layer + slot * slot_elems, row + heads * d, slot_elems * sizeof(T));
-      std::memcpy(v_layer + slot * slot_elems, row + (heads + kv_heads) * d, slot_elems * sizeof(T));
-    }
+    CopyKvToSlots(reinterpret_cast<const char*>(rows + heads * d),
+                  reinterpret_cast<const char*>(rows + (heads + kv_heads) * d), qkv.stride(0) * sizeof(T),
+                  slot_elems * sizeof(T), reinterpret_cast<char*>(k_layer), reinterpret_cast<char*>(v_layer),
+                  batch);
     HostOperands<T> o;
     o.q = rows;
     o.q_row = qkv.stride(0);

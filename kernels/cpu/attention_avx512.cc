@@ -91,6 +91,14 @@ inline void AllValues(const DecodeAttentionArgs<T>& a, const float* probs, int64
   }
 }
 
+// AllValues for 1 to kMaxHeadsPerPass heads: [heads - 1].
+template <typename T>
+using AllValuesFn = void (*)(const DecodeAttentionArgs<T>&, const float*, int64_t, float*);
+template <typename T>
+constexpr AllValuesFn<T> kAllValues[kMaxHeadsPerPass] = {AllValues<1, T>, AllValues<2, T>, AllValues<3, T>,
+                                                         AllValues<4, T>, AllValues<5, T>, AllValues<6, T>,
+                                                         AllValues<7, T>, AllValues<8, T>};
+
 // Pass 1 for one block of 8 keys (rows[0..7]; a short block repeats its
 // last row) and one scaled query q: the 8 dot products, each accumulated in
 // its own register so that the 8 chains of FMAs overlap.
@@ -115,7 +123,7 @@ inline __m256 Scores8Bf16(const __m512bh* q, const uint16_t* const* rows, int64_
   __m512 part[8];
   for (int jj = 0; jj < 8; ++jj) part[jj] = _mm512_setzero_ps();
   for (int64_t i = 0; i < d; i += 32) {
-    const __mmask32 m = d - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (d - i)) - 1);
+    const __mmask32 m = TailMask32(d - i);
     const __m512bh qv = q[i / 32];
 #pragma GCC unroll 8
     for (int jj = 0; jj < 8; ++jj)
@@ -140,8 +148,7 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       const T* qg = a.q + (g0 + g) * a.q_head_stride;
       if constexpr (kBf16) {
         for (int64_t i = 0; i < d; i += 32) {
-          const __mmask32 m = d - i >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << (d - i)) - 1);
-          qbf[g][i / 32] = (__m512bh)_mm512_maskz_loadu_epi16(m, qg + i);
+          qbf[g][i / 32] = (__m512bh)_mm512_maskz_loadu_epi16(TailMask32(d - i), qg + i);
         }
       } else {
         for (int64_t i = 0; i < d; i += 16) {
@@ -185,32 +192,7 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       denom[g] = _mm512_reduce_add_ps(sum);
     }
     // 3: the weighted values.
-    switch (heads) {
-      case 1:
-        AllValues<1>(a, scores, g0, acc);
-        break;
-      case 2:
-        AllValues<2>(a, scores, g0, acc);
-        break;
-      case 3:
-        AllValues<3>(a, scores, g0, acc);
-        break;
-      case 4:
-        AllValues<4>(a, scores, g0, acc);
-        break;
-      case 5:
-        AllValues<5>(a, scores, g0, acc);
-        break;
-      case 6:
-        AllValues<6>(a, scores, g0, acc);
-        break;
-      case 7:
-        AllValues<7>(a, scores, g0, acc);
-        break;
-      default:
-        AllValues<8>(a, scores, g0, acc);
-        break;
-    }
+    kAllValues<T>[heads - 1](a, scores, g0, acc);
     for (int64_t g = g0; g < g0 + heads; ++g) {
       const float inv = 1.0f / denom[g - g0];
       T* o = a.out + g * a.out_head_stride;

@@ -59,6 +59,10 @@ inline __m512 Exp16(__m512 x) {
 inline __mmask16 TailMask16(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << left) - 1);
 }
+// The same for a 32-wide block of 16-bit elements.
+inline __mmask32 TailMask32(int64_t left) {
+  return left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1);
+}
 
 // 16 bf16 values (bits) to f32, and back with rounding to nearest even (as
 // c10::BFloat16; NaN stays NaN).

@@ -236,6 +236,8 @@ int Main(int argc, char** argv) {
   f.String("shape", "the model written when --model-dir has none: bench (~100M) or llama3-8b (bf16, random)",
            false, "bench", {"bench", "llama3-8b"});
   f.Int("kv-cache-mb", "KV cache budget in MiB", 1024, 1, 1 << 20);
+  f.Int("cuda-graph-max-batch", "on a GPU, steps of up to this many tokens run on CUDA graphs; 0: eagerly",
+        64, 0, 1024);
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -319,6 +321,7 @@ int Main(int argc, char** argv) {
     wo.dtype = dtype;
     wo.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     wo.device = device->str();
+    wo.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
     if (!worker.ok()) {
       std::fprintf(stderr, "%s\n", std::string(worker.status().message()).c_str());

@@ -79,6 +79,10 @@ void AddDeviceFlag(FlagSet& f) {
       "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
       "the visible count) or cuda:N",
       false, "auto");
+  f.Int("cuda-graph-max-batch",
+        "on a GPU, steps of up to this many tokens (decodes) run on CUDA graphs captured at start-up, one "
+        "per batch-size bucket; 0: every step eagerly",
+        64, 0, 1024);
 }
 
 absl::Status CheckLocalGpus(const std::string& device, int tp) {
@@ -108,6 +112,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.tp = static_cast<int>(f.GetInt("tp"));
     go.dtype = f.GetString("dtype");
     go.device = f.GetString("device");
+    go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp));
     go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
@@ -122,6 +127,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     o.model_dir = dir;
     o.dtype = f.GetString("dtype");
     o.device = f.GetString("device");
+    o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
@@ -473,6 +479,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.register_timeout_ms = f.GetInt("register-timeout-ms");
   o.shared_memory_collectives = f.GetString("collectives") == "auto";
   o.device = f.GetString("device");
+  o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   if (f.Has("rank")) {
     o.rank = static_cast<int>(f.GetInt("rank"));
   } else {

@@ -243,6 +243,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.tp = tp;
   go.dtype = f.GetString("dtype");
   go.device = f.GetString("device");
+  go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   if (spawn_local) {
     if (absl::Status st = CheckLocalGpus(go.device, tp); !st.ok()) return Fail(st);
   }

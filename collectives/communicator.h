@@ -53,6 +53,10 @@ class Communicator {
   // wait for each collective (NCCL on the compute stream) report a failure or
   // a timeout here once the step's results are on the host.
   virtual absl::Status AsyncError() { return absl::OkStatus(); }
+  // Collectives enqueued without a record of their own (those inside a
+  // replayed CUDA graph): a backend with a watchdog times the work enqueued
+  // so far on the compute stream, `what` naming it in the error.
+  virtual void WatchEnqueued(const char* what) { (void)what; }
 };
 
 // World size 1: every collective is the identity.

@@ -79,6 +79,13 @@ class NcclCommunicator final : public Communicator {
 
   RankInfo rank_info() const override { return rank_; }
 
+  void WatchEnqueued(const char* what) override {
+    if (!options_.stream) return;  // private-stream collectives are waited for as they run
+    std::lock_guard<std::mutex> serial(enqueue_mu_);
+    cudaSetDevice(options_.device);
+    StartWatch(what, static_cast<cudaStream_t>(options_.stream())).IgnoreError();  // a failure is in broken_
+  }
+
   absl::StatusOr<at::Tensor> AllGather(const at::Tensor& shard, int64_t dim) override {
     at::Tensor src = shard.contiguous();
     auto type = NcclType(src.scalar_type());
@@ -189,13 +196,15 @@ class NcclCommunicator final : public Communicator {
     }
     if (r != ncclSuccess) return FailLocked(what, absl::StatusCode::kUnavailable, ncclGetErrorString(r));
     if (options_.stream) {
-      const cudaError_t e = cudaEventRecord(event_, stream);
-      std::lock_guard<std::mutex> lock(mu_);
-      if (e != cudaSuccess)
-        return broken_.ok() ? Fail(what, absl::StatusCode::kInternal, cudaGetErrorString(e)) : broken_;
-      pending_ = what;
-      pending_since_ = Clock::now();
-      return broken_;
+      // Captured into a CUDA graph: nothing runs yet, so there is nothing to
+      // time; after each replay the caller calls WatchEnqueued.
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      if (cudaStreamIsCapturing(stream, &capturing) == cudaSuccess &&
+          capturing != cudaStreamCaptureStatusNone) {
+        std::lock_guard<std::mutex> lock(mu_);
+        return broken_;
+      }
+      return StartWatch(what, stream);
     }
     while (true) {
       {
@@ -204,6 +213,17 @@ class NcclCommunicator final : public Communicator {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+
+  // Records the watchdog's event on `stream` and starts timing `what`.
+  absl::Status StartWatch(const char* what, cudaStream_t stream) {
+    const cudaError_t e = cudaEventRecord(event_, stream);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (e != cudaSuccess)
+      return broken_.ok() ? Fail(what, absl::StatusCode::kInternal, cudaGetErrorString(e)) : broken_;
+    pending_ = what;
+    pending_since_ = Clock::now();
+    return broken_;
   }
 
   // One look at a collective not yet known to be done, `query` being its

@@ -269,13 +269,22 @@ void WorkerGroup::Supervise() {
 
 pid_t WorkerGroup::SpawnRank(int rank) {
   const pid_t parent = getpid();
-  std::vector<std::string> args = {options_.exe,    "worker",
-                                   "--coordinator", endpoint_,
-                                   "--model",       options_.model_dir,
-                                   "--rank",        std::to_string(rank),
-                                   "--log-level",   std::to_string(options_.worker_log_level),
-                                   "--threads",     std::to_string(options_.worker_threads),
-                                   "--device",      options_.device};
+  std::vector<std::string> args = {options_.exe,
+                                   "worker",
+                                   "--coordinator",
+                                   endpoint_,
+                                   "--model",
+                                   options_.model_dir,
+                                   "--rank",
+                                   std::to_string(rank),
+                                   "--log-level",
+                                   std::to_string(options_.worker_log_level),
+                                   "--threads",
+                                   std::to_string(options_.worker_threads),
+                                   "--device",
+                                   options_.device,
+                                   "--cuda-graph-max-batch",
+                                   std::to_string(options_.cuda_graph_max_batch)};
   if (options_.internal_token.empty()) args.push_back("--insecure-internal");
   // The token travels in the environment: argv is visible to every user.
   std::vector<std::string> env_strings;

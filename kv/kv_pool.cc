@@ -2,20 +2,24 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 
 namespace shardlm {
 
-absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape, at::ScalarType dtype, at::Device device) {
+absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape, at::ScalarType dtype, at::Device device,
+                                      int64_t scratch_blocks) {
   if (shape.num_blocks <= 0) {
     return absl::ResourceExhaustedError("KV cache budget holds no block; raise --kv-cache-mb");
   }
   KvPool pool;
   pool.shape_ = shape;
+  pool.scratch_blocks_ = std::max<int64_t>(0, scratch_blocks);
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("allocating the KV pool", [&]() -> absl::Status {
-    const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks, shape.block_size,
-                                       shape.num_kv_heads_per_rank, shape.head_dim};
+    const std::vector<int64_t> dims = {shape.num_layers, shape.num_blocks + pool.scratch_blocks_,
+                                       shape.block_size, shape.num_kv_heads_per_rank, shape.head_dim};
     pool.k_ = at::zeros(dims, at::TensorOptions().dtype(dtype).device(device));
     pool.v_ = at::zeros(dims, at::TensorOptions().dtype(dtype).device(device));
     return absl::OkStatus();

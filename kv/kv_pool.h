@@ -24,18 +24,24 @@ struct KvPoolShape {
 
 class KvPool {
  public:
-  // Allocates (zeroed) pools of `shape.num_blocks` blocks on `device`.
+  // Allocates (zeroed) pools of `shape.num_blocks` blocks on `device`, and
+  // `scratch_blocks` more past them that the block manager never hands out
+  // (CUDA graphs point their padding rows at one: model/step_graphs.h).
   static absl::StatusOr<KvPool> Create(const KvPoolShape& shape, at::ScalarType dtype,
-                                       at::Device device = at::kCPU);
+                                       at::Device device = at::kCPU, int64_t scratch_blocks = 0);
   // Blocks that fit in `budget_bytes` (K and V, all layers).
   static int64_t BlocksForBudget(KvPoolShape shape, at::ScalarType dtype, int64_t budget_bytes);
 
   const KvPoolShape& shape() const { return shape_; }
-  at::Tensor& k() { return k_; }  // dtype[layers, blocks, block_size, kv_heads.tp, head_dim]
-  at::Tensor& v() { return v_; }  // dtype[layers, blocks, block_size, kv_heads.tp, head_dim]
+  // The first block past shape().num_blocks, or -1 when there is none.
+  int64_t scratch_block() const { return scratch_blocks_ > 0 ? shape_.num_blocks : -1; }
+  // dtype[layers, blocks + scratch blocks, block_size, kv_heads.tp, head_dim]
+  at::Tensor& k() { return k_; }
+  at::Tensor& v() { return v_; }
 
  private:
   KvPoolShape shape_;
+  int64_t scratch_blocks_ = 0;
   at::Tensor k_;
   at::Tensor v_;
 };

@@ -37,6 +37,7 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
   p.seq_of_token = b.seq_of_token_dev.data_ptr<int32_t>();
   p.block_tables = b.block_tables_dev.data_ptr<int32_t>();
   p.max_blocks = static_cast<int32_t>(b.max_blocks);
+  if (b.table_stride_dev.defined()) p.block_table_stride = b.table_stride_dev.data_ptr<int32_t>();
   p.block_size = static_cast<int32_t>(b.block_size);
   p.num_rows = static_cast<int32_t>(tokens);
   p.heads = static_cast<int32_t>(q.size(1));

@@ -167,11 +167,32 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   return comm_->ReduceScatter(rows, 1);
 }
 
+void LlamaModel::RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos,
+                              std::vector<float>& sin) const {
+  const int64_t T = static_cast<int64_t>(positions.size()), half = cfg_.head_dim / 2;
+  cos.resize(T * half);
+  sin.resize(T * half);
+  const float* inv = inv_freq_.data_ptr<float>();
+  const bool bf16 = dtype_ == at::kBFloat16;
+  for (int64_t t = 0; t < T; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int64_t i = 0; i < half; ++i) {
+      const float angle = pos * inv[i];
+      float c = std::cos(angle), sn = std::sin(angle);
+      if (bf16) {
+        c = static_cast<float>(c10::BFloat16(c));
+        sn = static_cast<float>(c10::BFloat16(sn));
+      }
+      cos[t * half + i] = c;
+      sin[t * half + i] = sn;
+    }
+  }
+}
+
 absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& pool) {
   const int64_t T = static_cast<int64_t>(step.token_ids.size());
   if (T == 0) return absl::InvalidArgumentError("empty step");
-  const int64_t d = cfg_.head_dim;
-  const int64_t hq = plan_.num_heads_per_rank(), hkv = plan_.num_kv_heads_per_rank();
+  const int64_t half = cfg_.head_dim / 2;
 
   // Block tables as one int32[seqs, max_blocks] array.
   int64_t max_blocks = 1;
@@ -190,63 +211,58 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
   std::vector<int64_t> rows;
   for (const SampleRow& r : step.rows) rows.push_back(r.row);
 
-  at::Tensor logits;
-  absl::Status st = CatchTorchErrors("forward", [&]() -> absl::Status {
-    std::vector<int64_t> ids64(step.token_ids.begin(), step.token_ids.end());
-    // cos, sin: f32[tokens, head_dim / 2], rounded through the compute dtype
-    // as Hugging Face does (cos.to(x.dtype)).
-    const int64_t half = d / 2;
-    std::vector<float> cos_host(T * half), sin_host(T * half);
-    {
-      const float* inv = inv_freq_.data_ptr<float>();
-      const bool bf16 = dtype_ == at::kBFloat16;
-      for (int64_t t = 0; t < T; ++t) {
-        const float pos = static_cast<float>(step.positions[t]);
-        for (int64_t i = 0; i < half; ++i) {
-          const float angle = pos * inv[i];
-          float c = std::cos(angle), sn = std::sin(angle);
-          if (bf16) {
-            c = static_cast<float>(c10::BFloat16(c));
-            sn = static_cast<float>(c10::BFloat16(sn));
-          }
-          cos_host[t * half + i] = c;
-          sin_host[t * half + i] = sn;
-        }
-      }
-    }
-    at::Tensor ids, cos, sin, row_index;
+  std::vector<int64_t> ids64(step.token_ids.begin(), step.token_ids.end());
+  // cos, sin: f32[tokens, head_dim / 2]
+  std::vector<float> cos_host, sin_host;
+  RotaryTables(step.positions, cos_host, sin_host);
+  StepTensors in;
+  StepUpload up;
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("staging the step", [&]() -> absl::Status {
     if (kernels::UseAtenOps(pool.k())) {
       // Off the CPU: every array the step reads goes over in one copy.
       std::vector<int64_t> slots, key_slots;
       // The CUDA kernel reads the block tables itself; the ATen fallback
       // needs every run's key slots.
-      PrepareDeviceBatch(batch, slots, key_slots, /*with_keys=*/!CudaPagedAttentionTakes(pool.k(), d));
-      StepUpload up;
+      PrepareDeviceBatch(batch, slots, key_slots,
+                         /*with_keys=*/!CudaPagedAttentionTakes(pool.k(), cfg_.head_dim));
       const int i_ids = up.Add(ids64), i_cos = up.Add(cos_host), i_sin = up.Add(sin_host);
       const int i_rows = up.Add(rows), i_slots = up.Add(slots), i_keys = up.Add(key_slots);
       const int i_pos = up.Add(step.positions), i_seq = up.Add(step.seq_of_token), i_tables = up.Add(tables);
       up.Upload(pool.k().device());
-      ids = up.Get(i_ids);
-      cos = up.Get(i_cos).view({T, half});
-      sin = up.Get(i_sin).view({T, half});
-      row_index = up.Get(i_rows);
+      in.ids = up.Get(i_ids);
+      in.cos = up.Get(i_cos).view({T, half});
+      in.sin = up.Get(i_sin).view({T, half});
+      in.row_index = up.Get(i_rows);
       batch.slots = up.Get(i_slots);
       batch.key_slots = up.Get(i_keys);
       batch.positions_dev = up.Get(i_pos);
       batch.seq_of_token_dev = up.Get(i_seq);
       batch.block_tables_dev = up.Get(i_tables);
     } else {
-      ids = at::from_blob(ids64.data(), {T}, at::kLong);
-      cos = at::from_blob(cos_host.data(), {T, half}, at::kFloat);
-      sin = at::from_blob(sin_host.data(), {T, half}, at::kFloat);
-      row_index = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong);
+      in.ids = at::from_blob(ids64.data(), {T}, at::kLong);
+      in.cos = at::from_blob(cos_host.data(), {T, half}, at::kFloat);
+      in.sin = at::from_blob(sin_host.data(), {T, half}, at::kFloat);
+      in.row_index = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong);
     }
+    return absl::OkStatus();
+  }));
+  return ForwardTensors(in, batch, pool);
+}
+
+absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, const AttentionBatch& batch,
+                                                      KvPool& pool) {
+  const int64_t d = cfg_.head_dim;
+  const int64_t hq = plan_.num_heads_per_rank(), hkv = plan_.num_kv_heads_per_rank();
+  at::Tensor logits;
+  absl::Status st = CatchTorchErrors("forward", [&]() -> absl::Status {
+    const at::Tensor& cos = in.cos;
+    const at::Tensor& sin = in.sin;
     const double eps = cfg_.rms_norm_eps;
 
     at::Tensor x;
     {
       kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
-      SHARDLM_ASSIGN_OR_RETURN(x, Embed(ids));  // dtype[tokens, hidden.tp]
+      SHARDLM_ASSIGN_OR_RETURN(x, Embed(in.ids));  // dtype[tokens, hidden.tp]
       x = x.contiguous();
     }
     for (size_t li = 0; li < layers_.size(); ++li) {
@@ -286,11 +302,11 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
     }
     // Only the rows that need a distribution go through the head, and only
     // rank 0 (which samples) receives the full vocabulary.
-    if (rows.empty()) {
+    if (in.row_index.numel() == 0) {
       logits = at::empty({0, cfg_.vocab_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
       return absl::OkStatus();
     }
-    at::Tensor sel = x.index_select(0, row_index);
+    at::Tensor sel = x.index_select(0, in.row_index);
     SHARDLM_ASSIGN_OR_RETURN(
         at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(sel, 1); }));
     h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });

@@ -25,6 +25,7 @@
 #include "kv/kv_pool.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
+#include "model/paged_attention.h"
 #include "model/step.h"
 #include "partitioning/shard_plan.h"
 
@@ -41,6 +42,23 @@ class LlamaModel {
   // order, on the model's device. Other ranks (which do not sample) get an
   // empty tensor.
   absl::StatusOr<at::Tensor> Forward(const StepInput& step, KvPool& pool);
+
+  // A step's inputs as tensors on the model's device (on the CPU, views of
+  // host arrays): what ForwardTensors reads.
+  struct StepTensors {
+    at::Tensor ids;        // int64[tokens]
+    at::Tensor cos, sin;   // f32[tokens, head_dim / 2] (RotaryTables)
+    at::Tensor row_index;  // int64[rows]: the tokens whose logits come back, in order
+  };
+  // The layers and the head over inputs already in place, `batch` holding the
+  // attention's arrays: Forward stages a step and calls this, and a CUDA graph
+  // (model/step_graphs.h) captures it over static buffers.
+  absl::StatusOr<at::Tensor> ForwardTensors(const StepTensors& in, const AttentionBatch& batch, KvPool& pool);
+  // Each position's rotary cos and sin, f32[positions, head_dim / 2]
+  // row-major, rounded through the compute dtype as Hugging Face does
+  // (cos.to(x.dtype)).
+  void RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos,
+                    std::vector<float>& sin) const;
 
   const ModelConfig& config() const { return cfg_; }
   const ShardPlan& plan() const { return plan_; }

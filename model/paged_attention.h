@@ -39,6 +39,11 @@ struct AttentionBatch {
   at::Tensor positions_dev;     // int32[tokens]   (for a device kernel)
   at::Tensor seq_of_token_dev;  // int32[tokens]
   at::Tensor block_tables_dev;  // int32[seqs * max_blocks]
+  // int32[1] or undefined: the tables' row stride on the device, read by the
+  // kernel in place of max_blocks (then only a bound). A CUDA graph
+  // (model/step_graphs.h) captures it, and each replay's tables are as wide
+  // as that step needs.
+  at::Tensor table_stride_dev;
 };
 
 // The host arrays of the ATen path: each token's slot and, with `with_keys`

@@ -26,6 +26,21 @@ void StepUpload::Upload(at::Device device) {
   device_ = device.is_cpu() ? host : host.to(device, /*non_blocking=*/true);
 }
 
+void StepUpload::UploadInto(const at::Tensor& buffer) {
+  TORCH_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.numel() >= bytes(),
+              "step upload: a buffer of ", bytes(), " bytes is needed, got ", buffer.numel());
+  device_ = buffer;
+  if (host_.empty()) return;
+  at::Tensor dst = buffer.narrow(0, 0, bytes());
+  if (buffer.is_cpu()) {
+    std::memcpy(dst.data_ptr(), host_.data(), host_.size());
+    return;
+  }
+  at::Tensor host = at::empty({bytes()}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+  std::memcpy(host.data_ptr(), host_.data(), host_.size());
+  dst.copy_(host, /*non_blocking=*/true);
+}
+
 at::Tensor StepUpload::Get(int index) const {
   const Region& r = regions_.at(index);
   const int64_t elem = static_cast<int64_t>(c10::elementSize(r.type));

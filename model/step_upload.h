@@ -33,6 +33,12 @@ class StepUpload {
 
   // One copy of every region to `device`; Get works afterwards.
   void Upload(at::Device device);
+  // One copy of every region into the first bytes() of `buffer` (uint8, on any
+  // device), which Get's views then refer to. A CUDA graph's static inputs
+  // (model/step_graphs.h) are such a buffer: a step with the same regions in
+  // the same order, the last one possibly shorter, lands where the graph reads.
+  void UploadInto(const at::Tensor& buffer);
+  int64_t bytes() const { return static_cast<int64_t>(host_.size()); }
   // Region `index` as a 1-D tensor of its type on the device.
   at::Tensor Get(int index) const;
 

@@ -5,6 +5,7 @@
 #include <c10/core/DeviceGuard.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "common/step_memory.h"
 #include "kernels/step_profile.h"
@@ -46,7 +47,12 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   shape.num_kv_heads_per_rank = plan.num_kv_heads_per_rank();
   shape.head_dim = cfg.head_dim;
   shape.num_blocks = KvPool::BlocksForBudget(shape, dtype, options.kv_cache_bytes);
-  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype, device));
+  // CUDA graphs point their padding rows at a scratch block past the
+  // allocator's.
+  const bool graphs = options.cuda_graph_max_batch > 0 && (device.is_cuda() || !options.cuda_graph_capture);
+  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype, device, graphs ? 1 : 0));
+  w->options_ = options;
+  SHARDLM_RETURN_IF_ERROR(w->MakeGraphs());
   // Weights and the pool are in place: from here on a step's freed
   // activations stay in the heap for the next step (common/step_memory.h).
   RetainStepMemory();
@@ -70,9 +76,41 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::SampleOnDevice(const at::Tens
   return results;
 }
 
-void RankWorker::ClearKvCache() {
-  pool_.k().zero_();
-  pool_.v().zero_();
+absl::Status RankWorker::MakeGraphs() {
+  graphs_.reset();
+  if (pool_.scratch_block() < 0) return absl::OkStatus();
+  StepGraphs::Options go;
+  go.max_batch = options_.cuda_graph_max_batch;
+  go.capture = options_.cuda_graph_capture;
+  absl::StatusOr<std::unique_ptr<StepGraphs>> made = StepGraphs::Create(*model_, pool_, go);
+  if (made.status().code() == absl::StatusCode::kFailedPrecondition) {
+    // The same on every rank (the model and the build), so every rank runs
+    // the same steps eagerly and their collectives still match.
+    LOG(WARNING) << "rank " << comm_->rank_info().rank << ": " << made.status().message()
+                 << "; every step runs eagerly";
+    return absl::OkStatus();
+  }
+  SHARDLM_RETURN_IF_ERROR(made.status());
+  graphs_ = std::move(*made);
+  return absl::OkStatus();
+}
+
+std::vector<int64_t> RankWorker::graph_buckets() const {
+  return graphs_ != nullptr ? graphs_->bucket_sizes() : std::vector<int64_t>();
+}
+
+absl::Status RankWorker::Regroup() {
+  c10::OptionalDeviceGuard guard;
+  if (!model_->device().is_cpu()) guard.reset_device(model_->device());
+  // The old graphs hold the old communicator's collectives: drop them first.
+  graphs_.reset();
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("clearing the KV cache", [&] {
+    pool_.k().zero_();
+    pool_.v().zero_();
+    return absl::OkStatus();
+  }));
+  last_sampled_.clear();
+  return MakeGraphs();
 }
 
 absl::StatusOr<StepInput> RankWorker::WithFeedback(const StepInput& step,
@@ -146,7 +184,14 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
     pool_.k().select(1, dst).copy_(pool_.k().select(1, src));
     pool_.v().select(1, dst).copy_(pool_.v().select(1, src));
   }
-  SHARDLM_ASSIGN_OR_RETURN(at::Tensor logits, model_->Forward(step, pool_));
+  at::Tensor logits;
+  if (graphs_ != nullptr && graphs_->Takes(step)) {
+    SHARDLM_ASSIGN_OR_RETURN(logits, graphs_->Run(step));
+    // The replay's collectives were captured without events: time them now.
+    comm_->WatchEnqueued("a CUDA graph's collectives");
+  } else {
+    SHARDLM_ASSIGN_OR_RETURN(logits, model_->Forward(step, pool_));
+  }
   if (!model_->device().is_cpu()) {
     // The step's collectives were enqueued without waiting: the results are
     // only good if none of them failed (collectives/communicator.h).

@@ -19,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/llama_model.h"
 #include "model/step.h"
+#include "model/step_graphs.h"
 
 namespace shardlm {
 
@@ -31,6 +32,12 @@ struct RankWorkerOptions {
   // GPU for "cuda" and "auto".
   std::string device = "cpu";
   int local_rank = 0;
+  // Steps of at most this many tokens run on CUDA graphs, one per batch-size
+  // bucket, captured at load (model/step_graphs.h); 0: none. Only on a CUDA
+  // device, unless cuda_graph_capture is false.
+  int64_t cuda_graph_max_batch = 0;
+  // false: the graphs' padded buffers run eagerly, on any device (tests).
+  bool cuda_graph_capture = true;
 };
 
 class RankWorker final : public StepExecutor {
@@ -43,8 +50,12 @@ class RankWorker final : public StepExecutor {
   // the step this rank ran last.
   absl::StatusOr<std::vector<RowResult>> Execute(const StepInput& step) override;
 
-  // Zeroes the KV pool (a new group starts with an empty cache).
-  void ClearKvCache();
+  // A new group formed around this rank (its communicator was replaced):
+  // zeroes the KV pool and drops the CUDA graphs, which hold the old
+  // communicator's collectives (each bucket is captured again on its next step).
+  absl::Status Regroup();
+  // The step sizes CUDA graphs serve (empty: every step runs eagerly).
+  std::vector<int64_t> graph_buckets() const;
   // A step was refused without running: feedback from it finds no tokens.
   void ForgetSampled() { last_sampled_.clear(); }
 
@@ -65,12 +76,17 @@ class RankWorker final : public StepExecutor {
   // `histories` holds those.
   absl::StatusOr<StepInput> WithFeedback(const StepInput& step, std::vector<std::vector<int32_t>>& histories);
   absl::StatusOr<std::vector<RowResult>> Run(const StepInput& step);
+  // Sets up graphs_ (captured bucket by bucket on first use) when the
+  // options ask for them and this device can.
+  absl::Status MakeGraphs();
 
   std::unique_ptr<Communicator> comm_;
   std::vector<int32_t> last_sampled_;  // rank 0: the token each row of the last step sampled (-1: none)
   std::unique_ptr<Checkpoint> ckpt_;   // open while loading only
   std::unique_ptr<LlamaModel> model_;
   KvPool pool_;
+  RankWorkerOptions options_;
+  std::unique_ptr<StepGraphs> graphs_;  // null: every step eager
 };
 
 }  // namespace shardlm

@@ -34,6 +34,7 @@ class TimedCommunicator final : public Communicator {
     return Time([&] { return inner_->Barrier(); });
   }
   absl::Status AsyncError() override { return inner_->AsyncError(); }
+  void WatchEnqueued(const char* what) override { inner_->WatchEnqueued(what); }
 
   // Swaps in a new group's communicator (same rank and world size) after the
   // old one broke; the model keeps pointing at this wrapper.

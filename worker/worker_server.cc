@@ -421,6 +421,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
       wo.device = device->str();
+      wo.cuda_graph_max_batch = options.cuda_graph_max_batch;
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
       service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
       if (!loaded.ok()) {
@@ -441,10 +442,19 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
         exit_code = 1;
         break;
       }
+      absl::Status regrouped;
       service.Exclusive([&] {
         timed->Reset(std::move(inner));
-        service.RunCompute([&] { worker->ClearKvCache(); });
+        service.RunCompute([&] { regrouped = worker->Regroup(); });
       });
+      if (!regrouped.ok()) {
+        // The pool could not be cleared: a fresh process is the clean way back.
+        LOG(ERROR) << "worker rank " << rank.rank << ": " << regrouped;
+        service.SetNotReady(regrouped);
+        SleepUnlessStopped(stop, 5000);
+        exit_code = 1;
+        break;
+      }
     }
     service.SetReady(worker.get(), timed, assigned.kv_cache_bytes(), epoch);
 

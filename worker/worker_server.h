@@ -43,6 +43,7 @@ struct WorkerProcessOptions {
   int rank = 0;                           // the rank this worker claims
   bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
   std::string device = "auto";            // --device (model/device.h); "cuda": GPU rank mod count
+  int64_t cuda_graph_max_batch = 64;      // --cuda-graph-max-batch (0: no CUDA graphs)
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its
   // channel to the coordinator (null: plaintext).

@@ -132,7 +132,8 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   const int nh = min(G, group - pass * G);
   const int seq = p.seq_of_token[t], pos = p.positions[t];
   const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
-  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * p.max_blocks;
+  const int64_t table_stride = p.block_table_stride != nullptr ? *p.block_table_stride : p.max_blocks;
+  const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * table_stride;
   const int64_t slot_stride = static_cast<int64_t>(p.kv_heads) * D;
   const T* kbase = static_cast<const T*>(p.k) + kvh * D + lane * E;
   const T* vbase = static_cast<const T*>(p.v) + kvh * D + lane * E;

@@ -37,6 +37,10 @@ struct PagedAttentionParams {
   const int32_t* seq_of_token = nullptr;
   const int32_t* block_tables = nullptr;
   int32_t max_blocks = 0;
+  // When set, a device int32 holding the tables' row stride, read in place of
+  // max_blocks (which then only bounds it): a CUDA graph captures the pointer,
+  // so each replay's tables can be as wide as that step needs.
+  const int32_t* block_table_stride = nullptr;
   int32_t block_size = 16;
   int32_t num_rows = 0, heads = 0, kv_heads = 0, head_dim = 0;
   float scale = 1.0f;          // usually 1/sqrt(head_dim)

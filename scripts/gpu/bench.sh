@@ -16,5 +16,8 @@ mkdir -p "$out"
 source "$build/env.sh"
 "$build/shardlm_bench" --model-dir "$model" --shape llama3-8b --device cuda --dtypes bf16 \
   --batches 1,8,32,64 --decode-steps 64 --kv-cache-mb 16384 | tee "$out/bench.txt"
+# The same decode without CUDA graphs, for the graphs' share.
+"$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-steps 64 \
+  --kv-cache-mb 16384 --cuda-graph-max-batch 0 | tee -a "$out/bench.txt"
 python3 "$here/bench/gpu_eager.py" --model "$model" --batches 1,8 --steps 64 | tee -a "$out/bench.txt"
 TPS=1 DEVICE=cuda "$here/bench/seed001.sh" "$build/shardlm" "$model" bf16 | tee -a "$out/bench.txt"

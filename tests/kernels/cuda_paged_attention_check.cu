@@ -179,6 +179,14 @@ bool RunCase(const Case& c, uint32_t seed) {
   p.seq_of_token = static_cast<const int32_t*>(Upload(seq_of_token.data(), seq_of_token.size() * 4));
   p.block_tables = static_cast<const int32_t*>(Upload(tables.data(), tables.size() * 4));
   p.max_blocks = max_blocks;
+  // Odd seeds give the stride on the device, as a CUDA graph does, with
+  // max_blocks only a bound above it: a kernel that used max_blocks as the
+  // stride would read other sequences' entries.
+  const int32_t stride = max_blocks;
+  if (seed % 2 == 1) {
+    p.block_table_stride = static_cast<const int32_t*>(Upload(&stride, 4));
+    p.max_blocks = max_blocks + 7;
+  }
   p.block_size = bs;
   p.num_rows = static_cast<int32_t>(rows.size());
   p.heads = heads;
@@ -198,6 +206,7 @@ bool RunCase(const Case& c, uint32_t seed) {
                           static_cast<const void*>(p.block_tables)}) {
     CHECK_CUDA(cudaFree(const_cast<void*>(ptr)));
   }
+  if (p.block_table_stride != nullptr) CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.block_table_stride)));
 
   // Reference: softmax in double over the row's keys, from the stored values.
   double max_err = 0.0, max_ref = 0.0;
@@ -241,8 +250,9 @@ bool RunCase(const Case& c, uint32_t seed) {
   const bool f32 = c.dtype == DType::kF32;
   const double tol = f32 ? 1e-4 : 2e-2 * max_ref;
   const bool ok = max_err <= tol && touched == 0;
-  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-2d rows=%zu  max abs err %.3g (tol %.3g)%s\n",
-              ok ? "ok  " : "FAIL", f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(), max_err, tol,
+  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-2d rows=%zu%s  max abs err %.3g (tol %.3g)%s\n",
+              ok ? "ok  " : "FAIL", f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(),
+              seed % 2 == 1 ? " stride on device" : "", max_err, tol,
               touched ? "  rows outside `rows` written" : "");
   return ok;
 }

@@ -153,6 +153,45 @@ INSTANTIATE_TEST_SUITE_P(Models, AtenPathTest,
                                            Case{"llama_bf16", Arch::kLlama, DType::kBF16, 0.25, 0.06}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// A rank with CUDA graph buckets run eagerly (what the CPU can check of
+// them: model/step_graphs.h) answers as a rank without: the prefill runs
+// eagerly (past the largest bucket), the decode through bucket 2; after a
+// regroup, which drops the graphs and zeroes the cache, the same again.
+TEST(RankWorkerGraphsTest, EagerBucketsGiveTheSameRows) {
+  const std::string dir = WriteModel(Arch::kLlama, DType::kF32, "graphs");
+  kernels::ForceAtenOps(true);
+  auto steps = MakeSteps();
+  RankWorkerOptions o;
+  o.model_dir = dir;
+  o.kv_cache_bytes = 8 << 20;
+  auto plain = RankWorker::Load(o, MakeSingleRankCommunicator());
+  o.cuda_graph_max_batch = 4;
+  o.cuda_graph_capture = false;
+  auto graphs = RankWorker::Load(o, MakeSingleRankCommunicator());
+  ASSERT_THAT(plain, IsOk());
+  ASSERT_THAT(graphs, IsOk());
+  EXPECT_THAT((*graphs)->graph_buckets(), ::testing::ElementsAre(1, 2, 4));
+  EXPECT_TRUE((*plain)->graph_buckets().empty());
+  EXPECT_EQ((*graphs)->num_blocks(), (*plain)->num_blocks());  // the scratch block is not the allocator's
+  for (int round = 0; round < 2; ++round) {
+    for (const StepInput* step : {&steps->prefill, &steps->decode}) {
+      auto want = (*plain)->Execute(*step);
+      auto got = (*graphs)->Execute(*step);
+      ASSERT_THAT(want, IsOk());
+      ASSERT_THAT(got, IsOk());
+      ASSERT_EQ(got->size(), want->size());
+      for (size_t i = 0; i < got->size(); ++i) {
+        EXPECT_EQ((*got)[i].token, (*want)[i].token);
+        EXPECT_NEAR((*got)[i].logprob, (*want)[i].logprob, 1e-4);
+        EXPECT_NEAR((*got)[i].target_logprob, (*want)[i].target_logprob, 1e-4);
+      }
+    }
+    EXPECT_THAT((*plain)->Regroup(), IsOk());
+    EXPECT_THAT((*graphs)->Regroup(), IsOk());
+  }
+  kernels::ForceAtenOps(false);
+}
+
 TEST(DeviceSamplingTest, MatchesProcessRow) {
   const int64_t vocab = 1000;
   std::mt19937 gen(5);

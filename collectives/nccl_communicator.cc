@@ -50,9 +50,12 @@ class NcclCommunicator final : public Communicator {
       }
       watchdog_.join();
     }
+    if (aborter_.joinable()) aborter_.join();
     if (comm_ != nullptr) {
       // A collective still running (a regroup after a peer died) would make
-      // ncclCommDestroy wait for it forever: abort instead.
+      // ncclCommDestroy wait for it forever: abort instead. (Either waits
+      // for the CUDA graphs that captured this communicator: their owner
+      // drops them first, RankWorker::DropGraphs.)
       const bool idle =
           event_ == nullptr ? cudaStreamQuery(stream_) == cudaSuccess : cudaEventQuery(event_) == cudaSuccess;
       if (idle) {
@@ -153,9 +156,16 @@ class NcclCommunicator final : public Communicator {
   }
 
  private:
-  // Aborts the communicator with `code` and why; mu_ held.
+  // Aborts the communicator with `code` and why; mu_ held. The abort runs on
+  // its own thread, without mu_: it sets NCCL's abort flag at once (the hung
+  // kernels return), then waits until no CUDA graph holds the communicator,
+  // which takes the compute thread seeing this failure and dropping its
+  // graphs (RankWorker) after AsyncError, which needs mu_.
   absl::Status Fail(const char* what, absl::StatusCode code, const std::string& why) {
-    if (comm_ != nullptr) ncclCommAbort(comm_);
+    if (comm_ != nullptr) {
+      ncclComm_t comm = comm_;
+      aborter_ = std::thread([comm] { ncclCommAbort(comm); });
+    }
     comm_ = nullptr;
     broken_ = absl::Status(code, absl::StrCat("nccl ", what, " failed on rank ", rank_.rank, " of ",
                                               rank_.world_size, ": ", why));
@@ -277,6 +287,7 @@ class NcclCommunicator final : public Communicator {
   Clock::time_point pending_since_;
   bool stop_ = false;
   std::thread watchdog_;
+  std::thread aborter_;  // the one ncclCommAbort, after a failure
 };
 
 }  // namespace

@@ -6,6 +6,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,16 +19,23 @@ namespace {
 
 using PoolId = decltype(std::declval<at::cuda::CUDAGraph&>().pool());
 
-// libtorch 2.x takes the capture mode; 1.13 (Debian's headers, where this
-// file is only compiled) captures in global mode.
+// libtorch 2.x takes the capture mode. 1.13 (Debian's headers, where this
+// file is only compiled) captures in global mode only, where the NCCL
+// watchdog's event queries from its own thread would invalidate a capture:
+// no graphs there.
+template <typename G, typename = void>
+struct HasCaptureMode : std::false_type {};
 template <typename G>
-auto BeginCapture(G& graph, PoolId pool, int)
-    -> decltype(graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal)) {
-  return graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
-}
+struct HasCaptureMode<G, std::void_t<decltype(std::declval<G&>().capture_begin(
+                             std::declval<PoolId>(), cudaStreamCaptureModeThreadLocal))>> : std::true_type {};
+
 template <typename G>
-void BeginCapture(G& graph, PoolId pool, long) {
-  graph.capture_begin(pool);
+void BeginCapture(G& graph, PoolId pool) {
+  if constexpr (HasCaptureMode<G>::value) {
+    graph.capture_begin(pool, cudaStreamCaptureModeThreadLocal);
+  } else {
+    graph.capture_begin(pool);  // not reached: MakeCudaGraphs makes none there
+  }
 }
 
 class TorchCudaGraphs final : public CudaGraphs {
@@ -41,15 +50,18 @@ class TorchCudaGraphs final : public CudaGraphs {
       c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(device_.index());
       // Capture needs a stream other than the default one; the side stream
       // starts after the work already queued and the current stream resumes
-      // after the capture's warm-up.
-      c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+      // after the capture's warm-up. One side stream for every capture: the
+      // allocator keeps a pool's free blocks per stream, so graphs captured
+      // on one stream reuse each other's freed intermediates.
+      if (!side_.has_value()) side_ = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device_.index());
+      c10::cuda::CUDAStream side = *side_;
       at::cuda::CUDAEvent ready;
       ready.record(current);
       ready.block(side);
       {
         const c10::cuda::CUDAStreamGuard stream_guard(side);
         SHARDLM_RETURN_IF_ERROR(fn());  // warm-up
-        BeginCapture(*graph, pool_, 0);
+        BeginCapture(*graph, pool_);
         try {
           result = fn();
         } catch (const std::exception& e) {
@@ -82,14 +94,15 @@ class TorchCudaGraphs final : public CudaGraphs {
 
  private:
   c10::Device device_;
-  PoolId pool_{0, 0};  // the first graph's pool, shared by the rest
+  std::optional<c10::cuda::CUDAStream> side_;  // where every graph is captured
+  PoolId pool_{0, 0};                          // the first graph's pool, shared by the rest
   std::vector<std::unique_ptr<at::cuda::CUDAGraph>> graphs_;
 };
 
 }  // namespace
 
 std::unique_ptr<CudaGraphs> MakeCudaGraphs(c10::Device device) {
-  if (!device.is_cuda()) return nullptr;
+  if (!device.is_cuda() || !HasCaptureMode<at::cuda::CUDAGraph>::value) return nullptr;
   return std::make_unique<TorchCudaGraphs>(device);
 }
 

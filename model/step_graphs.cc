@@ -176,6 +176,23 @@ absl::Status StepGraphs::Prepare(Bucket& b) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> StepGraphs::AllRanksAgree(bool ok) {
+  if (graphs_ == nullptr || options_.comm == nullptr || options_.comm->rank_info().world_size == 1) return ok;
+  at::Tensor flag;
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("agreeing on a capture", [&] {
+    flag = at::full({1}, ok ? 1.0f : 0.0f, at::TensorOptions().dtype(at::kFloat).device(pool_.k().device()));
+    return absl::OkStatus();
+  }));
+  SHARDLM_RETURN_IF_ERROR(options_.comm->AllReduce(flag));
+  float sum = 0.0f;
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("agreeing on a capture", [&] {
+    sum = flag.item<float>();
+    return absl::OkStatus();
+  }));
+  SHARDLM_RETURN_IF_ERROR(options_.comm->AsyncError());
+  return sum == static_cast<float>(options_.comm->rank_info().world_size);
+}
+
 bool StepGraphs::Takes(const StepInput& step) const {
   const int64_t T = static_cast<int64_t>(step.token_ids.size());
   if (failed_ || T < 1 || sizes_.empty() || T > sizes_.back()) return false;
@@ -192,11 +209,14 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(const StepInput& step) {
   const size_t i = std::lower_bound(sizes_.begin(), sizes_.end(), T) - sizes_.begin();
   Bucket& b = buckets_[i];
   if (!b.buffer.defined()) {
-    if (absl::Status st = Prepare(b); !st.ok()) {
-      // A capture that fails fails alike on every rank (the same model, steps
-      // and build): from here on every rank runs every step eagerly, this
-      // one too, and their collectives still match.
-      LOG(ERROR) << st << "; CUDA graphs are off from here on";
+    const absl::Status st = Prepare(b);
+    // Every rank captures this bucket at this step; they replay only if all
+    // succeeded, or else all run every step eagerly from here on, this one
+    // too, so that their collectives keep the same shapes.
+    SHARDLM_ASSIGN_OR_RETURN(const bool all_ok, AllRanksAgree(st.ok()));
+    if (!all_ok) {
+      LOG(ERROR) << (st.ok() ? absl::UnavailableError("a CUDA graph capture failed on another rank") : st)
+                 << "; CUDA graphs are off from here on";
       failed_ = true;
       return model_.Forward(step, pool_);
     }

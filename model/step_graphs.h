@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "collectives/communicator.h"
 #include "kv/kv_pool.h"
 #include "model/cuda_graph.h"
 #include "model/llama_model.h"
@@ -52,6 +53,10 @@ class StepGraphs {
   struct Options {
     int64_t max_batch = 64;  // the largest bucket, in tokens
     bool capture = true;     // false: run the buckets' buffers eagerly (tests on the CPU)
+    // The group's communicator: the ranks agree on each capture's outcome
+    // through it, so that they all replay or all run eagerly. May be null at
+    // world size 1.
+    Communicator* comm = nullptr;
   };
 
   // The buckets, none captured yet. The pool needs a scratch block.
@@ -93,6 +98,8 @@ class StepGraphs {
   // Allocates the bucket's buffers and, with capture, captures its graph: a
   // padding-only forward pass, twice (warm-up and capture), on every rank.
   absl::Status Prepare(Bucket& b);
+  // Whether every rank's `ok` is true (one all-reduce).
+  absl::StatusOr<bool> AllRanksAgree(bool ok);
 
   LlamaModel& model_;
   KvPool& pool_;

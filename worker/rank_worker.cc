@@ -82,6 +82,7 @@ absl::Status RankWorker::MakeGraphs() {
   StepGraphs::Options go;
   go.max_batch = options_.cuda_graph_max_batch;
   go.capture = options_.cuda_graph_capture;
+  go.comm = comm_.get();
   absl::StatusOr<std::unique_ptr<StepGraphs>> made = StepGraphs::Create(*model_, pool_, go);
   if (made.status().code() == absl::StatusCode::kFailedPrecondition) {
     // The same on every rank (the model and the build), so every rank runs
@@ -184,6 +185,9 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
     pool_.k().select(1, dst).copy_(pool_.k().select(1, src));
     pool_.v().select(1, dst).copy_(pool_.v().select(1, src));
   }
+  // A broken communicator (NCCL) is not replayed again: its abort waits for
+  // the graphs that captured it to go (collectives/nccl_communicator.cc).
+  if (graphs_ != nullptr && !comm_->AsyncError().ok()) graphs_.reset();
   at::Tensor logits;
   if (graphs_ != nullptr && graphs_->Takes(step)) {
     SHARDLM_ASSIGN_OR_RETURN(logits, graphs_->Run(step));
@@ -195,8 +199,11 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
   if (!model_->device().is_cpu()) {
     // The step's collectives were enqueued without waiting: the results are
     // only good if none of them failed (collectives/communicator.h).
-    SHARDLM_ASSIGN_OR_RETURN(std::vector<RowResult> results, SampleOnDevice(logits, step));
-    SHARDLM_RETURN_IF_ERROR(comm_->AsyncError());
+    absl::StatusOr<std::vector<RowResult>> results = SampleOnDevice(logits, step);
+    if (absl::Status failed = comm_->AsyncError(); !failed.ok()) {
+      graphs_.reset();  // so that the communicator's abort can finish
+      return failed;
+    }
     return results;
   }
   if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples

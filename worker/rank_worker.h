@@ -54,6 +54,10 @@ class RankWorker final : public StepExecutor {
   // zeroes the KV pool and drops the CUDA graphs, which hold the old
   // communicator's collectives (each bucket is captured again on its next step).
   absl::Status Regroup();
+  // Drops the CUDA graphs, which hold the communicator's captured
+  // collectives: before the communicator is replaced (NCCL's destroy and
+  // abort wait for every graph that captured it).
+  void DropGraphs() { graphs_.reset(); }
   // The step sizes CUDA graphs serve (empty: every step runs eagerly).
   std::vector<int64_t> graph_buckets() const;
   // A step was refused without running: feedback from it finds no tokens.

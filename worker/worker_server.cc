@@ -444,6 +444,9 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       }
       absl::Status regrouped;
       service.Exclusive([&] {
+        // The graphs hold the old communicator's collectives; NCCL's destroy
+        // (in Reset) waits until they are gone.
+        service.RunCompute([&] { worker->DropGraphs(); });
         timed->Reset(std::move(inner));
         service.RunCompute([&] { regrouped = worker->Regroup(); });
       });

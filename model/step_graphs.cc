@@ -21,6 +21,10 @@ struct StepGraphs::Staged {
   std::vector<int32_t> tables;                       // int32[seqs + 1, width]
   int32_t width = 1;
   AttentionBatch batch;  // host fields over the arrays above, and the runs
+
+  // The arrays in one upload, the tables last (`table_entries` at `table_width`:
+  // this step's, or the buffer's capacity).
+  StepUpload Pack(int32_t table_width, const std::vector<int32_t>& table_entries) const;
 };
 
 namespace {
@@ -110,12 +114,7 @@ void StepGraphs::Stage(const StepInput* step, int64_t bucket, Staged& s) const {
   model_.RotaryTables(s.positions, s.cos, s.sin);
 }
 
-namespace {
-
-StepUpload Pack(const std::vector<int64_t>& ids, const std::vector<float>& cos, const std::vector<float>& sin,
-                const std::vector<int64_t>& rows, const std::vector<int64_t>& slots,
-                const std::vector<int32_t>& positions, const std::vector<int32_t>& seq, int32_t width,
-                const std::vector<int32_t>& tables) {
+StepUpload StepGraphs::Staged::Pack(int32_t table_width, const std::vector<int32_t>& table_entries) const {
   StepUpload up;
   // In Region's order.
   up.Add(ids);
@@ -125,12 +124,10 @@ StepUpload Pack(const std::vector<int64_t>& ids, const std::vector<float>& cos, 
   up.Add(slots);
   up.Add(positions);
   up.Add(seq);
-  up.Add(&width, 1);
-  up.Add(tables);
+  up.Add(&table_width, 1);
+  up.Add(table_entries);
   return up;
 }
-
-}  // namespace
 
 absl::Status StepGraphs::Prepare(Bucket& b) {
   Staged s;
@@ -138,7 +135,7 @@ absl::Status StepGraphs::Prepare(Bucket& b) {
   // The buffer holds the widest tables a step can have: a row per sequence and the padding's.
   std::vector<int32_t> full((b.size + 1) * max_width_, 0);
   full[0] = static_cast<int32_t>(pool_.scratch_block());
-  StepUpload up = Pack(s.ids, s.cos, s.sin, s.rows, s.slots, s.positions, s.seq, 1, full);
+  StepUpload up = s.Pack(1, full);
   const int64_t half = model_.config().head_dim / 2;
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("allocating a CUDA graph's inputs", [&] {
     b.buffer = at::empty({up.bytes()}, at::TensorOptions().dtype(at::kByte).device(pool_.k().device()));
@@ -223,7 +220,7 @@ absl::StatusOr<at::Tensor> StepGraphs::Run(const StepInput& step) {
   }
   Staged s;
   Stage(&step, b.size, s);
-  StepUpload up = Pack(s.ids, s.cos, s.sin, s.rows, s.slots, s.positions, s.seq, s.width, s.tables);
+  StepUpload up = s.Pack(s.width, s.tables);
   at::Tensor logits;
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("a CUDA graph's inputs", [&] {
     up.UploadInto(b.buffer);

@@ -11,10 +11,12 @@
 // while at load time the ranks finish reading their weights at different
 // moments and a capture's warm-up collectives would wait for the slowest
 // past the collective timeout. That first step costs two more forward passes
-// and the graph's instantiation. Padding rows are token 0 at position 0 of one extra sequence
-// whose block table holds only the pool's scratch block (KvPool's
-// scratch_blocks), so they write and read that block alone; each row of a
-// forward pass depends on no other row, so they change nothing else.
+// and the graph's instantiation.
+//
+// Padding rows are token 0 at position 0 of one extra sequence whose block
+// table holds only the pool's scratch block (KvPool's scratch_blocks), so
+// they write and read that block alone; each row of a forward pass depends
+// on no other row, so they change nothing else.
 //
 // The block tables go last in the upload, as int32[seqs + 1, width] with
 // the step's own width, which the attention kernel reads from the device

@@ -103,15 +103,13 @@ std::vector<int64_t> RankWorker::graph_buckets() const {
 absl::Status RankWorker::Regroup() {
   c10::OptionalDeviceGuard guard;
   if (!model_->device().is_cpu()) guard.reset_device(model_->device());
-  // The old graphs hold the old communicator's collectives: drop them first.
-  graphs_.reset();
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("clearing the KV cache", [&] {
     pool_.k().zero_();
     pool_.v().zero_();
     return absl::OkStatus();
   }));
   last_sampled_.clear();
-  return MakeGraphs();
+  return MakeGraphs();  // drops the old communicator's graphs, if DropGraphs did not
 }
 
 absl::StatusOr<StepInput> RankWorker::WithFeedback(const StepInput& step,

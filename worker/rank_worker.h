@@ -33,8 +33,8 @@ struct RankWorkerOptions {
   std::string device = "cpu";
   int local_rank = 0;
   // Steps of at most this many tokens run on CUDA graphs, one per batch-size
-  // bucket, captured at load (model/step_graphs.h); 0: none. Only on a CUDA
-  // device, unless cuda_graph_capture is false.
+  // bucket, each captured on its first step (model/step_graphs.h); 0: none.
+  // Only on a CUDA device, unless cuda_graph_capture is false.
   int64_t cuda_graph_max_batch = 0;
   // false: the graphs' padded buffers run eagerly, on any device (tests).
   bool cuda_graph_capture = true;

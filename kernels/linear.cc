@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/fused.h"
 #include "kernels/step_profile.h"
 
 namespace shardlm::kernels {
@@ -60,8 +61,11 @@ void RunGemv(Fn fn, const at::Tensor& x, const at::Tensor& w, const at::Tensor& 
 at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 // x @ w^T (+ bias) over a packed weight, panels shared among the threads.
+// x @ w^T (+ bias) over a packed weight, through `epilogue` into out.
+// With kSwiGlu a unit of work is a gate/up pair of panels.
 template <typename T, typename Fn>
-void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out) {
+void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out,
+               PackedEpilogue epilogue = PackedEpilogue::kStore) {
   PackedArgs<T> a;
   a.x = reinterpret_cast<const T*>(x.data_ptr());
   a.ldx = x.stride(0);
@@ -69,11 +73,49 @@ void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tens
   a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) : nullptr;
   a.y = reinterpret_cast<T*>(out.data_ptr());
   a.ldy = out.stride(0);
-  a.n = w.out_features();
+  a.epilogue = epilogue;
+  const bool pairs = epilogue == PackedEpilogue::kSwiGlu;
+  a.n = pairs ? w.out_features() / 2 : w.out_features();
   a.k = w.in_features();
   const int64_t panels = (a.n + kPanelRows - 1) / kPanelRows;
-  const int64_t panel_bytes = kPanelRows * a.k * static_cast<int64_t>(sizeof(T));
-  InPasses(a, x.size(0), panels, UnitsPerTask(panel_bytes, 1), fn);
+  const int64_t unit_bytes = (pairs ? 2 : 1) * kPanelRows * a.k * static_cast<int64_t>(sizeof(T));
+  if (!pairs) {
+    InPasses(a, x.size(0), panels, UnitsPerTask(unit_bytes, 1), fn);
+    return;
+  }
+  InPasses(a, x.size(0), panels, UnitsPerTask(unit_bytes, 1),
+           [&](const PackedArgs<T>& pass, int64_t b, int64_t e) { fn(pass, 2 * b, 2 * e); });
+}
+
+// The checks and dtype conversions every packed product makes; x and bias
+// in the weight's dtype.
+struct PackedInputs {
+  at::Tensor x, bias;
+};
+PackedInputs PackedOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
+              w.out_features(), ", ", w.in_features(), "] do not match");
+  TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
+              " elements for ", w.out_features(), " outputs");
+  const at::ScalarType dtype = w.dtype();
+  PackedInputs in;
+  in.x = x_in.scalar_type() == dtype ? x_in : x_in.to(dtype);
+  if (in.x.stride(1) != 1) in.x = in.x.contiguous();
+  in.bias = bias_in;
+  if (in.bias.defined() && (in.bias.scalar_type() != dtype || !in.bias.is_contiguous()))
+    in.bias = in.bias.to(dtype).contiguous();
+  return in;
+}
+
+void RunPackedAny(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out,
+                  PackedEpilogue epilogue) {
+  if (x.size(0) == 0) return;
+  const Isa isa = ActiveIsa();
+  if (w.dtype() == at::kFloat) {
+    RunPacked<float>(PackedF32(isa), x, w, bias, out, epilogue);
+  } else {
+    RunPacked<uint16_t>(PackedBf16(isa), x, w, bias, out, epilogue);
+  }
 }
 
 template <typename T>
@@ -81,6 +123,15 @@ at::Tensor PackTensor(const at::Tensor& w) {
   at::Tensor packed = at::empty({PackedElements<T>(w.size(0), w.size(1))}, w.options());
   PackWeight<T>(reinterpret_cast<const T*>(w.data_ptr()), w.size(0), w.size(1),
                 reinterpret_cast<T*>(packed.data_ptr()));
+  return packed;
+}
+
+template <typename T>
+at::Tensor PackGatedTensor(const at::Tensor& w) {
+  const int64_t inter = w.size(0) / 2;
+  at::Tensor packed = at::empty({PackedGatedElements<T>(inter, w.size(1))}, w.options());
+  PackGatedWeight<T>(reinterpret_cast<const T*>(w.data_ptr()), inter, w.size(1),
+                     reinterpret_cast<T*>(packed.data_ptr()));
   return packed;
 }
 
@@ -103,14 +154,28 @@ bool PackingWanted() {
 
 }  // namespace
 
+namespace {
+bool Packable(const at::Tensor& w) {
+  return w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
+         (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
+}
+// SHARDLM_FUSED_EPILOGUES=0 keeps the SwiGLU and the residual adds as
+// separate passes (for comparisons; docs/cpu_kernels.md).
+bool FusionWanted() {
+  static const bool wanted = [] {
+    const char* v = std::getenv("SHARDLM_FUSED_EPILOGUES");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return wanted;
+}
+}  // namespace
+
 LinearWeight LinearWeight::Prepare(at::Tensor w) {
   TORCH_CHECK(w.dim() == 2, "LinearWeight: the weight must be 2-D, got ", w.sizes());
   LinearWeight lw;
   lw.out_ = w.size(0);
   lw.in_ = w.size(1);
-  const bool pack = w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
-                    (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
-  if (!pack) {
+  if (!Packable(w)) {
     lw.data_ = std::move(w);
     return lw;
   }
@@ -120,7 +185,23 @@ LinearWeight LinearWeight::Prepare(at::Tensor w) {
   return lw;
 }
 
+LinearWeight LinearWeight::PrepareGated(at::Tensor gate_up) {
+  TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(0) % 2 == 0,
+              "LinearWeight: a gate/up weight must be 2-D with an even number of rows, got ", gate_up.sizes());
+  if (!Packable(gate_up) || !FusionWanted()) return Prepare(std::move(gate_up));
+  LinearWeight lw;
+  lw.out_ = gate_up.size(0);
+  lw.in_ = gate_up.size(1);
+  gate_up = gate_up.contiguous();
+  lw.data_ = gate_up.scalar_type() == at::kFloat ? PackGatedTensor<float>(gate_up)
+                                                 : PackGatedTensor<uint16_t>(gate_up);
+  lw.packed_ = true;
+  lw.gated_ = true;
+  return lw;
+}
+
 at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
+  TORCH_CHECK(!gated_, "LinearWeight: rows of a packed gate/up weight");
   if (!packed_) return data_.index_select(0, index.clamp(0, out_ - 1));
   return dtype() == at::kFloat ? UnpackTensor<float>(data_, out_, in_, index)
                                : UnpackTensor<uint16_t>(data_, out_, in_, index);
@@ -128,26 +209,40 @@ at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
 
 at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
   if (!w.packed()) return Linear(x_in, w.plain(), bias_in);
+  TORCH_CHECK(!w.gated(), "linear: a packed gate/up weight goes through LinearSwiGlu");
   StepPartTimer timer(StepPart::kProjections);
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
-              w.out_features(), ", ", w.in_features(), "] do not match");
-  TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
-              " elements for ", w.out_features(), " outputs");
-  const at::ScalarType dtype = w.dtype();
-  at::Tensor x = x_in.scalar_type() == dtype ? x_in : x_in.to(dtype);
-  if (x.stride(1) != 1) x = x.contiguous();
-  at::Tensor bias = bias_in;
-  if (bias.defined() && (bias.scalar_type() != dtype || !bias.is_contiguous()))
-    bias = bias.to(dtype).contiguous();
-  at::Tensor out = at::empty({x.size(0), w.out_features()}, x.options());
-  if (x.size(0) == 0) return out;
-  const Isa isa = ActiveIsa();
-  if (dtype == at::kFloat) {
-    RunPacked<float>(PackedF32(isa), x, w, bias, out);
-  } else {
-    RunPacked<uint16_t>(PackedBf16(isa), x, w, bias, out);
-  }
+  const PackedInputs in = PackedOperands(x_in, w, bias_in);
+  at::Tensor out = at::empty({in.x.size(0), w.out_features()}, in.x.options());
+  RunPackedAny(in.x, w, in.bias, out, PackedEpilogue::kStore);
   return out;
+}
+
+at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
+  if (!gate_up.gated()) {
+    at::Tensor gu = Linear(x_in, gate_up);
+    StepPartTimer timer(StepPart::kElementwise);
+    return SiluMul(gu.contiguous());
+  }
+  StepPartTimer timer(StepPart::kProjections);
+  const PackedInputs in = PackedOperands(x_in, gate_up, at::Tensor());
+  at::Tensor out = at::empty({in.x.size(0), gate_up.out_features() / 2}, in.x.options());
+  RunPackedAny(in.x, gate_up, at::Tensor(), out, PackedEpilogue::kSwiGlu);
+  return out;
+}
+
+void LinearAddTo(at::Tensor& y, const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  if (!w.packed() || w.gated() || !FusionWanted()) {
+    at::Tensor partial = Linear(x_in, w, bias_in);
+    StepPartTimer timer(StepPart::kElementwise);
+    AddInPlace(y, partial);
+    return;
+  }
+  StepPartTimer timer(StepPart::kProjections);
+  const PackedInputs in = PackedOperands(x_in, w, bias_in);
+  TORCH_CHECK(y.dim() == 2 && y.is_contiguous() && y.size(0) == in.x.size(0) && y.size(1) == w.out_features() &&
+                  y.scalar_type() == w.dtype(),
+              "linear_add_to: y ", y.sizes(), " for x ", in.x.sizes(), " and ", w.out_features(), " outputs");
+  RunPackedAny(in.x, w, in.bias, y, PackedEpilogue::kAddTo);
 }
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {

@@ -14,6 +14,11 @@
 //
 //   at::Tensor y = kernels::Linear(h, layer.qkv, layer.qkv_bias);
 //
+// The MLP's gate/up product and the residual adds after the o and down
+// products can run fused into the product (LinearSwiGlu, LinearAddTo): the
+// outputs are finished while in registers instead of written, read back and
+// written again by a separate element-wise pass over cold cache lines.
+//
 // A model's weights are prepared once at load (LinearWeight::Prepare): on a
 // CPU with the AVX-512 kernels they are repacked into the panels of
 // cpu/packed.h, which every number of rows then goes through (the weight
@@ -44,9 +49,15 @@ class LinearWeight {
   // SHARDLM_PACK_WEIGHTS is not 0); otherwise keeps `w` as it is. The
   // unpacked tensor is released.
   static LinearWeight Prepare(at::Tensor w);
+  // A SwiGLU's [gate; up] weight, dtype[2 * inter, in], for LinearSwiGlu:
+  // packed as gate/up pairs of panels where Prepare would pack, so that the
+  // product finishes silu(gate) * up itself. Such a packed weight goes only
+  // through LinearSwiGlu.
+  static LinearWeight PrepareGated(at::Tensor gate_up);
 
   bool defined() const { return data_.defined(); }
   bool packed() const { return packed_; }
+  bool gated() const { return gated_; }
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   at::ScalarType dtype() const { return data_.scalar_type(); }
@@ -63,9 +74,22 @@ class LinearWeight {
  private:
   at::Tensor data_;
   bool packed_ = false;
+  bool gated_ = false;
   int64_t out_ = 0, in_ = 0;
 };
 
 at::Tensor Linear(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias = at::Tensor());
+
+// silu(x @ gate^T) * (x @ up^T): dtype[m, inter], for a weight from
+// PrepareGated. Packed, the product's epilogue computes it (no [m, 2 * inter]
+// intermediate); otherwise Linear then SiluMul (kernels/fused.h). The same
+// bits either way.
+at::Tensor LinearSwiGlu(const at::Tensor& x, const LinearWeight& gate_up);
+
+// y += x @ w^T (+ bias), the product rounded to the dtype before the add: the
+// residual add after a projection (at tensor parallelism 1, where nothing is
+// reduced in between). Packed, done in the product's epilogue; otherwise
+// Linear then AddInPlace. y: dtype[m, out], contiguous.
+void LinearAddTo(at::Tensor& y, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias = at::Tensor());
 
 }  // namespace shardlm::kernels

@@ -103,7 +103,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
       L.o = prepare(std::move(o));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor gate, load(p + "mlp.gate_proj.weight", {I, H}));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor up, load(p + "mlp.up_proj.weight", {I, H}));
-      L.gate_up = prepare(at::cat({gate, up}, 0));
+      L.gate_up = kernels::LinearWeight::PrepareGated(at::cat({gate, up}, 0));
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor down, load(p + "mlp.down_proj.weight", {H, I}));
       L.down = prepare(std::move(down));
       m->layers_.push_back(std::move(L));
@@ -259,6 +259,7 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
     const at::Tensor& sin = in.sin;
     const double eps = cfg_.rms_norm_eps;
 
+    const bool single_rank = comm_->rank_info().world_size == 1;
     at::Tensor x;
     {
       kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
@@ -285,20 +286,29 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
       at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
         return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch);
       });
-      at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
-                                                         [&] { return comm_->ReduceScatter(partial, 1); }));
-      Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+      // With one rank nothing is reduced between a projection and its
+      // residual add, so the product adds into x itself.
+      if (single_rank) {
+        kernels::LinearAddTo(x, attn, L.o);
+      } else {
+        at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
+        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
+                                                           [&] { return comm_->ReduceScatter(partial, 1); }));
+        Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+      }
 
       SHARDLM_ASSIGN_OR_RETURN(
           h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(x, 1); }));
       h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.post_norm, eps); });
-      at::Tensor gu = kernels::Linear(h, L.gate_up);  // dtype[tokens, 2 * intermediate.tp]
-      at::Tensor act = Timed(kernels::StepPart::kElementwise, [&] { return kernels::SiluMul(gu); });
-      partial = kernels::Linear(act, L.down);
-      SHARDLM_ASSIGN_OR_RETURN(
-          reduced, Timed(kernels::StepPart::kCollectives, [&] { return comm_->ReduceScatter(partial, 1); }));
-      Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+      at::Tensor act = kernels::LinearSwiGlu(h, L.gate_up);  // dtype[tokens, intermediate.tp]
+      if (single_rank) {
+        kernels::LinearAddTo(x, act, L.down);
+      } else {
+        at::Tensor partial = kernels::Linear(act, L.down);
+        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
+                                                           [&] { return comm_->ReduceScatter(partial, 1); }));
+        Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+      }
     }
     // Only the rows that need a distribution go through the head, and only
     // rank 0 (which samples) receives the full vocabulary.

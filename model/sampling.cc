@@ -46,8 +46,19 @@ void ApplyPenalties(std::vector<float>& logits, const SampleRow& row) {
   }
 }
 
-int32_t ArgMax(const std::vector<float>& x) {
-  return static_cast<int32_t>(std::max_element(x.begin(), x.end()) - x.begin());
+// The first largest logit, as std::max_element picks it; vectorised where the
+// CPU allows (a scalar scan of 32k logits was most of a greedy row's time).
+int32_t ArgMax(const float* x, int64_t n) {
+  if (const kernels::ArgMaxFn fn = kernels::ArgMaxKernel(kernels::ActiveIsa()); fn != nullptr && n > 0) {
+    if (const int64_t i = fn(x, n); i >= 0) return static_cast<int32_t>(i);
+  }
+  return static_cast<int32_t>(std::max_element(x, x + n) - x);
+}
+
+// Nothing changes the logits before the choice (no bias, no penalty).
+bool PlainLogits(const SamplingParams& p) {
+  return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
 }
 
 int32_t Draw(std::vector<float>& logits, const SampleRow& row) {
@@ -143,13 +154,19 @@ RowResult ProcessRow(const float* logits, int64_t vocab, const SampleRow& row) {
     }
   }
   if (row.sample) {
+    const SamplingParams& p = *row.params;
+    const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
+    if (greedy && PlainLogits(p)) {
+      out.token = ArgMax(logits, vocab);  // no copy of the row
+      out.logprob = logits[out.token] - lse;
+      return out;
+    }
     std::vector<float> work(logits, logits + vocab);
     for (const auto& [id, bias] : row.params->logit_bias) {
       if (id >= 0 && id < vocab) work[id] += bias;
     }
     ApplyPenalties(work, row);
-    const SamplingParams& p = *row.params;
-    out.token = (p.temperature <= 0.0f || p.top_k == 1) ? ArgMax(work) : Draw(work, row);
+    out.token = greedy ? ArgMax(work.data(), vocab) : Draw(work, row);
     out.logprob = logits[out.token] - lse;
   }
   return out;

@@ -76,5 +76,17 @@ inline __m512 MaskLoadBf16x16(__mmask16 m, const uint16_t* p) {
 }
 inline __m256i ToBf16x16(__m512 x) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
 
+// bf16 widened to f32 after rounding: what a value rounded to the dtype reads back as.
+inline __m512 RoundBf16(__m512 x) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(x)), 16));
+}
+
+// silu(g) = g / (1 + exp(-g)): the SiLU x up loops and the packed products'
+// fused SwiGLU share it, so that fused and unfused agree to the bit.
+inline __m512 Silu(__m512 g) {
+  const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+  return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+}
+
 }  // namespace
 }  // namespace shardlm::kernels::internal

@@ -14,6 +14,7 @@ Fn OnAvx512(Isa isa, Fn fn) {
 SiluMulF32Fn SiluMulF32Kernel(Isa isa) { return OnAvx512(isa, internal::SiluMulF32Avx512); }
 SiluMulBf16Fn SiluMulBf16Kernel(Isa isa) { return OnAvx512(isa, internal::SiluMulBf16Avx512); }
 LogSumExpFn LogSumExpKernel(Isa isa) { return OnAvx512(isa, internal::LogSumExpAvx512); }
+ArgMaxFn ArgMaxKernel(Isa isa) { return OnAvx512(isa, internal::ArgMaxAvx512); }
 RmsNormF32Fn RmsNormF32Kernel(Isa isa) { return OnAvx512(isa, internal::RmsNormF32Avx512); }
 RmsNormBf16Fn RmsNormBf16Kernel(Isa isa) { return OnAvx512(isa, internal::RmsNormBf16Avx512); }
 RotaryF32Fn RotaryF32Kernel(Isa isa) { return OnAvx512(isa, internal::RotaryF32Avx512); }

@@ -1,7 +1,7 @@
 // Vectorised element-wise loops of a decoder layer: SiLU x up (one exp per
 // intermediate feature and row), RMSNorm, rotary and the residual add, and
 // the log-sum-exp of a row of logits (one exp per vocabulary entry, for every
-// sampled token's logprob). In bf16 the scalar loops spend their time
+// sampled token's logprob) and its arg max (the greedy token). In bf16 the scalar loops spend their time
 // converting one element at a time (a batch-8 step's norms, rotary and adds
 // took 7x the time their bytes take to read); these convert 16 at a time.
 // Torch-free, one translation unit per instruction set as cpu/gemv.h;
@@ -26,6 +26,9 @@ using SiluMulF32Fn = void (*)(const float* g, const float* u, float* o, int64_t 
 using SiluMulBf16Fn = void (*)(const uint16_t* g, const uint16_t* u, uint16_t* o, int64_t n);
 // log(sum(exp(x[i]))), in f32 with the maximum taken out first.
 using LogSumExpFn = float (*)(const float* x, int64_t n);
+// The index of the largest x[i], the first of equals (std::max_element's
+// answer), for n >= 1 values; -1 when one is NaN.
+using ArgMaxFn = int64_t (*)(const float* x, int64_t n);
 // out = rmsnorm(x) * w over one row of n (out may be x).
 using RmsNormF32Fn = void (*)(const float* x, const float* w, float* out, int64_t n, float eps);
 using RmsNormBf16Fn = void (*)(const uint16_t* x, const uint16_t* w, uint16_t* out, int64_t n, float eps);
@@ -41,6 +44,7 @@ using AddBf16Fn = void (*)(uint16_t* x, const uint16_t* y, int64_t n);
 SiluMulF32Fn SiluMulF32Kernel(Isa isa);
 SiluMulBf16Fn SiluMulBf16Kernel(Isa isa);
 LogSumExpFn LogSumExpKernel(Isa isa);
+ArgMaxFn ArgMaxKernel(Isa isa);
 RmsNormF32Fn RmsNormF32Kernel(Isa isa);
 RmsNormBf16Fn RmsNormBf16Kernel(Isa isa);
 RotaryF32Fn RotaryF32Kernel(Isa isa);
@@ -52,6 +56,7 @@ namespace internal {
 void SiluMulF32Avx512(const float*, const float*, float*, int64_t);
 void SiluMulBf16Avx512(const uint16_t*, const uint16_t*, uint16_t*, int64_t);
 float LogSumExpAvx512(const float*, int64_t);
+int64_t ArgMaxAvx512(const float*, int64_t);
 void RmsNormF32Avx512(const float*, const float*, float*, int64_t, float);
 void RmsNormBf16Avx512(const uint16_t*, const uint16_t*, uint16_t*, int64_t, float);
 void RotaryF32Avx512(float*, int64_t, int64_t, const float*, const float*);

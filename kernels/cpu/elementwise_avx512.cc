@@ -1,6 +1,6 @@
 // AVX-512 element-wise loops (cpu/elementwise.h; compiled with the AVX-512
 // flags, called only when cpu/isa.cc found them): SiLU x up and log-sum-exp
-// on the Exp16 of cpu/avx512_math.h, RMSNorm, rotary and the residual add.
+// on the Exp16 and Silu of cpu/avx512_math.h, RMSNorm, rotary and the residual add.
 #include <cmath>
 #include <limits>
 
@@ -8,19 +8,6 @@
 #include "kernels/cpu/elementwise.h"
 
 namespace shardlm::kernels::internal {
-namespace {
-
-// bf16 widened to f32 after rounding: what a value rounded to the dtype reads back as.
-inline __m512 RoundBf16(__m512 x) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(x)), 16));
-}
-
-inline __m512 Silu(__m512 g) {
-  const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
-  return _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
-}
-
-}  // namespace
 
 void SiluMulF32Avx512(const float* g, const float* u, float* o, int64_t n) {
   for (int64_t i = 0; i < n; i += 16) {
@@ -62,6 +49,37 @@ float LogSumExpAvx512(const float* x, int64_t n) {
   }
   const float sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
   return mx + std::log(sum);
+}
+
+int64_t ArgMaxAvx512(const float* x, int64_t n) {
+  // The maximum, 4 vectors a step, and whether any lane was NaN; then the
+  // first lane that holds the maximum.
+  __m512 m[4];
+  for (auto& v : m) v = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 nan = 0;
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 4; ++j) {
+      const __m512 v = _mm512_loadu_ps(x + i + 16 * j);
+      nan |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+      m[j] = _mm512_max_ps(m[j], v);
+    }
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 k = TailMask16(n - i);
+    const __m512 v = _mm512_maskz_loadu_ps(k, x + i);
+    nan |= _mm512_mask_cmp_ps_mask(k, v, v, _CMP_UNORD_Q);
+    m[0] = _mm512_mask_max_ps(m[0], k, m[0], v);
+  }
+  if (nan != 0) return -1;
+  const float mx = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(m[0], m[1]), _mm512_max_ps(m[2], m[3])));
+  const __m512 mv = _mm512_set1_ps(mx);
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 k = TailMask16(n - i);
+    const __mmask16 hit = _mm512_mask_cmp_ps_mask(k, _mm512_maskz_loadu_ps(k, x + i), mv, _CMP_EQ_OQ);
+    if (hit != 0) return i + __builtin_ctz(hit);
+  }
+  return -1;  // not reached: the maximum is one of the values
 }
 
 namespace {

@@ -17,6 +17,12 @@
 // stream. Each output sums its products in k order whatever m is, so a row's
 // result does not depend on the rows batched with it.
 //
+// Epilogues: a product can also finish the element-wise step that follows it
+// while its outputs are still in registers (docs/cpu_kernels.md, "Fused
+// epilogues"): kAddTo adds them into y (the residual add), kSwiGlu takes a
+// gate/up pair packed by PackGatedWeight and writes silu(gate) * up. Each
+// rounds as the unfused pair of calls does, so the results are the same bits.
+//
 // Torch-free, like gemv.h, so that the AVX-512 variant has its own flags.
 #pragma once
 
@@ -41,6 +47,20 @@ void PackWeight(const T* w, int64_t n, int64_t k, T* out);
 template <typename T>
 void UnpackRows(const T* packed, int64_t n, int64_t k, const int64_t* rows, int64_t count, T* out);
 
+// A SwiGLU's [gate; up] weight, w[2 * inter, k] (gate rows first, as the
+// model concatenates them): gate panel j and up panel j (the same 48
+// features) adjacent, so one thread computes both, panels 2j and 2j + 1.
+template <typename T>
+int64_t PackedGatedElements(int64_t inter, int64_t k);
+template <typename T>
+void PackGatedWeight(const T* w, int64_t inter, int64_t k, T* out);
+
+enum class PackedEpilogue {
+  kStore,   // y = x w^T (+ bias)
+  kAddTo,   // y += round(x w^T (+ bias)): the residual add
+  kSwiGlu,  // y = round(round(silu(round(gate))) * round(up)), y T[m, n]; no bias
+};
+
 template <typename T>
 struct PackedArgs {
   const T* x;  // T[m, ldx]
@@ -49,10 +69,14 @@ struct PackedArgs {
   const T* bias;  // T[n] or nullptr
   T* y;           // T[m, ldy]
   int64_t ldy;
-  int64_t m, n, k;
+  int64_t m;
+  int64_t n;  // outputs: the weight's rows, or with kSwiGlu the features (half the rows)
+  int64_t k;
+  PackedEpilogue epilogue = PackedEpilogue::kStore;
 };
 
-// Computes the outputs of panels [p_begin, p_end) for all m rows.
+// Computes the outputs of panels [p_begin, p_end) for all m rows. With
+// kSwiGlu both ends are even (whole gate/up pairs).
 using PackedF32Fn = void (*)(const PackedArgs<float>&, int64_t p_begin, int64_t p_end);
 using PackedBf16Fn = void (*)(const PackedArgs<uint16_t>&, int64_t p_begin, int64_t p_end);
 

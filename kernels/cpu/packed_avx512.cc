@@ -10,7 +10,10 @@
 // 8 rows the whole k range runs in registers and the weights stream once. More rows go
 // through in blocks of 128 steps (24 KB of panel, which stays in L1 for every
 // tile of 8 rows), the accumulators parked in a per-thread f32 buffer between
-// blocks; each output still sums in k order.
+// blocks; each output still sums in k order. A tile's outputs go out
+// through the product's epilogue (Finish): stored, added into y, or, for a
+// gate/up pair, the gate panel's parked in a per-thread buffer until the up
+// panel after it multiplies them.
 #include <vector>
 
 #include "kernels/cpu/avx512_math.h"
@@ -42,10 +45,13 @@ struct Tile {
   int64_t s0, s1;
   const float* park_in;  // accumulators to resume from ([M][48], Q = 1), or nullptr to start at 0
   float* park_out;       // where to park them, or nullptr when s1 is the last step
-  const T* bias;         // bias + n0, or nullptr
-  T* y;                  // y + i0 * ldy + n0
+  int64_t p0;            // the first panel's index
+  const T* bias;         // the whole bias, or nullptr
+  T* y;                  // y + i0 * ldy: the tile's first row
   int64_t ldy;
-  int64_t valid;  // outputs from n0 on that exist
+  int64_t n;  // outputs (PackedArgs::n)
+  PackedEpilogue epilogue;
+  float* gate;  // kSwiGlu: the tile's rows of the thread's [m][48] gate values, read by the next panel
 };
 
 inline __m512 Broadcast(const float* x, int64_t s, int64_t) { return _mm512_set1_ps(x[s]); }
@@ -73,6 +79,48 @@ inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_
 inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
 inline void MaskStore(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
 inline void MaskStore(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(v)); }
+// A value as T holds it: f32 as is, bf16 rounded.
+template <typename T>
+inline __m512 AsDtype(__m512 v) {
+  if constexpr (sizeof(T) == 2) return RoundBf16(v);
+  return v;
+}
+
+// Writes a finished tile's accumulators through its epilogue (packed.h):
+// each rounds where the unfused calls (the product, then SiluMul or
+// AddInPlace) round, so fused and unfused give the same bits.
+template <typename T, int M, int U>
+inline void Finish(const Tile<T>& t, __m512 (&acc)[M][U]) {
+  for (int u = 0; u < U; ++u) {
+    const int64_t p = t.p0 + u / kVectors;
+    const int v = u % kVectors;
+    if (t.epilogue == PackedEpilogue::kSwiGlu) {
+      // Panel 2j holds gate features [48j, 48j + 48), panel 2j + 1 their up.
+      const int64_t col = (p / 2) * kPanelRows + 16 * v;
+      if (col >= t.n) continue;
+      if (p % 2 == 0) {
+        for (int i = 0; i < M; ++i) _mm512_storeu_ps(t.gate + i * kPanelRows + 16 * v, AsDtype<T>(acc[i][u]));
+        continue;
+      }
+      const __mmask16 mask = TailMask16(t.n - col);
+      for (int i = 0; i < M; ++i) {
+        const __m512 act = AsDtype<T>(Silu(_mm512_loadu_ps(t.gate + i * kPanelRows + 16 * v)));
+        MaskStore(t.y + i * t.ldy + col, mask, _mm512_mul_ps(act, AsDtype<T>(acc[i][u])));
+      }
+      continue;
+    }
+    const int64_t col = p * kPanelRows + 16 * v;
+    if (col >= t.n) continue;
+    const __mmask16 mask = TailMask16(t.n - col);
+    const __m512 b = t.bias != nullptr ? MaskLoad(mask, t.bias + col) : _mm512_setzero_ps();
+    for (int i = 0; i < M; ++i) {
+      T* y = t.y + i * t.ldy + col;
+      __m512 r = _mm512_add_ps(acc[i][u], b);
+      if (t.epilogue == PackedEpilogue::kAddTo) r = _mm512_add_ps(MaskLoad(mask, y), AsDtype<T>(r));
+      MaskStore(y, mask, r);
+    }
+  }
+}
 
 // Keeps a loaded vector in a register (otherwise GCC folds the load into
 // each multiply that uses it, and the load ports bound the loop).
@@ -132,13 +180,7 @@ void RunTile(const Tile<T>& t) {
     }
     return;
   }
-  for (int u = 0; u < U; ++u) {
-    const int64_t left = t.valid - 16 * u;
-    if (left <= 0) break;
-    const __mmask16 mask = TailMask16(left);
-    const __m512 b = t.bias != nullptr ? MaskLoad(mask, t.bias + 16 * u) : _mm512_setzero_ps();
-    for (int i = 0; i < M; ++i) MaskStore(t.y + i * t.ldy + 16 * u, mask, _mm512_add_ps(acc[i][u], b));
-  }
+  Finish(t, acc);
 }
 
 template <typename T>
@@ -174,16 +216,21 @@ void Panels(const PackedArgs<T>& a, int64_t p_begin, int64_t p_end) {
   t.ldx = a.ldx;
   t.k = a.k;
   t.ldy = a.ldy;
+  t.n = a.n;
+  t.bias = a.bias;
+  t.epilogue = a.epilogue;
+  thread_local std::vector<float> gate;
+  if (a.epilogue == PackedEpilogue::kSwiGlu && static_cast<int64_t>(gate.size()) < a.m * kPanelRows)
+    gate.resize(a.m * kPanelRows);
   auto at_panel = [&](int64_t p) {
-    const int64_t n0 = p * kPanelRows;
     t.w = a.w + p * t.panel;
-    t.bias = a.bias != nullptr ? a.bias + n0 : nullptr;
-    t.valid = a.n - n0;
-    return n0;
+    t.p0 = p;
   };
   if (a.m <= kTileRows) {
     // The whole k range in registers, each panel streamed once.
     t.x = a.x;
+    t.y = a.y;
+    t.gate = gate.data();
     t.s0 = 0;
     t.s1 = steps;
     t.park_in = nullptr;
@@ -192,12 +239,12 @@ void Panels(const PackedArgs<T>& a, int64_t p_begin, int64_t p_end) {
     if (a.m <= 4) {
       const WideTile<T> wide = kWideTiles<T>[a.m - 1];
       for (; p + wide.panels <= p_end; p += wide.panels) {
-        t.y = a.y + at_panel(p);
+        at_panel(p);
         wide.fn(t);
       }
     }
     for (; p < p_end; ++p) {
-      t.y = a.y + at_panel(p);
+      at_panel(p);
       kTiles<T>[1][a.m - 1](t);
     }
     return;
@@ -207,14 +254,15 @@ void Panels(const PackedArgs<T>& a, int64_t p_begin, int64_t p_end) {
   thread_local std::vector<float> park;
   if (static_cast<int64_t>(park.size()) < a.m * kPanelRows) park.resize(a.m * kPanelRows);
   for (int64_t p = p_begin; p < p_end; ++p) {
-    const int64_t n0 = at_panel(p);
+    at_panel(p);
     for (int64_t s0 = 0; s0 < steps; s0 += kBlockSteps) {
       t.s0 = s0;
       t.s1 = s0 + kBlockSteps < steps ? s0 + kBlockSteps : steps;
       for (int64_t i0 = 0; i0 < a.m; i0 += kTileRows) {
         const int64_t rows = a.m - i0 < kTileRows ? a.m - i0 : kTileRows;
         t.x = a.x + i0 * a.ldx;
-        t.y = a.y + i0 * a.ldy + n0;
+        t.y = a.y + i0 * a.ldy;
+        t.gate = gate.data() + i0 * kPanelRows;
         t.park_in = s0 > 0 ? park.data() + i0 * kPanelRows : nullptr;
         t.park_out = t.s1 < steps ? park.data() + i0 * kPanelRows : nullptr;
         kTiles<T>[i0 == 0][rows - 1](t);

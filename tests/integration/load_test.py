@@ -19,8 +19,8 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer):
   batch_mode       `shardlm batch` on a JSONL file: lines in input order, bad lines reported with
                    their line number (exit 1), greedy lines equal `generate --json`, the static
                    policy and --server mode give the same lines
-  many_streams     1000 Generate streams opened at once (one runs, the rest queue; at least 800
-                   open together) cost the server fewer than 100 threads; cancelling them
+  many_streams     1000 Generate streams open at once (the first running, then 999 more opened
+                   together that queue; at least 800 open together) cost the server fewer than 100 threads; cancelling them
                    frees everything
 
 Usage:
@@ -254,7 +254,12 @@ def many_streams(ctx, chk):
         # 128 tokens each, one at a time: the queue drains far slower than the calls open.
         req = pb.GenerateRequest(prompt=pb.Prompt(token_ids=pb.TokenIds(ids=[11, 12, 13])), max_new_tokens=128,
                                  sampling=pb.SamplingParams(temperature=0), ignore_eos=True)
-        calls = [st.Generate(req, timeout=120) for _ in range(1000)]
+        # The first call is running before the others open: streams opened at
+        # once reach the queue in no promised order, and behind a few hundred
+        # others (128 steps each) the first one's deadline could pass.
+        first_call = st.Generate(req, timeout=120)
+        head = next(first_call)
+        calls = [first_call] + [st.Generate(req, timeout=120) for _ in range(999)]
         deadline = time.time() + 20
         s = st.GetStats(pb.GetStatsRequest(), timeout=10)
         while s.running + s.waiting < 800 and time.time() < deadline:
@@ -265,7 +270,7 @@ def many_streams(ctx, chk):
                   (s.running + s.waiting, s.running, s.waiting))
         chk.check(open_threads - idle_threads < 100, "the server's threads: %d idle, %d with the streams open" %
                   (idle_threads, open_threads))
-        first = [t for r in calls[0] for t in r.token_ids]
+        first = list(head.token_ids) + [t for r in first_call for t in r.token_ids]
         chk.check(len(first) == 128, "the first stream ends with its 128 tokens")
         for c in calls:
             c.cancel()

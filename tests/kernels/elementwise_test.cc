@@ -8,6 +8,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -72,6 +73,32 @@ TEST_F(ElementwiseTest, LogSumExpMatchesDouble) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> all_masked = {-inf, -inf, -inf};
   EXPECT_EQ(LogSumExpKernel(Isa::kAvx512)(all_masked.data(), 3), -inf);
+}
+
+// The greedy token: the first of equal maxima, as std::max_element; ties
+// placed across the 64-element main loop and the tail; -1 for any NaN.
+TEST_F(ElementwiseTest, ArgMaxIsTheFirstLargest) {
+  const float inf = std::numeric_limits<float>::infinity();
+  for (int64_t n : {1, 2, 15, 16, 17, 63, 64, 65, 100, 32000}) {
+    at::manual_seed(n);
+    at::Tensor t = at::randn({n});
+    std::vector<float> x(t.data_ptr<float>(), t.data_ptr<float>() + n);
+    auto want = [&] { return static_cast<int64_t>(std::max_element(x.begin(), x.end()) - x.begin()); };
+    EXPECT_EQ(ArgMaxKernel(Isa::kAvx512)(x.data(), n), want()) << "n=" << n;
+    // Equal maxima: the first wins.
+    for (int64_t a : {n - 1, n / 2, int64_t{0}}) {
+      x[a] = 100.0f;
+      EXPECT_EQ(ArgMaxKernel(Isa::kAvx512)(x.data(), n), a) << "n=" << n << " tie at " << a;
+    }
+    if (n > 2) {
+      x.assign(n, -inf);  // every logit masked but one
+      x[n - 2] = -inf / 2;
+      x[n - 1] = 3.0f;
+      EXPECT_EQ(ArgMaxKernel(Isa::kAvx512)(x.data(), n), n - 1);
+      x[n / 2] = std::numeric_limits<float>::quiet_NaN();
+      EXPECT_EQ(ArgMaxKernel(Isa::kAvx512)(x.data(), n), -1) << "n=" << n;
+    }
+  }
 }
 
 // fn() under the scalar loops (the ISA capped) and under the vector kernels.
@@ -140,6 +167,7 @@ TEST(ElementwiseKernels, NoneWithoutAvx512) {
   EXPECT_EQ(SiluMulF32Kernel(Isa::kAvx2), nullptr);
   EXPECT_EQ(SiluMulBf16Kernel(Isa::kScalar), nullptr);
   EXPECT_EQ(LogSumExpKernel(Isa::kAvx2), nullptr);
+  EXPECT_EQ(ArgMaxKernel(Isa::kScalar), nullptr);
   EXPECT_EQ(RmsNormBf16Kernel(Isa::kAvx2), nullptr);
   EXPECT_EQ(RotaryF32Kernel(Isa::kScalar), nullptr);
   EXPECT_EQ(AddBf16Kernel(Isa::kAvx2), nullptr);

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <tuple>
+#include <vector>
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/isa.h"
@@ -152,6 +153,71 @@ TEST_P(PackedTest, MatchesAtenLinear) {
 INSTANTIATE_TEST_SUITE_P(Variants, PackedTest,
                          ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx512),
                                             ::testing::Values(at::kFloat, at::kBFloat16)));
+
+// The fused epilogues (cpu/packed.h): a gate/up weight packed in pairs gives
+// the bits of the product followed by SiluMul, and the product added into y
+// the bits of the product followed by AddInPlace, for every tile shape,
+// panel tail (inter not a multiple of 48) and k, through the AVX-512 kernel
+// and the portable one.
+class FusedEpilogueTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FusedEpilogueTest, SameBitsAsTheUnfusedCalls) {
+  const auto [isa, dtype] = GetParam();
+  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  for (int64_t inter : {1, 47, 48, 97, 200}) {
+    for (int64_t k : {1, 37, 300}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 260}) {
+        at::manual_seed(m * 131 + inter * 17 + k);
+        at::Tensor x = at::randn({m, k}).to(dtype);
+        at::Tensor w = at::randn({2 * inter, k}).to(dtype);
+        at::Tensor bias = m % 2 == 1 ? at::randn({2 * inter}).to(dtype) : at::Tensor();
+        at::Tensor y0 = at::randn({m, 2 * inter}).to(dtype);
+        LinearWeight gated = LinearWeight::PrepareGated(w.clone());
+        LinearWeight plain = LinearWeight::Prepare(w.clone());
+        ASSERT_TRUE(gated.gated());
+        ASSERT_FALSE(plain.gated());
+        IsaGuard guard(isa);
+        at::Tensor fused = LinearSwiGlu(x, gated);
+        at::Tensor unfused = SiluMul(Linear(x, plain));
+        ASSERT_EQ(fused.sizes(), (std::vector<int64_t>{m, inter}));
+        EXPECT_TRUE(at::equal(fused, unfused)) << IsaName(isa) << " m=" << m << " inter=" << inter << " k=" << k;
+        at::Tensor added = y0.clone();
+        LinearAddTo(added, x, plain, bias);
+        at::Tensor want = y0.clone();
+        AddInPlace(want, Linear(x, plain, bias));
+        EXPECT_TRUE(at::equal(added, want)) << IsaName(isa) << " m=" << m << " n=" << 2 * inter << " k=" << k;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, FusedEpilogueTest,
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx512),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+
+// A packed gate/up weight goes only through LinearSwiGlu; without AVX-512 it
+// stays as loaded and LinearSwiGlu and LinearAddTo fall back to the unfused
+// calls.
+TEST(FusedEpilogueTest, GatedWeightsOnlyThroughLinearSwiGlu) {
+  at::manual_seed(3);
+  at::Tensor w = at::randn({2 * 50, 20});
+  at::Tensor x = at::randn({3, 20});
+  if (DetectedIsa() == Isa::kAvx512) {
+    LinearWeight gated = LinearWeight::PrepareGated(w.clone());
+    EXPECT_THROW(Linear(x, gated), c10::Error);
+    EXPECT_THROW(gated.Rows(at::tensor({0}, at::kLong)), c10::Error);
+  }
+  EXPECT_THROW(LinearWeight::PrepareGated(at::randn({3, 20})), c10::Error);
+  IsaGuard guard(Isa::kAvx2);
+  LinearWeight plain = LinearWeight::PrepareGated(w.clone());
+  EXPECT_FALSE(plain.packed());
+  EXPECT_FALSE(plain.gated());
+  EXPECT_TRUE(at::equal(LinearSwiGlu(x, plain), SiluMul(Linear(x, w))));
+  at::Tensor y = at::randn({3, 100}), want = y.clone();
+  LinearAddTo(y, x, plain);
+  AddInPlace(want, Linear(x, w));
+  EXPECT_TRUE(at::equal(y, want));
+}
 
 // A row's result does not depend on the rows batched with it (each output
 // sums in k order in every tile shape), so a sequence decodes the same alone

@@ -144,30 +144,29 @@ at::Tensor UnpackTensor(const at::Tensor& packed, int64_t n, int64_t k, const at
   return out;
 }
 
+// An environment switch that is on unless set to 0, read once.
+bool SwitchOn(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::string(v) != "0";
+}
+
 bool PackingWanted() {
-  static const bool wanted = [] {
-    const char* v = std::getenv("SHARDLM_PACK_WEIGHTS");
-    return v == nullptr || std::string(v) != "0";
-  }();
+  static const bool wanted = SwitchOn("SHARDLM_PACK_WEIGHTS");
   return wanted;
 }
 
-}  // namespace
+// SHARDLM_FUSED_EPILOGUES=0 keeps the SwiGLU and the residual adds as
+// separate passes (for comparisons; docs/cpu_kernels.md).
+bool FusionWanted() {
+  static const bool wanted = SwitchOn("SHARDLM_FUSED_EPILOGUES");
+  return wanted;
+}
 
-namespace {
 bool Packable(const at::Tensor& w) {
   return w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
          (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
 }
-// SHARDLM_FUSED_EPILOGUES=0 keeps the SwiGLU and the residual adds as
-// separate passes (for comparisons; docs/cpu_kernels.md).
-bool FusionWanted() {
-  static const bool wanted = [] {
-    const char* v = std::getenv("SHARDLM_FUSED_EPILOGUES");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return wanted;
-}
+
 }  // namespace
 
 LinearWeight LinearWeight::Prepare(at::Tensor w) {

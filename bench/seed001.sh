@@ -2,7 +2,7 @@
 # Seed 001's workload through `shardlm batch`: 32 requests, at most 8 running, every 8th asks for
 # 100 new tokens and the rest for 10 (ignore_eos), continuous against static, at tp 1
 # (in-process) and tp 2; 3 runs each, alternating. Prints: tp policy wall_s output_tok/s steps.
-#   [TPS="1 2"] [DEVICE=cpu|cuda] bench/seed001.sh [build/shardlm] [build/bench-model] [auto|f32|bf16]
+#   [TPS="1 2"] [DEVICE=cpu|cuda] [FLAGS="--warmup-tokens 0"] bench/seed001.sh [build/shardlm] [build/bench-model] [auto|f32|bf16]
 #   (shardlm_bench writes the model)
 set -euo pipefail
 bin=${1:-build/shardlm}
@@ -21,6 +21,8 @@ PY
 for tp in ${TPS:-1 2}; do
   extra=()
   [ "$tp" = 2 ] && extra=(--tp 2)
+  # shellcheck disable=SC2206  # FLAGS: extra flags for every run, split as words
+  extra+=(${FLAGS:-})
   for run in 1 2 3; do
     for policy in continuous static; do
       "$bin" batch --model "$model" "${extra[@]}" --input "$work/in.jsonl" --output "$work/out.jsonl" \

@@ -83,6 +83,10 @@ void AddDeviceFlag(FlagSet& f) {
         "on a GPU, steps of up to this many tokens (decodes) run on CUDA graphs captured at start-up, one "
         "per batch-size bucket; 0: every step eagerly",
         64, 0, 1024);
+  f.Int("warmup-tokens",
+        "each rank ends loading with a prompt step of this many tokens and a decode step, so the first "
+        "request does not pay for cold memory and thread start-up; 0: none",
+        256, 0, 1 << 16);
 }
 
 absl::Status CheckLocalGpus(const std::string& device, int tp) {
@@ -113,6 +117,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.dtype = f.GetString("dtype");
     go.device = f.GetString("device");
     go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
+    go.warmup_tokens = f.GetInt("warmup-tokens");
     SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp));
     go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
@@ -128,6 +133,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     o.dtype = f.GetString("dtype");
     o.device = f.GetString("device");
     o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
+    o.warmup_tokens = f.GetInt("warmup-tokens");
     o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
@@ -480,6 +486,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.shared_memory_collectives = f.GetString("collectives") == "auto";
   o.device = f.GetString("device");
   o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
+  o.warmup_tokens = f.GetInt("warmup-tokens");
   if (f.Has("rank")) {
     o.rank = static_cast<int>(f.GetInt("rank"));
   } else {

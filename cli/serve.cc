@@ -244,6 +244,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.dtype = f.GetString("dtype");
   go.device = f.GetString("device");
   go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
+  go.warmup_tokens = f.GetInt("warmup-tokens");
   if (spawn_local) {
     if (absl::Status st = CheckLocalGpus(go.device, tp); !st.ok()) return Fail(st);
   }

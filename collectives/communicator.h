@@ -62,4 +62,13 @@ class Communicator {
 // World size 1: every collective is the identity.
 std::unique_ptr<Communicator> MakeSingleRankCommunicator();
 
+// Rank `rank` of its group, talking to no one: each collective returns the
+// shape the group's would, made from this rank's data alone (an all-gather
+// repeats the shard world-size times, a reduce-scatter takes this rank's
+// slice of its own partial sums, an all-reduce and a broadcast leave the
+// tensor as it is). The values are not the group's. For a rank that
+// rehearses a step by itself: the warm-up at load (worker/rank_worker.h),
+// which must not wait for ranks that are still loading.
+std::unique_ptr<Communicator> MakeStandInCommunicator(RankInfo rank);
+
 }  // namespace shardlm

@@ -284,7 +284,9 @@ pid_t WorkerGroup::SpawnRank(int rank) {
                                    "--device",
                                    options_.device,
                                    "--cuda-graph-max-batch",
-                                   std::to_string(options_.cuda_graph_max_batch)};
+                                   std::to_string(options_.cuda_graph_max_batch),
+                                   "--warmup-tokens",
+                                   std::to_string(options_.warmup_tokens)};
   if (options_.internal_token.empty()) args.push_back("--insecure-internal");
   // The token travels in the environment: argv is visible to every user.
   std::vector<std::string> env_strings;

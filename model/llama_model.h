@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -67,6 +68,13 @@ class LlamaModel {
   // Bytes of this rank's weights (what a decode step streams from memory).
   int64_t weight_bytes() const { return weight_bytes_; }
 
+  // Replaces the communicator the forward pass uses, returning the one it
+  // used (RankWorker's warm-up runs on a stand-in: collectives/communicator.h).
+  Communicator* SwapCommunicator(Communicator* comm) {
+    std::swap(comm, comm_);
+    return comm;
+  }
+
  private:
   struct Layer {
     at::Tensor input_norm;          // dtype[hidden]
@@ -84,6 +92,7 @@ class LlamaModel {
       : cfg_(cfg), plan_(plan), dtype_(dtype), device_(device), comm_(comm) {}
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
+
 
   ModelConfig cfg_;
   ShardPlan plan_;

@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <c10/core/DeviceGuard.h>
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
@@ -56,7 +58,77 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   // Weights and the pool are in place: from here on a step's freed
   // activations stay in the heap for the next step (common/step_memory.h).
   RetainStepMemory();
+  SHARDLM_RETURN_IF_ERROR(w->Warmup());
   return w;
+}
+
+absl::Status RankWorker::Warmup() {
+  const int64_t want = options_.warmup_tokens, bs = pool_.shape().block_size;
+  const int64_t blocks = pool_.shape().num_blocks;
+  if (want <= 0 || blocks <= 0) return absl::OkStatus();
+  // Each sequence holds `len` prompt tokens and then decodes one more.
+  int64_t seqs = std::min<int64_t>(8, want);
+  int64_t len = want / seqs;
+  const auto blocks_each = [&] { return (len + 1 + bs - 1) / bs; };
+  while (seqs > 1 && seqs * blocks_each() > blocks) --seqs;
+  if (seqs * blocks_each() > blocks) len = blocks * bs - 1;
+  if (len <= 0) return absl::OkStatus();
+  const int64_t per_seq = blocks_each();
+  const int64_t vocab = model_->config().vocab_size;
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<int32_t> none;
+  StepInput prompt, decode;
+  for (int64_t s = 0; s < seqs; ++s) {
+    std::vector<int32_t> table(per_seq);
+    for (int64_t b = 0; b < per_seq; ++b) table[b] = static_cast<int32_t>(s * per_seq + b);
+    prompt.block_tables.push_back(table);
+    decode.block_tables.push_back(table);
+    for (int64_t i = 0; i < len; ++i) {
+      prompt.token_ids.push_back(static_cast<int32_t>((s * len + i) % vocab));
+      prompt.positions.push_back(static_cast<int32_t>(i));
+      prompt.seq_of_token.push_back(static_cast<int32_t>(s));
+    }
+    SampleRow row;
+    row.row = static_cast<int32_t>(prompt.token_ids.size() - 1);
+    row.seq = static_cast<int32_t>(s);
+    row.sample = true;
+    row.params = &greedy;
+    row.prompt = &none;
+    row.generated = &none;
+    prompt.rows.push_back(row);
+    decode.token_ids.push_back(static_cast<int32_t>(s % vocab));
+    decode.positions.push_back(static_cast<int32_t>(len));
+    decode.seq_of_token.push_back(static_cast<int32_t>(s));
+    row.row = static_cast<int32_t>(s);
+    decode.rows.push_back(row);
+  }
+  // Eager (a CUDA graph is captured on its bucket's first real step), and
+  // on a stand-in communicator: the other ranks may still be loading, and a
+  // restarted rank warms up while the others only regroup.
+  std::unique_ptr<StepGraphs> graphs = std::move(graphs_);
+  std::unique_ptr<Communicator> comm = std::move(comm_);
+  comm_ = MakeStandInCommunicator(comm->rank_info());
+  model_->SwapCommunicator(comm_.get());
+  const auto start = std::chrono::steady_clock::now();
+  absl::Status st = Run(prompt).status();
+  const auto middle = std::chrono::steady_clock::now();
+  if (st.ok()) st = Run(decode).status();
+  const auto end = std::chrono::steady_clock::now();
+  model_->SwapCommunicator(comm.get());
+  comm_ = std::move(comm);
+  graphs_ = std::move(graphs);
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("warm-up step at load: ", st.message()));
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("clearing the warm-up's KV blocks", [&] {
+    const at::Tensor used = at::arange(seqs * per_seq, at::TensorOptions().dtype(at::kLong).device(device()));
+    pool_.k().index_fill_(1, used, 0);
+    pool_.v().index_fill_(1, used, 0);
+    return absl::OkStatus();
+  }));
+  using Ms = std::chrono::duration<double, std::milli>;
+  LOG(INFO) << "warm-up: " << seqs * len << " prompt tokens in " << Ms(middle - start).count() << " ms, a decode step of "
+            << seqs << " in " << Ms(end - middle).count() << " ms";
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<RowResult>> RankWorker::SampleOnDevice(const at::Tensor& logits,

@@ -38,6 +38,13 @@ struct RankWorkerOptions {
   int64_t cuda_graph_max_batch = 0;
   // false: the graphs' padded buffers run eagerly, on any device (tests).
   bool cuda_graph_capture = true;
+  // Load ends with a warm-up: a prompt step of this many tokens (over up to
+  // 8 sequences, fewer where the pool is smaller) and a decode step of those
+  // sequences, through the whole step path but on a stand-in communicator
+  // (no peer is waited for); the blocks it wrote are zeroed after. The first request then does not pay for faulting in the
+  // activations' memory, starting the thread team, or the device's library
+  // handles (docs/cpu_kernels.md, "Warm-up at load"). 0: none.
+  int64_t warmup_tokens = 256;
 };
 
 class RankWorker final : public StepExecutor {
@@ -69,6 +76,7 @@ class RankWorker final : public StepExecutor {
   const LlamaModel& model() const { return *model_; }
   at::Device device() const { return model_->device(); }
   Communicator& communicator() { return *comm_; }
+  KvPool& pool() { return pool_; }  // for tests
 
  private:
   // A GPU step's ending: rank 0 samples where the logits are; the others wait
@@ -83,6 +91,9 @@ class RankWorker final : public StepExecutor {
   // Sets up graphs_ (captured bucket by bucket on first use) when the
   // options ask for them and this device can.
   absl::Status MakeGraphs();
+  // Load's warm-up (RankWorkerOptions::warmup_tokens): eager, on
+  // MakeStandInCommunicator.
+  absl::Status Warmup();
 
   std::unique_ptr<Communicator> comm_;
   std::vector<int32_t> last_sampled_;  // rank 0: the token each row of the last step sampled (-1: none)

@@ -422,6 +422,7 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       wo.block_size = assigned.block_size();
       wo.device = device->str();
       wo.cuda_graph_max_batch = options.cuda_graph_max_batch;
+      wo.warmup_tokens = options.warmup_tokens;
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
       service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
       if (!loaded.ok()) {

@@ -44,6 +44,7 @@ struct WorkerProcessOptions {
   bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
   std::string device = "auto";            // --device (model/device.h); "cuda": GPU rank mod count
   int64_t cuda_graph_max_batch = 64;      // --cuda-graph-max-batch (0: no CUDA graphs)
+  int64_t warmup_tokens = 256;            // --warmup-tokens (RankWorkerOptions; 0: none)
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its
   // channel to the coordinator (null: plaintext).

@@ -109,6 +109,19 @@ std::vector<RowResult> RunSteps(const std::string& dir, bool aten) {
   return all;
 }
 
+// The same tokens, and log-probabilities within `tol` (0: the same floats).
+void ExpectSameRows(const absl::StatusOr<std::vector<RowResult>>& got,
+                    const absl::StatusOr<std::vector<RowResult>>& want, double tol) {
+  ASSERT_THAT(want, IsOk());
+  ASSERT_THAT(got, IsOk());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < got->size(); ++i) {
+    EXPECT_EQ((*got)[i].token, (*want)[i].token);
+    EXPECT_NEAR((*got)[i].logprob, (*want)[i].logprob, tol);
+    EXPECT_NEAR((*got)[i].target_logprob, (*want)[i].target_logprob, tol);
+  }
+}
+
 struct Case {
   const char* name;
   Arch arch;
@@ -175,19 +188,52 @@ TEST(RankWorkerGraphsTest, EagerBucketsGiveTheSameRows) {
   EXPECT_EQ((*graphs)->num_blocks(), (*plain)->num_blocks());  // the scratch block is not the allocator's
   for (int round = 0; round < 2; ++round) {
     for (const StepInput* step : {&steps->prefill, &steps->decode}) {
-      auto want = (*plain)->Execute(*step);
-      auto got = (*graphs)->Execute(*step);
-      ASSERT_THAT(want, IsOk());
-      ASSERT_THAT(got, IsOk());
-      ASSERT_EQ(got->size(), want->size());
-      for (size_t i = 0; i < got->size(); ++i) {
-        EXPECT_EQ((*got)[i].token, (*want)[i].token);
-        EXPECT_NEAR((*got)[i].logprob, (*want)[i].logprob, 1e-4);
-        EXPECT_NEAR((*got)[i].target_logprob, (*want)[i].target_logprob, 1e-4);
-      }
+      ExpectSameRows((*graphs)->Execute(*step), (*plain)->Execute(*step), 1e-4);
     }
     EXPECT_THAT((*plain)->Regroup(), IsOk());
     EXPECT_THAT((*graphs)->Regroup(), IsOk());
+  }
+  kernels::ForceAtenOps(false);
+}
+
+// Load's warm-up (RankWorkerOptions::warmup_tokens) runs a prompt step and a
+// decode step and zeroes the blocks they wrote: the pool is all zeros after
+// it, on the CPU kernels and on the ATen path (a GPU's), with room for the
+// whole warm-up and with a pool of two blocks (one shorter sequence), and
+// the rows of real steps afterwards are those of a rank that did not warm up.
+TEST(RankWorkerWarmupTest, LeavesAZeroPoolAndTheSameRows) {
+  const std::string dir = WriteModel(Arch::kLlama, DType::kF32, "warmup");
+  for (bool aten : {false, true}) {
+    kernels::ForceAtenOps(aten);
+    RankWorkerOptions o;
+    o.model_dir = dir;
+    o.kv_cache_bytes = 8 << 20;
+    o.warmup_tokens = 0;
+    auto cold = RankWorker::Load(o, MakeSingleRankCommunicator());
+    ASSERT_THAT(cold, IsOk());
+    const KvPoolShape shape = (*cold)->pool().shape();
+    const int64_t block_bytes =
+        2 * shape.num_layers * shape.block_size * shape.num_kv_heads_per_rank * shape.head_dim * sizeof(float);
+    for (int64_t bytes : {o.kv_cache_bytes, 2 * block_bytes}) {
+      SCOPED_TRACE(::testing::Message() << "aten " << aten << ", pool bytes " << bytes);
+      o.kv_cache_bytes = bytes;
+      o.warmup_tokens = 256;
+      auto warm = RankWorker::Load(o, MakeSingleRankCommunicator());
+      ASSERT_THAT(warm, IsOk());
+      if (bytes == 2 * block_bytes) {
+        ASSERT_EQ((*warm)->num_blocks(), 2);
+      }
+      EXPECT_EQ((*warm)->pool().k().abs().sum().item<double>(), 0.0);
+      EXPECT_EQ((*warm)->pool().v().abs().sum().item<double>(), 0.0);
+      if (bytes != 2 * block_bytes) {
+        auto steps = MakeSteps();
+        for (const StepInput* step : {&steps->prefill, &steps->decode}) {
+          ExpectSameRows((*warm)->Execute(*step), (*cold)->Execute(*step), 0.0);
+        }
+        // The steps wrote the pool: a look that could not fail would not see it.
+        EXPECT_GT((*warm)->pool().k().abs().sum().item<double>(), 0.0);
+      }
+    }
   }
   kernels::ForceAtenOps(false);
 }

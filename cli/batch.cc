@@ -83,7 +83,10 @@ BatchResults::BatchResults(std::FILE* out, const std::vector<BatchLine>* lines) 
 
 void BatchResults::Start() { progress_ = std::make_unique<Progress>("batch", lines_->size()); }
 
-double BatchResults::wall_s() const { return progress_ ? progress_->elapsed_s() : 0.0; }
+double BatchResults::wall_s() const {
+  if (final_wall_s_ >= 0) return final_wall_s_;
+  return progress_ ? progress_->elapsed_s() : 0.0;
+}
 
 void BatchResults::Ok(size_t slot, const std::vector<int32_t>& token_ids, const std::string& text,
                       const std::string& finish_reason, int64_t prompt_tokens) {
@@ -101,6 +104,7 @@ void BatchResults::Error(size_t slot, const absl::Status& status) {
 
 void BatchResults::Put(size_t slot, std::string line) {
   ++done_;
+  if (done_ == static_cast<int64_t>(lines_->size())) final_wall_s_ = wall_s();
   ready_.emplace(slot, std::move(line));
   for (auto it = ready_.begin(); it != ready_.end() && it->first == next_; it = ready_.erase(it), ++next_) {
     std::fputs(it->second.c_str(), out_);

@@ -60,6 +60,9 @@ class BatchResults {
   int64_t failed() const { return failed_; }
   int64_t prompt_tokens() const { return prompt_tokens_; }
   int64_t output_tokens() const { return output_tokens_; }
+  // From Start to the last line's outcome (the rates' denominator): shutting
+  // the engine down afterwards (worker processes, freeing the weights) is
+  // not the file's run time. Until then, the time so far.
   double wall_s() const;
 
  private:
@@ -72,6 +75,7 @@ class BatchResults {
   size_t next_ = 0;                      // the next slot to write
   int64_t done_ = 0, failed_ = 0, prompt_tokens_ = 0, output_tokens_ = 0;
   std::unique_ptr<Progress> progress_;
+  double final_wall_s_ = -1;  // set when the last line is done
 };
 
 // The message of a failed line after "line N: ": an INVALID_ARGUMENT's own

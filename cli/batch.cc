@@ -57,9 +57,8 @@ absl::Status CheckMode(const FlagSet& f) {
     return absl::InvalidArgumentError("give exactly one of --model or --server");
   const bool remote = f.Has("server");
   static const std::vector<const char*> kLocal = {
-      "tp",           "dtype",  "device",           "kv-cache-mb",         "max-batch-tokens",
-      "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch",
-      "warmup-tokens"};
+      "tp",           "dtype",  "device",           "kv-cache-mb",          "max-batch-tokens",
+      "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {

@@ -93,7 +93,6 @@ class LlamaModel {
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
 
-
   ModelConfig cfg_;
   ShardPlan plan_;
   at::ScalarType dtype_;

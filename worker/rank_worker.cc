@@ -72,6 +72,9 @@ absl::Status RankWorker::Warmup() {
   const auto blocks_each = [&] { return (len + 1 + bs - 1) / bs; };
   while (seqs > 1 && seqs * blocks_each() > blocks) --seqs;
   if (seqs * blocks_each() > blocks) len = blocks * bs - 1;
+  // The decode step's position, len, stays inside the model's context.
+  const int64_t max_pos = model_->config().max_position_embeddings;
+  if (max_pos > 0) len = std::min(len, max_pos - 1);
   if (len <= 0) return absl::OkStatus();
   const int64_t per_seq = blocks_each();
   const int64_t vocab = model_->config().vocab_size;
@@ -126,8 +129,8 @@ absl::Status RankWorker::Warmup() {
     return absl::OkStatus();
   }));
   using Ms = std::chrono::duration<double, std::milli>;
-  LOG(INFO) << "warm-up: " << seqs * len << " prompt tokens in " << Ms(middle - start).count() << " ms, a decode step of "
-            << seqs << " in " << Ms(end - middle).count() << " ms";
+  LOG(INFO) << "warm-up: " << seqs * len << " prompt tokens in " << Ms(middle - start).count()
+            << " ms, a decode step of " << seqs << " in " << Ms(end - middle).count() << " ms";
   return absl::OkStatus();
 }
 

@@ -41,9 +41,10 @@ struct RankWorkerOptions {
   // Load ends with a warm-up: a prompt step of this many tokens (over up to
   // 8 sequences, fewer where the pool is smaller) and a decode step of those
   // sequences, through the whole step path but on a stand-in communicator
-  // (no peer is waited for); the blocks it wrote are zeroed after. The first request then does not pay for faulting in the
-  // activations' memory, starting the thread team, or the device's library
-  // handles (docs/cpu_kernels.md, "Warm-up at load"). 0: none.
+  // (no peer is waited for); the blocks it wrote are zeroed after. The first
+  // request then does not pay for faulting in the activations' memory,
+  // starting the thread team, or the device's library handles
+  // (docs/cpu_kernels.md, "Warm-up at load"). 0: none.
   int64_t warmup_tokens = 256;
 };
 

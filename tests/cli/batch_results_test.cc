@@ -1,8 +1,6 @@
 // BatchResults: lines written in input order whatever order they finish in,
 // and the run's wall time ending with the last line's outcome (not with the
 // engine's shutdown after it).
-#include "cli/batch.h"
-
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,6 +8,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "cli/batch.h"
 
 namespace shardlm {
 namespace {

@@ -212,8 +212,8 @@ TEST(RankWorkerWarmupTest, LeavesAZeroPoolAndTheSameRows) {
     auto cold = RankWorker::Load(o, MakeSingleRankCommunicator());
     ASSERT_THAT(cold, IsOk());
     const KvPoolShape shape = (*cold)->pool().shape();
-    const int64_t block_bytes =
-        2 * shape.num_layers * shape.block_size * shape.num_kv_heads_per_rank * shape.head_dim * sizeof(float);
+    const int64_t block_bytes = 2 * shape.num_layers * shape.block_size * shape.num_kv_heads_per_rank *
+                                shape.head_dim * sizeof(float);
     for (int64_t bytes : {o.kv_cache_bytes, 2 * block_bytes}) {
       SCOPED_TRACE(::testing::Message() << "aten " << aten << ", pool bytes " << bytes);
       o.kv_cache_bytes = bytes;

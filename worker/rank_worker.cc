@@ -123,9 +123,9 @@ absl::Status RankWorker::Warmup() {
   graphs_ = std::move(graphs);
   if (!st.ok()) return absl::Status(st.code(), absl::StrCat("warm-up step at load: ", st.message()));
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("clearing the warm-up's KV blocks", [&] {
-    const at::Tensor used = at::arange(seqs * per_seq, at::TensorOptions().dtype(at::kLong).device(device()));
-    pool_.k().index_fill_(1, used, 0);
-    pool_.v().index_fill_(1, used, 0);
+    // It used blocks [0, seqs * per_seq).
+    pool_.k().narrow(1, 0, seqs * per_seq).zero_();
+    pool_.v().narrow(1, 0, seqs * per_seq).zero_();
     return absl::OkStatus();
   }));
   using Ms = std::chrono::duration<double, std::milli>;

@@ -211,9 +211,9 @@ TEST(RankWorkerWarmupTest, LeavesAZeroPoolAndTheSameRows) {
     o.warmup_tokens = 0;
     auto cold = RankWorker::Load(o, MakeSingleRankCommunicator());
     ASSERT_THAT(cold, IsOk());
-    const KvPoolShape shape = (*cold)->pool().shape();
-    const int64_t block_bytes = 2 * shape.num_layers * shape.block_size * shape.num_kv_heads_per_rank *
-                                shape.head_dim * sizeof(float);
+    // K and V of one block, every layer (no scratch block without graphs).
+    const int64_t block_bytes =
+        2 * static_cast<int64_t>((*cold)->pool().k().nbytes()) / (*cold)->num_blocks();
     for (int64_t bytes : {o.kv_cache_bytes, 2 * block_bytes}) {
       SCOPED_TRACE(::testing::Message() << "aten " << aten << ", pool bytes " << bytes);
       o.kv_cache_bytes = bytes;

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
+#include "common/logging.h"
 #include "worker/step_codec.h"
 #include "worker/worker_server.h"
 
@@ -31,6 +32,7 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
   // joining this epoch), so retry until the deadline.
   const auto deadline = Clock::now() + options.handshake_timeout;
   for (size_t r = 0; r < exec->stubs_.size(); ++r) {
+    auto next_report = Clock::now() + std::chrono::seconds(5);
     while (true) {
       grpc::ClientContext ctx;
       AttachInternalToken(ctx, options.internal_token);
@@ -40,6 +42,13 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
       req.set_model_fingerprint(fingerprint);
       wpb::HandshakeResponse resp;
       grpc::Status st = exec->stubs_[r]->Handshake(&ctx, req, &resp);
+      if (st.ok() && resp.epoch() > epoch) {
+        // The rank has moved on to a later formation: this one is gone, and
+        // waiting cannot bring it back.
+        return absl::AbortedError(absl::StrCat("handshake with rank ", r, " at ", addresses[r], ": epoch ",
+                                               epoch, " is over, the rank already serves epoch ",
+                                               resp.epoch()));
+      }
       if (st.ok() && resp.epoch() != epoch) {
         st = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat("serving epoch ", resp.epoch(), ", not ", epoch));
@@ -57,6 +66,12 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
       if (!retry || Clock::now() > deadline) {
         return absl::Status(FromGrpcStatus(st).code(), absl::StrCat("handshake with rank ", r, " at ",
                                                                     addresses[r], ": ", st.error_message()));
+      }
+      if (Clock::now() > next_report) {
+        // A rank that is slow to answer is worth a line while the group waits on it.
+        LOG(WARNING) << "handshake with rank " << r << " at " << addresses[r] << " (epoch " << epoch
+                     << "): still trying: " << st.error_message();
+        next_report = Clock::now() + std::chrono::seconds(5);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -178,6 +178,13 @@ uint64_t RendezvousService::BeginEpoch() {
   return BeginEpochLocked();
 }
 
+bool RendezvousService::BeginEpochIfCurrent(uint64_t epoch) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (epoch_ != epoch) return false;
+  BeginEpochLocked();
+  return true;
+}
+
 uint64_t RendezvousService::BeginEpochLocked() {
   ++epoch_;
   formed_ = false;

@@ -58,6 +58,9 @@ class RendezvousService final : public ::shardlm::worker::v1::Rendezvous::Servic
   // Dissolves the current group (or the one forming) and starts epoch + 1.
   // Returns the new epoch.
   uint64_t BeginEpoch();
+  // Dissolves the group only while `epoch` is still the current one (a
+  // formation that failed to connect); false when the epoch has moved on.
+  bool BeginEpochIfCurrent(uint64_t epoch);
   // Called when a worker claims a rank that a formed group's member holds:
   // true when that member is still alive (the claim is then refused); false
   // dissolves the group so the newcomer can join.

@@ -110,9 +110,10 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   return g;
 }
 
-absl::Status WorkerGroup::Connect(std::chrono::milliseconds timeout) {
+absl::Status WorkerGroup::Connect(std::chrono::milliseconds timeout, uint64_t* tried) {
   auto formed = rendezvous_->WaitForGroup(timeout);
   if (!formed.ok()) return formed.status();
+  if (tried != nullptr) *tried = formed->epoch;
   auto exec = RemoteExecutor::Connect(formed->addresses, formed->epoch, fingerprint_, exec_options_);
   if (!exec.ok()) return exec.status();
   std::lock_guard<std::mutex> lock(mu_);
@@ -227,9 +228,13 @@ void WorkerGroup::MarkBroken(uint64_t epoch, absl::Status why) {
     state_.failure = why;
     serving_ = false;
     exec_.reset();
+    LOG(ERROR) << why.message();
+    // Dissolved before mu_ is released: the supervisor reconnects as soon as
+    // it sees no executor, and must find the rendezvous forming a new epoch,
+    // not still holding the formation that just failed (it would handshake
+    // that one, which its ranks have already left).
+    rendezvous_->BeginEpoch();
   }
-  LOG(ERROR) << why.message();
-  rendezvous_->BeginEpoch();
   cv_.notify_all();
 }
 
@@ -259,10 +264,13 @@ void WorkerGroup::Supervise() {
       continue;
     }
     // Not serving: wait for every rank to register again, then handshake.
-    absl::Status st = Connect(std::chrono::milliseconds(1000));
-    if (!st.ok() && st.code() != absl::StatusCode::kDeadlineExceeded && !stopping_.load()) {
-      LOG(WARNING) << "re-forming the tensor-parallel group: " << st.message();
-      rendezvous_->BeginEpoch();
+    uint64_t tried = 0;
+    absl::Status st = Connect(std::chrono::milliseconds(1000), &tried);
+    if (!st.ok() && tried != 0 && !stopping_.load()) {
+      // The formation could not be handshaken: its ranks register again in a
+      // new epoch (unless one has already begun).
+      LOG(WARNING) << "re-forming the tensor-parallel group (epoch " << tried << "): " << st.message();
+      rendezvous_->BeginEpochIfCurrent(tried);
     }
   }
 }

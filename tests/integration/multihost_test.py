@@ -193,6 +193,10 @@ def run(binary, workdir):
         net.link("w1", "up")
         reformed = coord.wait_for(r"group formed again \(epoch 2", 90)
         chk.check(reformed, "with the link back the group is formed again in epoch 2")
+        if not reformed:
+            # What each process said while the group stayed down (ctest keeps only this output).
+            for name, p in (("coordinator", coord), ("worker 0", workers[0]), ("worker 1", workers[1])):
+                print("--- %s log, last lines:\n%s" % (name, "\n".join(p.text().splitlines()[-12:])))
         chk.check(all(p.proc.poll() is None for p in procs), "no process exited or was restarted")
         rc, tokens, err = generate(client)
         chk.check(tokens == expected, "the same greedy output after recovery: %s %s" % (tokens, err[-300:]))

@@ -42,14 +42,15 @@ absl::StatusOr<std::unique_ptr<RemoteExecutor>> RemoteExecutor::Connect(
       req.set_model_fingerprint(fingerprint);
       wpb::HandshakeResponse resp;
       grpc::Status st = exec->stubs_[r]->Handshake(&ctx, req, &resp);
-      if (st.ok() && resp.epoch() > epoch) {
-        // The rank has moved on to a later formation: this one is gone, and
-        // waiting cannot bring it back.
-        return absl::AbortedError(absl::StrCat("handshake with rank ", r, " at ", addresses[r], ": epoch ",
-                                               epoch, " is over, the rank already serves epoch ",
-                                               resp.epoch()));
-      }
       if (st.ok() && resp.epoch() != epoch) {
+        if (resp.epoch() > epoch) {
+          // The rank has moved on to a later formation: this one is gone, and
+          // waiting cannot bring it back.
+          return absl::AbortedError(absl::StrCat("handshake with rank ", r, " at ", addresses[r], ": epoch ",
+                                                 epoch, " is over, the rank already serves epoch ",
+                                                 resp.epoch()));
+        }
+        // An earlier epoch (0: not serving): still joining this one.
         st = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat("serving epoch ", resp.epoch(), ", not ", epoch));
       }

@@ -5,8 +5,12 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/parallel.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -92,7 +96,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const T* xp = Data<T>(x);
     const T* wp = Data<T>(weight);
     T* op = Data<T>(out);
-    at::parallel_for(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) fn(xp + r * ld, wp, op + r * dim, dim, feps);
     });
   });
@@ -102,7 +106,7 @@ at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
     const T* xp = x.data_ptr<T>();
     const T* wp = weight.data_ptr<T>();
     T* op = out.data_ptr<T>();
-    at::parallel_for(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) NormRow(xp + r * ld, wp, op + r * dim, dim, static_cast<float>(eps));
     });
   });
@@ -125,7 +129,7 @@ void RmsNormHeadsInPlace(at::Tensor& x, int64_t first_head, int64_t heads, int64
     using T = decltype(tag);
     T* xp = Data<T>(x);
     const T* wp = Data<T>(weight);
-    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         for (int64_t h = first_head; h < first_head + heads; ++h) {
           T* row = xp + r * ld + h * head_dim;
@@ -139,7 +143,7 @@ void RmsNormHeadsInPlace(at::Tensor& x, int64_t first_head, int64_t heads, int64
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
     const T* wp = weight.data_ptr<T>();
-    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         for (int64_t h = first_head; h < first_head + heads; ++h) {
           T* row = xp + r * ld + h * head_dim;
@@ -171,7 +175,7 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
   const bool vector = WithVectorKernel(x, RotaryF32Kernel, RotaryBf16Kernel, [&](auto fn, auto tag) {
     using T = decltype(tag);
     T* xp = Data<T>(x);
-    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) fn(xp + r * ld, heads, half, cp + r * half, sp + r * half);
     });
   });
@@ -179,7 +183,7 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
-    at::parallel_for(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(heads * head_dim), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const float* c = cp + r * half;
         const float* s = sp + r * half;
@@ -209,14 +213,14 @@ void AddInPlace(at::Tensor& x, const at::Tensor& y) {
     using T = decltype(tag);
     T* xp = Data<T>(x);
     const T* yp = Data<T>(y);
-    at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) { fn(xp + b, yp + b, e - b); });
+    ParallelFor(0, n, 1 << 16, [&](int64_t b, int64_t e) { fn(xp + b, yp + b, e - b); });
   });
   if (vector) return;
   DispatchDtype(x.scalar_type(), [&](auto tag) {
     using T = decltype(tag);
     T* xp = x.data_ptr<T>();
     const T* yp = y.data_ptr<T>();
-    at::parallel_for(0, n, 1 << 16, [&](int64_t b, int64_t e) {
+    ParallelFor(0, n, 1 << 16, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i)
         xp[i] = static_cast<T>(static_cast<float>(xp[i]) + static_cast<float>(yp[i]));
     });
@@ -229,7 +233,7 @@ namespace {
 // gate_up row r is [gate | up], each `inter` long.
 template <typename T, typename Fn>
 void SiluMulRows(Fn fn, const T* gate_up, T* out, int64_t rows, int64_t inter) {
-  at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+  ParallelFor(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r)
       fn(gate_up + r * 2 * inter, gate_up + r * 2 * inter + inter, out + r * inter, inter);
   });
@@ -260,7 +264,7 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
     using T = decltype(tag);
     const T* gp = gate_up.data_ptr<T>();
     T* op = out.data_ptr<T>();
-    at::parallel_for(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
+    ParallelFor(0, rows, Grain(inter), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const T* g = gp + r * 2 * inter;
         const T* u = g + inter;
@@ -275,6 +279,30 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
     });
   });
   return out;
+}
+
+at::Tensor ToFloat32(const at::Tensor& x) {
+  if (x.scalar_type() == at::kFloat) return x;
+  if (UseAtenOps(x) || x.scalar_type() != at::kBFloat16 || !x.is_contiguous()) return x.to(at::kFloat);
+  at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
+  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
+  float* op = out.data_ptr<float>();
+  // bf16 is the top half of an f32: widening is a shift, exact.
+  ParallelFor(0, x.numel(), 1 << 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const uint32_t bits = static_cast<uint32_t>(xp[i]) << 16;
+      std::memcpy(op + i, &bits, sizeof(bits));
+    }
+  });
+  return out;
+}
+
+bool StepPoolEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("SHARDLM_STEP_POOL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
 }
 
 }  // namespace shardlm::kernels

@@ -50,4 +50,9 @@ void AddInPlace(at::Tensor& x, const at::Tensor& y);
 // gate_up: dtype[rows, 2 * inter] -> silu(gate) * up: dtype[rows, inter]
 at::Tensor SiluMul(const at::Tensor& gate_up);
 
+// x as f32 (the logits for sampling). On the CPU a bf16 x is widened on the
+// step's thread pool (kernels/parallel.h): ATen's cast starts an OpenMP
+// region, whose threads then spin beside the pool's.
+at::Tensor ToFloat32(const at::Tensor& x);
+
 }  // namespace shardlm::kernels

@@ -11,6 +11,7 @@
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed.h"
 #include "kernels/fused.h"
+#include "kernels/parallel.h"
 #include "kernels/step_profile.h"
 
 namespace shardlm::kernels {
@@ -41,7 +42,7 @@ void InPasses(const Args& a, int64_t m, int64_t units, int64_t grain, Fn fn) {
     pass.x = a.x + i0 * a.ldx;
     pass.y = a.y + i0 * a.ldy;
     pass.m = std::min(kRowsPerPass, m - i0);
-    at::parallel_for(0, units, grain, [&](int64_t b, int64_t e) { fn(pass, b, e); });
+    ParallelFor(0, units, grain, [&](int64_t b, int64_t e) { fn(pass, b, e); });
   }
 }
 

@@ -320,7 +320,7 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
     SHARDLM_ASSIGN_OR_RETURN(
         at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(sel, 1); }));
     h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });
-    at::Tensor local = kernels::Linear(h, lm_head_).to(at::kFloat);  // f32[rows, vocab.tp]
+    at::Tensor local = kernels::ToFloat32(kernels::Linear(h, lm_head_));  // f32[rows, vocab.tp]
     SHARDLM_ASSIGN_OR_RETURN(
         logits, Timed(kernels::StepPart::kCollectives, [&] { return comm_->Gather(local, 1, /*root=*/0); }));
     return absl::OkStatus();

@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -11,6 +12,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/fused.h"
+#include "kernels/parallel.h"
 #include "model/cuda_attention.h"
 
 namespace shardlm {
@@ -211,12 +213,13 @@ void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std:
   int64_t keys = 0;
   for (const auto& r : slots) keys += static_cast<int64_t>(r.size());
   const bool worth_it = keys * heads * d * 2 >= (int64_t{1} << 18);
-  const int threads = items > 1 && worth_it && !at::in_parallel_region() ? at::get_num_threads() : 1;
-#pragma omp parallel num_threads(threads)
-  {
+  const int threads =
+      items > 1 && worth_it ? static_cast<int>(std::min<int64_t>(items, kernels::LoopThreads())) : 1;
+  std::atomic<int64_t> next{0};
+  kernels::RunLoopParts(threads, [&](int) {
     std::vector<float> scratch;
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t item = 0; item < items; ++item) {
+    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
+         item = next.fetch_add(1, std::memory_order_relaxed)) {
       const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
       kernels::DecodeAttentionArgs<T> a;
       a.q = qp + t * o.q_row + kvh * group * d;
@@ -239,7 +242,7 @@ void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std:
         PortableRow(a);
       }
     }
-  }
+  });
 }
 
 // AttentionRows on tensors: q dtype[tokens, heads, d] with heads contiguous

@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/step_memory.h"
+#include "kernels/parallel.h"
 #include "kernels/step_profile.h"
 #include "model/device.h"
 #include "model/device_sampling.h"
@@ -285,7 +286,7 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
   // Rows are independent: sample them in parallel.
-  at::parallel_for(0, static_cast<int64_t>(step.rows.size()), 1, [&](int64_t b, int64_t e) {
+  kernels::ParallelFor(0, static_cast<int64_t>(step.rows.size()), 1, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) results[i] = ProcessRow(data + i * vocab, vocab, step.rows[i]);
   });
   return results;

@@ -157,15 +157,26 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       }
       vmax[g] = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
     }
+    // The first rows' keys and values, which the loop's prefetch (kPrefetchRows
+    // ahead) never asks for: in a step they are cold, every layer's weights
+    // having streamed through the caches since this layer's last step.
+    const int64_t row_bytes = d * static_cast<int64_t>(sizeof(T));
+    for (int64_t j = 0; j < std::min(n, kPrefetchRows); ++j) {
+      PrefetchBytes(a.k + a.slots[j] * a.kv_slot_stride, row_bytes);
+      PrefetchBytes(a.v + a.slots[j] * a.kv_slot_stride, row_bytes);
+    }
     // 1: scores, 8 keys at a time for every head of the pass, so each key
-    // row is loaded from memory once.
+    // row is loaded from memory once. The value rows are asked for here too,
+    // so that they are in cache by pass 3.
     for (int64_t j0 = 0; j0 < n; j0 += 8) {
       const int64_t keys = std::min<int64_t>(8, n - j0);
       const T* rows[8];
       for (int64_t jj = 0; jj < 8; ++jj)
         rows[jj] = a.k + a.slots[j0 + std::min(jj, keys - 1)] * a.kv_slot_stride;
-      for (int64_t j = j0 + kPrefetchRows; j < std::min(n, j0 + 8 + kPrefetchRows); ++j)
-        PrefetchBytes(a.k + a.slots[j] * a.kv_slot_stride, d * static_cast<int64_t>(sizeof(T)));
+      for (int64_t j = j0 + kPrefetchRows; j < std::min(n, j0 + 8 + kPrefetchRows); ++j) {
+        PrefetchBytes(a.k + a.slots[j] * a.kv_slot_stride, row_bytes);
+        PrefetchBytes(a.v + a.slots[j] * a.kv_slot_stride, row_bytes);
+      }
       const __mmask8 valid = static_cast<__mmask8>((1u << keys) - 1);
       for (int64_t g = 0; g < heads; ++g) {
         __m256 sums;

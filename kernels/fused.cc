@@ -5,9 +5,6 @@
 
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/parallel.h"
@@ -285,24 +282,12 @@ at::Tensor ToFloat32(const at::Tensor& x) {
   if (x.scalar_type() == at::kFloat) return x;
   if (UseAtenOps(x) || x.scalar_type() != at::kBFloat16 || !x.is_contiguous()) return x.to(at::kFloat);
   at::Tensor out = at::empty(x.sizes(), x.options().dtype(at::kFloat));
-  const uint16_t* xp = reinterpret_cast<const uint16_t*>(x.data_ptr());
+  const uint16_t* xp = Data<uint16_t>(x);
   float* op = out.data_ptr<float>();
-  // bf16 is the top half of an f32: widening is a shift, exact.
   ParallelFor(0, x.numel(), 1 << 16, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) {
-      const uint32_t bits = static_cast<uint32_t>(xp[i]) << 16;
-      std::memcpy(op + i, &bits, sizeof(bits));
-    }
+    for (int64_t i = b; i < e; ++i) op[i] = Bf16ToFloat(xp[i]);
   });
   return out;
-}
-
-bool StepPoolEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDLM_STEP_POOL");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return on;
 }
 
 }  // namespace shardlm::kernels

@@ -15,10 +15,6 @@
 
 namespace shardlm::kernels {
 
-// Whether the step's loops use the pool (SHARDLM_STEP_POOL=0: ATen's OpenMP
-// regions instead, for comparisons).
-bool StepPoolEnabled();
-
 // Threads a loop here may use: ATen's setting, 1 inside a parallel part.
 inline int LoopThreads() {
   return at::in_parallel_region() || InPoolPart() ? 1 : std::max(1, at::get_num_threads());

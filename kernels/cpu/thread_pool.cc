@@ -8,8 +8,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
-#include <memory>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -40,14 +40,6 @@ bool SpinUntil(const Pred& pred, int64_t nanos) {
 class Pool {
  public:
   Pool() : spin_nanos_(SpinNanos()) {}
-  ~Pool() {
-    {
-      std::lock_guard<std::mutex> lock(sleep_mu_);
-      stop_.store(true);
-    }
-    sleep_cv_.notify_all();
-    for (std::thread& t : workers_) t.join();
-  }
 
   void Run(int parts, void (*fn)(void*, int), void* ctx) {
     std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
@@ -85,14 +77,13 @@ class Pool {
   void Work(int w) {
     uint64_t seen = 0;
     for (;;) {
-      auto fresh = [&] { return word_.load(std::memory_order_acquire) != seen || stop_.load(); };
+      auto fresh = [&] { return word_.load(std::memory_order_acquire) != seen; };
       if (!SpinUntil(fresh, spin_nanos_)) {
         std::unique_lock<std::mutex> lock(sleep_mu_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
         sleep_cv_.wait(lock, fresh);
         sleepers_.fetch_sub(1, std::memory_order_relaxed);
       }
-      if (stop_.load()) return;
       seen = word_.load(std::memory_order_acquire);
       // Only the workers a run counts in pending_ read fn_ and ctx_, and the
       // next run cannot begin before they are done with them.
@@ -119,12 +110,11 @@ class Pool {
   std::mutex sleep_mu_;
   std::condition_variable sleep_cv_;
   std::atomic<int> sleepers_{0};
-  std::atomic<bool> stop_{false};
 };
 
-// Never destroyed: workers may still be parked when static destructors run.
-// A child of fork() has none of the parent's workers (and perhaps a run's
-// lock held by a thread that is not there): it starts a pool of its own.
+// Never destroyed (its workers live as long as the process, parked when
+// idle), so no run can meet a pool being torn down. A child of fork() has none of the parent's workers (and
+// perhaps a run's lock held by a thread that is not there): it starts a pool of its own.
 std::atomic<Pool*> g_pool{nullptr};
 
 void NewPoolInChild() { g_pool.store(nullptr); }
@@ -158,5 +148,13 @@ void RunParts(int parts, void (*fn)(void*, int), void* ctx) {
 }
 
 bool InPoolPart() { return t_in_part; }
+
+bool StepPoolEnabled() {
+  static const bool on = [] {
+    const char* env = std::getenv("SHARDLM_STEP_POOL");
+    return env == nullptr || std::string(env) != "0";
+  }();
+  return on;
+}
 
 }  // namespace shardlm::kernels

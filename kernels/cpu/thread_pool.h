@@ -1,14 +1,14 @@
 // The threads that run a step's parallel loops on the CPU (docs/cpu_kernels.md,
-// "Step thread pool").
+// "The step thread pool").
 //
 // A decode step has about 60 parallel loops (four products and the attention
 // per layer, the LM head, sampling), each tens of microseconds long. Starting
 // an OpenMP region (at::parallel_for) costs 3.7-4 us on this project's
-// development VM, with the team already spinning; so did an empty one. Here a
-// run costs what it takes the workers to see one atomic counter change: about
-// 0.5 us. Workers spin for a short while after a run (SHARDLM_POOL_SPIN_US,
-// 100 by default), long enough to span the gaps between a step's loops, then
-// sleep on a condition variable, so an idle process costs no CPU.
+// development VM, with the team already spinning, and so does an empty one.
+// Here a run costs what it takes the workers to see one atomic word change and
+// report back: 0.9 us for an empty 2-part run. Workers spin for a short while after a run
+// (SHARDLM_POOL_SPIN_US, 100 by default), long enough to span the gaps between a step's loops, then sleep on
+// a condition variable, so an idle process costs no CPU.
 //
 // Torch-free; kernels/parallel.h adapts it to at::parallel_for's interface.
 #pragma once
@@ -24,6 +24,10 @@ void RunParts(int parts, void (*fn)(void* ctx, int part), void* ctx);
 
 // Whether this thread is running a part of a run with more than one part.
 bool InPoolPart();
+
+// Whether the step's loops use the pool (SHARDLM_STEP_POOL=0: ATen's OpenMP
+// regions instead, for comparisons; kernels/parallel.h).
+bool StepPoolEnabled();
 
 // Convenience: RunParts over a callable f(int part).
 template <typename F>

@@ -120,7 +120,9 @@ TEST(ParallelForTest, CoversTheRangeOnceInChunksOfAtLeastTheGrain) {
       });
       for (auto& h : hits) ASSERT_EQ(h.load(), 1) << "n " << n << " grain " << grain;
       EXPECT_LE(static_cast<int>(chunks.size()), 2);
-      if (n <= grain) EXPECT_EQ(chunks.size(), 1u);
+      if (n <= grain) {
+        EXPECT_EQ(chunks.size(), 1u);
+      }
       if (chunks.size() > 1) {
         for (auto [b, e] : chunks) EXPECT_GE(e - b, std::min(grain, n / 2));
       }

@@ -186,6 +186,9 @@ struct HostOperands {
   int64_t heads, kv_heads, d;
 };
 
+// Key and value rows of its next item a thread asks for ahead (AttentionRows).
+constexpr int64_t kFirstRowsAhead = 8;
+
 // Rows `row_list` through the per-(row, KV head) kernel. T: float or
 // uint16_t (bf16 bits), as the kernels take them.
 template <typename T>
@@ -199,36 +202,56 @@ void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std:
   T* op = o.out;
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto fast = FastKernel<T>(d);
-  // Each row's key slots, shared by its KV heads.
-  std::vector<std::vector<int64_t>> slots(tokens);
+  // Each row's key slots, shared by its KV heads: row r's are
+  // slots[offsets[r] .. offsets[r + 1]).
+  std::vector<int64_t> slots, offsets(tokens + 1, 0);
   for (int64_t r = 0; r < tokens; ++r) {
     const int64_t t = row_list[r], seq = (*b.seq_of_token)[t], p = (*b.positions)[t];
-    AppendKeySlots(b, seq, FirstKey(b, p), p + 1, slots[r]);
+    AppendKeySlots(b, seq, FirstKey(b, p), p + 1, slots);
+    offsets[r + 1] = static_cast<int64_t>(slots.size());
   }
   // Rows of a prompt chunk attend to more keys the later they come, so items
   // are handed out one at a time (dynamic), not in equal contiguous ranges.
   // Small work (short contexts, a tiny model) stays on one thread: a region's
   // barrier can cost more than the work on a busy host (kernels/linear.cc).
   const int64_t items = tokens * kv_heads;
-  int64_t keys = 0;
-  for (const auto& r : slots) keys += static_cast<int64_t>(r.size());
+  const int64_t keys = static_cast<int64_t>(slots.size());
   const bool worth_it = keys * heads * d * 2 >= (int64_t{1} << 18);
   const int threads =
       items > 1 && worth_it ? static_cast<int>(std::min<int64_t>(items, kernels::LoopThreads())) : 1;
+  // A thread claims its next item before running the current one and asks
+  // for that item's first key and value rows, which are cold (a step streams
+  // every layer's weights through the caches between two visits to a
+  // layer's KV), so their latency overlaps this item's work.
+  const int64_t row_bytes = d * static_cast<int64_t>(sizeof(T)), slot_stride = kv_heads * d;
+  auto prefetch_first_rows = [&](int64_t item) {
+    const int64_t r = item / kv_heads, kvh = item % kv_heads;
+    const int64_t first = offsets[r], count = std::min<int64_t>(offsets[r + 1] - first, kFirstRowsAhead);
+    for (int64_t j = 0; j < count; ++j) {
+      const T* k = kp + slots[first + j] * slot_stride + kvh * d;
+      const T* v = vp + slots[first + j] * slot_stride + kvh * d;
+      for (int64_t off = 0; off < row_bytes; off += 64) {
+        __builtin_prefetch(reinterpret_cast<const char*>(k) + off);
+        __builtin_prefetch(reinterpret_cast<const char*>(v) + off);
+      }
+    }
+  };
   std::atomic<int64_t> next{0};
   kernels::RunLoopParts(threads, [&](int) {
     std::vector<float> scratch;
-    for (int64_t item = next.fetch_add(1, std::memory_order_relaxed); item < items;
-         item = next.fetch_add(1, std::memory_order_relaxed)) {
+    int64_t item = next.fetch_add(1, std::memory_order_relaxed);
+    while (item < items) {
+      const int64_t following = next.fetch_add(1, std::memory_order_relaxed);
+      if (following < items) prefetch_first_rows(following);
       const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
       kernels::DecodeAttentionArgs<T> a;
       a.q = qp + t * o.q_row + kvh * group * d;
       a.q_head_stride = d;
       a.k = kp + kvh * d;
       a.v = vp + kvh * d;
-      a.kv_slot_stride = kv_heads * d;
-      a.slots = slots[r].data();
-      a.n = static_cast<int64_t>(slots[r].size());
+      a.kv_slot_stride = slot_stride;
+      a.slots = slots.data() + offsets[r];
+      a.n = offsets[r + 1] - offsets[r];
       a.out = op + (t * heads + kvh * group) * d;
       a.out_head_stride = d;
       a.group = group;
@@ -241,6 +264,7 @@ void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std:
       } else {
         PortableRow(a);
       }
+      item = following;
     }
   });
 }

@@ -141,16 +141,11 @@ double RunPattern(const float* buf, size_t n, int id) {
       case 4:
         for (size_t b = b0; b < b1; ++b) total += Row1Panels4(buf + b * block);
         break;
-      case 5:
+      default:
+        // Per 48 outputs: one panel of 48 (5), or three panels of 16 (6).
         for (size_t p = b0 * 4; p < b1 * 4; ++p) {
           const float* w = buf + p * kK * 48;
-          total += Rows8(w, w + 16, w + 32, 48);
-        }
-        break;
-      default:
-        for (size_t p = b0 * 4; p < b1 * 4; ++p) {  // 3 panels of 16 per 48 outputs
-          const float* w = buf + p * kK * 48;
-          total += Rows8(w, w + kK * 16, w + 2 * kK * 16, 16);
+          total += id == 5 ? Rows8(w, w + 16, w + 32, 48) : Rows8(w, w + kK * 16, w + 2 * kK * 16, 16);
         }
         break;
     }

@@ -34,11 +34,6 @@ constexpr int kAccRegisters = 24;
 
 inline __m512 Load16(const float* p) { return _mm512_loadu_ps(p); }
 inline __m512 Load16(const uint16_t* p) { return LoadBf16x16(p); }
-// 16 outputs, rounded once to the storage type (bf16: to nearest even, as PutFloat).
-inline void StoreOut(float* p, __m512 v) { _mm512_storeu_ps(p, v); }
-inline void StoreOut(uint16_t* p, __m512 v) {
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), ToBf16x16(v));
-}
 
 // Asks for the cache lines of `bytes` bytes at p.
 inline void PrefetchBytes(const void* p, int64_t bytes) {
@@ -213,7 +208,7 @@ void Decode(const DecodeAttentionArgs<T>& a) {
       const __m512 inv = _mm512_set1_ps(1.0f / denom[g - g0]);
       T* o = a.out + g * a.out_head_stride;
       for (int64_t i = 0; i < d; i += 16)
-        StoreOut(o + i, _mm512_mul_ps(_mm512_load_ps(acc + (g - g0) * d + i), inv));
+        MaskStore(o + i, TailMask16(16), _mm512_mul_ps(_mm512_load_ps(acc + (g - g0) * d + i), inv));
     }
   }
 }

@@ -76,6 +76,14 @@ inline __m512 MaskLoadBf16x16(__mmask16 m, const uint16_t* p) {
 }
 inline __m256i ToBf16x16(__m512 x) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)); }
 
+// The elements of a float or bf16 (bits) array that mask m selects, 16 at a
+// time in f32 registers: loaded (the others read as 0), or stored (bf16
+// rounded to nearest even, as ToBf16x16).
+inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
+inline void MaskStore(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
+inline void MaskStore(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(v)); }
+
 // bf16 widened to f32 after rounding: what a value rounded to the dtype reads back as.
 inline __m512 RoundBf16(__m512 x) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(ToBf16x16(x)), 16));

@@ -84,10 +84,6 @@ int64_t ArgMaxAvx512(const float* x, int64_t n) {
 
 namespace {
 
-inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
-inline void MaskStore(float* p, __mmask16 m, __m512 x) { _mm512_mask_storeu_ps(p, m, x); }
-inline void MaskStore(uint16_t* p, __mmask16 m, __m512 x) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(x)); }
 // A value as the dtype holds it: f32 as is, bf16 rounded.
 inline __m512 AsDtype(float*, __m512 x) { return x; }
 inline __m512 AsDtype(uint16_t*, __m512 x) { return RoundBf16(x); }

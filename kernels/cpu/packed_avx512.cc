@@ -75,10 +75,6 @@ inline __m512bh LoadW(const uint16_t* p) { return (__m512bh)_mm512_load_si512(p)
 inline __m512 Mac(__m512 acc, __m512 w, __m512 x) { return _mm512_fmadd_ps(w, x, acc); }
 inline __m512 Mac(__m512 acc, __m512bh w, __m512bh x) { return _mm512_dpbf16_ps(acc, w, x); }
 
-inline __m512 MaskLoad(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
-inline __m512 MaskLoad(__mmask16 m, const uint16_t* p) { return MaskLoadBf16x16(m, p); }
-inline void MaskStore(float* p, __mmask16 m, __m512 v) { _mm512_mask_storeu_ps(p, m, v); }
-inline void MaskStore(uint16_t* p, __mmask16 m, __m512 v) { _mm256_mask_storeu_epi16(p, m, ToBf16x16(v)); }
 // A value as T holds it: f32 as is, bf16 rounded.
 template <typename T>
 inline __m512 AsDtype(__m512 v) {

@@ -5,6 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/gguf.h"
+#include "model/model_files.h"
 
 namespace shardlm {
 namespace {
@@ -25,6 +27,10 @@ std::optional<std::string> TokenText(const nlohmann::ordered_json& v) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::Load(const std::string& model_dir) {
+  if (IsGgufFile(model_dir)) {
+    SHARDLM_ASSIGN_OR_RETURN(std::string config, ReadTokenizerConfigJson(model_dir));
+    return FromConfig(config, model_dir);
+  }
   const std::string path = model_dir + "/tokenizer_config.json";
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) return absl::NotFoundError(absl::StrCat("no chat template: ", text.status().message()));
@@ -98,6 +104,7 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& me
                                                 const nlohmann::ordered_json& extra,
                                                 const std::string& template_name) const {
   if (!messages.is_array()) return absl::InvalidArgumentError("messages must be a JSON array");
+  if (messages.empty()) return absl::InvalidArgumentError("messages must hold at least one message");
   if (!extra.is_null() && !extra.is_object())
     return absl::InvalidArgumentError("extra template variables must be a JSON object");
 
@@ -119,7 +126,21 @@ absl::StatusOr<std::string> ChatTemplate::Apply(const nlohmann::ordered_json& me
       context[key] = value;  // "documents" is apply_chat_template's documents=
     }
   }
-  context["messages"] = messages;
+  // As transformers does: a message's keys whose value is null are dropped, since
+  // templates handle a missing key but render a null one as "None".
+  nlohmann::ordered_json normalized = nlohmann::ordered_json::array();
+  for (const auto& message : messages) {
+    if (!message.is_object()) {
+      normalized.push_back(message);
+      continue;
+    }
+    nlohmann::ordered_json kept = nlohmann::ordered_json::object();
+    for (const auto& [key, value] : message.items()) {
+      if (!value.is_null()) kept[key] = value;
+    }
+    normalized.push_back(std::move(kept));
+  }
+  context["messages"] = std::move(normalized);
   context["tools"] = tools;
   context["add_generation_prompt"] = add_generation_prompt;
   return it->second.Render(context);

@@ -48,8 +48,10 @@ class ChatTemplate {
   // array of tool schemas or null; `extra` an object of further template
   // variables (e.g. {"enable_thinking": false}) or null, where "documents"
   // stands for apply_chat_template's documents argument. `template_name`
-  // picks one of several named templates. InvalidArgument for a template
-  // error; a template's raise_exception("...") comes back as its message.
+  // picks one of several named templates. As in transformers, a message's
+  // keys whose value is null are dropped before rendering, and an empty
+  // `messages` is InvalidArgument. InvalidArgument for a template error; a
+  // template's raise_exception("...") comes back as its message.
   absl::StatusOr<std::string> Apply(const nlohmann::ordered_json& messages, bool add_generation_prompt,
                                     const nlohmann::ordered_json& tools, const nlohmann::ordered_json& extra,
                                     const std::string& template_name = "") const;

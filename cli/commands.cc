@@ -61,7 +61,7 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
 using json = nlohmann::json;
 
 void AddModelFlags(FlagSet& f) {
-  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json)");
+  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or a .gguf file");
   f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model");
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
@@ -140,10 +140,11 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
                                         static_cast<int32_t>(m.worker->num_blocks()),
                                         static_cast<int32_t>(m.worker->block_size()), eo);
   }
-  const std::string o_model_dir = dir;
-  const std::string tok_path = o_model_dir + "/tokenizer.json";
-  if (std::filesystem::exists(tok_path)) {
-    SHARDLM_ASSIGN_OR_RETURN(m.tokenizer, Tokenizer::Load(tok_path));
+  auto tokenizer = Tokenizer::ForModel(dir);
+  if (tokenizer.ok()) {
+    m.tokenizer = std::move(*tokenizer);
+  } else if (!absl::IsNotFound(tokenizer.status())) {
+    return tokenizer.status();
   }
   return m;
 }
@@ -358,7 +359,7 @@ int RunPrefill(int argc, char** argv, const CliEnv&) {
 
 int RunTokenize(int argc, char** argv, const CliEnv&) {
   FlagSet f("tokenize");
-  f.String("model", "directory holding tokenizer.json");
+  f.String("model", "checkpoint directory holding tokenizer.json, or a .gguf file");
   f.String("server", "use a running shardlm server at HOST:PORT");
   f.Int("tp", "accepted for symmetry with generate; tokenizing needs no workers", 1, 1, 64);
   f.Bool("add-special-tokens", "apply the tokenizer's post-processor (e.g. BOS)");
@@ -368,7 +369,7 @@ int RunTokenize(int argc, char** argv, const CliEnv&) {
     return Fail(absl::InvalidArgumentError("give exactly one of --model or --server"));
   std::unique_ptr<Tokenizer> local;
   if (f.Has("model")) {
-    auto tok = Tokenizer::Load(f.GetString("model") + "/tokenizer.json");
+    auto tok = Tokenizer::ForModel(f.GetString("model"));
     if (!tok.ok()) return Fail(tok.status());
     local = std::move(*tok);
   }

@@ -36,6 +36,7 @@
 #include "coordinator/service_metrics.h"
 #include "coordinator/worker_group.h"
 #include "model/model_config.h"
+#include "model/model_files.h"
 #include "partitioning/shard_plan.h"
 
 namespace shardlm {
@@ -114,10 +115,14 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplateFromFile(const std::st
   if (!source.ok())
     return absl::InvalidArgumentError("--chat-template: " + std::string(source.status().message()));
   nlohmann::ordered_json config = nlohmann::ordered_json::object();
-  const std::string config_path = model_dir + "/tokenizer_config.json";
-  if (auto text = read(config_path); text.ok()) {
+  if (auto text = ReadTokenizerConfigJson(model_dir); text.ok()) {
     config = nlohmann::ordered_json::parse(*text, nullptr, /*allow_exceptions=*/false);
-    if (!config.is_object()) return absl::InvalidArgumentError("'" + config_path + "' is not a JSON object");
+    if (!config.is_object()) {
+      return absl::InvalidArgumentError("the tokenizer_config.json of " + model_dir +
+                                        " is not a JSON object");
+    }
+  } else if (!absl::IsNotFound(text.status())) {
+    return text.status();
   }
   config["chat_template"] = *source;
   return ChatTemplate::FromConfig(config.dump(), path);
@@ -126,7 +131,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplateFromFile(const std::st
 int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   FlagSet f(spawn_local ? "serve" : "coordinator");
   f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
-  f.String("model", "checkpoint directory", true);
+  f.String("model", "checkpoint directory or .gguf file", true);
   f.Int("tp", "tensor-parallel size (worker processes)", 1, 1, 64);
   f.String("host", "address the public API listens on", false, "127.0.0.1");
   f.Int("port", "port of the public API (shardlm.v1.Inference)", 50051, 0, 65535);
@@ -190,10 +195,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     return Fail(absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": ", plan.status().message())));
   }
   std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(dir + "/tokenizer.json")) {
-    auto tok = Tokenizer::Load(dir + "/tokenizer.json");
-    if (!tok.ok()) return Fail(tok.status());
+  if (auto tok = Tokenizer::ForModel(dir); tok.ok()) {
     tokenizer = std::move(*tok);
+  } else if (!absl::IsNotFound(tok.status())) {
+    return Fail(tok.status());
   }
   // The public port's security, checked before any worker starts.
   const TlsFiles public_tls{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
@@ -316,11 +321,8 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     ho.tls = public_tls;
     ho.threads = static_cast<int>(f.GetInt("http-threads"));
     ho.max_body_bytes = static_cast<size_t>(max_message);
-    std::string names = f.Has("served-model-name")
-                            ? f.GetString("served-model-name")
-                            : std::filesystem::path(dir).lexically_normal().filename().string();
-    if (names.empty())
-      names = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+    const std::string names =
+        f.Has("served-model-name") ? f.GetString("served-model-name") : ModelDisplayName(dir);
     for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
       ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
     }

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/gguf_model.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {
@@ -13,6 +14,12 @@ absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& 
   namespace fs = std::filesystem;
   auto ckpt = std::make_unique<Checkpoint>();
   ckpt->dir_ = dir;
+  if (IsGgufFile(dir)) {
+    SHARDLM_ASSIGN_OR_RETURN(ckpt->gguf_, GgufFile::Open(dir));
+    SHARDLM_ASSIGN_OR_RETURN(ckpt->gguf_views_, GgufTensorViews(ckpt->gguf_->header(), dir));
+    for (const auto& [name, view] : ckpt->gguf_views_) ckpt->index_[name] = &view;
+    return ckpt;
+  }
   const std::string single = dir + "/model.safetensors";
   const std::string index_path = dir + "/model.safetensors.index.json";
   std::map<std::string, std::string> expected_file;  // tensor -> file, from the index

@@ -1,6 +1,7 @@
-// A Hugging Face checkpoint directory's weights: one model.safetensors, or a
-// sharded set described by model.safetensors.index.json ({"weight_map":
-// {"tensor name": "model-00001-of-00002.safetensors", ...}}).
+// A model's weights: a Hugging Face checkpoint directory (one model.safetensors,
+// or a sharded set described by model.safetensors.index.json ({"weight_map":
+// {"tensor name": "model-00001-of-00002.safetensors", ...}})), or one GGUF file,
+// whose tensors appear under their Hugging Face names (model/gguf_model.h).
 //
 //   SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
 //   SHARDLM_ASSIGN_OR_RETURN(const TensorView* w, ckpt->Get("model.norm.weight"));
@@ -12,13 +13,15 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 
 namespace shardlm {
 
 class Checkpoint {
  public:
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  // `path`: a checkpoint directory or a .gguf file.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& path);
 
   // NotFound naming the tensor and the checkpoint when absent.
   absl::StatusOr<const TensorView*> Get(const std::string& name) const;
@@ -31,6 +34,8 @@ class Checkpoint {
  private:
   std::string dir_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::map<std::string, TensorView> gguf_views_;  // the GGUF's tensors under Hugging Face names
   std::map<std::string, const TensorView*> index_;
 };
 

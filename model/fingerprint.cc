@@ -4,6 +4,8 @@
 
 #include "common/status.h"
 #include "model/checkpoint.h"
+#include "model/gguf.h"
+#include "model/gguf_model.h"
 
 namespace shardlm {
 namespace {
@@ -21,13 +23,20 @@ void Mix(uint64_t* h, const std::string& bytes) {
 }  // namespace
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& dir) {
-  SHARDLM_ASSIGN_OR_RETURN(std::string config, ReadFileToString(dir + "/config.json"));
+  std::string config;
+  if (IsGgufFile(dir)) {
+    SHARDLM_ASSIGN_OR_RETURN(auto file, GgufFile::Open(dir));
+    SHARDLM_ASSIGN_OR_RETURN(config, GgufConfigJson(file->header(), dir));
+  } else {
+    SHARDLM_ASSIGN_OR_RETURN(config, ReadFileToString(dir + "/config.json"));
+  }
   SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   uint64_t h = 0xcbf29ce484222325ull;
   Mix(&h, config);
   for (const std::string& name : ckpt->TensorNames()) {  // sorted
     SHARDLM_ASSIGN_OR_RETURN(const TensorView* v, ckpt->Get(name));
-    std::string desc = name + ":" + DTypeName(v->dtype);
+    std::string desc =
+        name + ":" + (v->block == BlockFormat::kNone ? DTypeName(v->dtype) : BlockFormatName(v->block));
     for (int64_t d : v->shape) desc += "," + std::to_string(d);
     Mix(&h, desc);
   }

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/gguf.h"
+#include "model/gguf_model.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {
@@ -60,19 +62,24 @@ absl::Status GetIdList(const json& root, const char* key, const std::string& lab
   return absl::InvalidArgumentError(label + ": '" + key + "' must be an integer or a list");
 }
 
+// rope_scaling (transformers < 5), or rope_parameters (transformers >= 5 writes this
+// instead, with rope_theta inside it).
 absl::Status ParseRopeScaling(const json& root, const std::string& label, ModelConfig* cfg) {
-  auto it = root.find("rope_scaling");
+  const char* key = root.contains("rope_parameters") && !root["rope_parameters"].is_null() ? "rope_parameters"
+                                                                                           : "rope_scaling";
+  auto it = root.find(key);
   if (it == root.end() || it->is_null()) return absl::OkStatus();
-  if (!it->is_object()) return absl::InvalidArgumentError(label + ": rope_scaling must be an object");
+  if (!it->is_object()) return absl::InvalidArgumentError(label + ": " + key + " must be an object");
+  SHARDLM_RETURN_IF_ERROR(GetDouble(*it, "rope_theta", label, &cfg->rope_theta));
   std::string type;
   if (it->contains("rope_type") && (*it)["rope_type"].is_string()) {
     type = (*it)["rope_type"].get<std::string>();
   } else if (it->contains("type") && (*it)["type"].is_string()) {
     type = (*it)["type"].get<std::string>();
   }
-  if (type == "default") return absl::OkStatus();
+  if (type == "default" || (type.empty() && std::string(key) == "rope_parameters")) return absl::OkStatus();
   if (type != "llama3") {
-    return absl::InvalidArgumentError(label + ": rope_scaling type '" + type +
+    return absl::InvalidArgumentError(label + ": " + key + " type '" + type +
                                       "' is not supported (supported: llama3, default)");
   }
   Llama3RopeScaling s;
@@ -82,8 +89,8 @@ absl::Status ParseRopeScaling(const json& root, const std::string& label, ModelC
   SHARDLM_RETURN_IF_ERROR(
       GetInt(*it, "original_max_position_embeddings", label, false, &s.original_max_position_embeddings));
   if (s.factor <= 0 || s.low_freq_factor <= 0 || s.high_freq_factor <= s.low_freq_factor) {
-    return absl::InvalidArgumentError(
-        label + ": rope_scaling needs factor > 0 and high_freq_factor > low_freq_factor > 0");
+    return absl::InvalidArgumentError(label + ": " + key +
+                                      " needs factor > 0 and high_freq_factor > low_freq_factor > 0");
   }
   cfg->rope_scaling = s;
   return absl::OkStatus();
@@ -188,8 +195,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
     SHARDLM_RETURN_IF_ERROR(GetInt(root, "sliding_window", label, false, &window));
     if (window > 0) cfg.sliding_window = window;
   }
-  if (root.contains("torch_dtype") && root["torch_dtype"].is_string()) {
-    cfg.torch_dtype = root["torch_dtype"].get<std::string>();
+  // transformers >= 5 writes "dtype" where earlier versions wrote "torch_dtype".
+  for (const char* key : {"dtype", "torch_dtype"}) {
+    if (root.contains(key) && root[key].is_string()) cfg.torch_dtype = root[key].get<std::string>();
   }
   int64_t bos = -1;
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "bos_token_id", label, false, &bos));
@@ -199,6 +207,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  if (IsGgufFile(dir)) {
+    SHARDLM_ASSIGN_OR_RETURN(auto file, GgufFile::Open(dir));
+    SHARDLM_ASSIGN_OR_RETURN(std::string text, GgufConfigJson(file->header(), dir));
+    return ParseModelConfig(text, dir);
+  }
   const std::string path = dir + "/config.json";
   SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(text, path));

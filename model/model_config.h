@@ -53,7 +53,8 @@ struct ModelConfig {
 // Parses config.json text; `label` names the file in errors.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& label);
 
-// Reads DIR/config.json and, when present, DIR/generation_config.json.
+// Reads DIR/config.json and, when present, DIR/generation_config.json; or, when
+// `dir` is a GGUF file, the config its metadata describes (model/gguf_model.h).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
 // "llama" / "mistral" / "qwen2" / "qwen3".

@@ -1,13 +1,6 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -150,33 +143,15 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, s
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return absl::NotFoundError("cannot open " + path + ": " + std::strerror(errno));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    return absl::InternalError("cannot stat " + path);
-  }
+  auto mapped = MappedFile::Open(path);
+  if (!mapped.ok()) return mapped.status();
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
-  file->map_size_ = static_cast<size_t>(st.st_size);
-  if (file->map_size_ > 0) {
-    void* m = ::mmap(nullptr, file->map_size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m == MAP_FAILED) {
-      ::close(fd);
-      return absl::InternalError("cannot mmap " + path + ": " + std::strerror(errno));
-    }
-    file->map_ = m;
-  }
-  ::close(fd);
-  auto header = ParseSafetensorsHeader(static_cast<const uint8_t*>(file->map_), file->map_size_, path);
+  file->map_ = std::move(*mapped);
+  auto header = ParseSafetensorsHeader(file->map_.data(), file->map_.size(), path);
   if (!header.ok()) return header.status();
   file->header_ = std::move(*header);
   return file;
-}
-
-SafetensorsFile::~SafetensorsFile() {
-  if (map_ != nullptr) ::munmap(map_, map_size_);
 }
 
 const TensorView* SafetensorsFile::Find(const std::string& name) const {

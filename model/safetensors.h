@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "model/mapped_file.h"
+#include "model/quant_blocks.h"
 
 namespace shardlm {
 
@@ -36,6 +38,12 @@ struct TensorView {
   const uint8_t* data = nullptr;  // nullptr for views parsed without data
   size_t nbytes = 0;
   size_t offset = 0;  // offset inside the data section
+  // GGUF only: a tensor stored in ggml blocks (Q8_0, Q4_0, Q4_1) along its last
+  // dimension; `dtype` is then unused. kNone for plain F32/F16/BF16 elements.
+  BlockFormat block = BlockFormat::kNone;
+  // GGUF llama only: q_proj/k_proj rows are in llama.cpp's rotary order
+  // (each head's two halves interleaved); heads have this many rows. 0: not permuted.
+  int64_t rope_permuted_head_dim = 0;
 
   int64_t numel() const;
 };
@@ -58,7 +66,6 @@ absl::StatusOr<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* bytes, s
 class SafetensorsFile {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
-  ~SafetensorsFile();
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
 
@@ -71,8 +78,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::string path_;
-  void* map_ = nullptr;
-  size_t map_size_ = 0;
+  MappedFile map_;
   SafetensorsHeader header_;
 };
 

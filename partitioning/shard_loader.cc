@@ -1,6 +1,9 @@
 #include "partitioning/shard_loader.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +24,42 @@ at::ScalarType ToScalarType(DType d) {
   return at::kFloat;
 }
 
+// f32[rows, row_len] of a block-quantized tensor viewed as [numel / row_len, row_len]:
+// its rows [row_start, row_start + rows) only.
+at::Tensor DequantizeRows(const TensorView& view, int64_t row_start, int64_t rows) {
+  const int64_t row_len = view.shape.back();
+  const BlockLayout layout = BlockLayoutOf(view.block);
+  const int64_t row_bytes = row_len / layout.elements * layout.bytes;
+  at::Tensor out = at::empty({rows, row_len}, at::TensorOptions().dtype(at::kFloat));
+  float* dst = out.data_ptr<float>();
+  at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      DequantizeBlocks(view.block, view.data + (row_start + r) * row_bytes, row_len, dst + r * row_len);
+    }
+  });
+  return out;
+}
+
+// The slice of a block-quantized tensor, dequantized to f32. A dim-0 slice reads
+// only its rows; a dim-1 slice dequantizes whole rows (its columns need not
+// start on a block) and narrows them.
+at::Tensor DequantizeSlice(const TensorView& view, const SliceSpec& slice) {
+  const int64_t rows = view.numel() / view.shape.back();
+  if (slice.dim == 0 && view.shape.size() == 2) {
+    return DequantizeRows(view, slice.start, slice.length);
+  }
+  at::Tensor full = DequantizeRows(view, 0, rows).view(view.shape);
+  return slice.dim >= 0 ? full.narrow(slice.dim, slice.start, slice.length) : full;
+}
+
+// llama.cpp's converter stores each q/k head's rows as (pair j, half i) -> row 2j + i;
+// Hugging Face's order is row i * head_dim / 2 + j. `rows` is [heads.tp * head_dim, ...].
+at::Tensor UndoRotaryPermutation(const at::Tensor& rows, int64_t head_dim) {
+  std::vector<int64_t> shape = {rows.size(0) / head_dim, head_dim / 2, 2};
+  for (int64_t d = 1; d < rows.dim(); ++d) shape.push_back(rows.size(d));
+  return rows.reshape(shape).transpose(1, 2).reshape(rows.sizes());
+}
+
 }  // namespace
 
 absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& plan, const std::string& name,
@@ -34,12 +73,24 @@ absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& pl
   const SliceSpec slice = plan.SliceFor(name);
   at::Tensor result;
   absl::Status st = CatchTorchErrors("loading " + name, [&]() -> absl::Status {
-    const auto src_type = ToScalarType(view->dtype);
-    // The mapping is read-only; from_blob wants void*, and nothing writes through it.
-    void* base = const_cast<uint8_t*>(view->data);
-    at::Tensor full = at::from_blob(base, view->shape, at::TensorOptions().dtype(src_type));
-    at::Tensor part = full;
-    if (slice.dim >= 0) part = full.narrow(slice.dim, slice.start, slice.length);
+    at::Tensor part;
+    if (view->block != BlockFormat::kNone) {
+      part = DequantizeSlice(*view, slice);
+    } else {
+      const auto src_type = ToScalarType(view->dtype);
+      // The mapping is read-only; from_blob wants void*, and nothing writes through it.
+      void* base = const_cast<uint8_t*>(view->data);
+      at::Tensor full = at::from_blob(base, view->shape, at::TensorOptions().dtype(src_type));
+      part = slice.dim >= 0 ? full.narrow(slice.dim, slice.start, slice.length) : full;
+    }
+    if (view->rope_permuted_head_dim > 0) {
+      if (slice.dim > 0 || part.size(0) % view->rope_permuted_head_dim != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': a slice of ", part.size(0),
+                                                       " rows is not a whole number of heads of ",
+                                                       view->rope_permuted_head_dim));
+      }
+      part = UndoRotaryPermutation(part, view->rope_permuted_head_dim);
+    }
     // Always an owned copy (converted to the compute dtype on the way), so
     // the mapping can be dropped after loading and the rank's resident
     // memory is its shard, not every page the slicing touched.

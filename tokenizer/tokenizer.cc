@@ -13,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "model/gguf.h"
+#include "model/model_files.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/utf8.h"
@@ -502,6 +504,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string
   }
   if (!st.ok()) return st;
   return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::ForModel(const std::string& model) {
+  SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadTokenizerJson(model));
+  return FromJson(text, IsGgufFile(model) ? model : model + "/tokenizer.json");
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& path) {

@@ -27,6 +27,9 @@ namespace shardlm {
 class Tokenizer {
  public:
   static absl::StatusOr<std::unique_ptr<Tokenizer>> Load(const std::string& tokenizer_json_path);
+  // The tokenizer of a model (a checkpoint directory's tokenizer.json, or a GGUF
+  // file's metadata); NotFound when the model has none.
+  static absl::StatusOr<std::unique_ptr<Tokenizer>> ForModel(const std::string& model);
   static absl::StatusOr<std::unique_ptr<Tokenizer>> FromJson(const std::string& json_text,
                                                              const std::string& label);
   virtual ~Tokenizer() = default;

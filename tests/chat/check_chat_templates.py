@@ -129,6 +129,11 @@ def select_template(config, has_tools):
 def render_reference(env, config, request):
     """What transformers' apply_chat_template(tokenize=False) returns."""
     request = json.loads(json.dumps(request))  # the binary sees JSON, so must we
+    # transformers refuses an empty conversation and drops a message's keys whose value is None.
+    if not request.get("messages"):
+        return {"error": "ValueError: empty conversation"}
+    request["messages"] = [{k: v for k, v in m.items() if v is not None} if isinstance(m, dict) else m
+                           for m in request["messages"]]
     extra = {k: v for k, v in request.items()
              if k not in ("messages", "add_generation_prompt", "tools", "documents")}
     kwargs = dict(special_tokens_of(config))

@@ -88,5 +88,29 @@ TEST(ModelConfigTest, RejectsBadValuesNamingTheField) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("c: not a JSON object")));
 }
 
+// transformers >= 5 writes rope_parameters (with rope_theta inside) and dtype.
+TEST(ModelConfigTest, ReadsTransformers5RopeParametersAndDtype) {
+  const std::string base =
+      R"("architectures":["LlamaForCausalLM"],"vocab_size":10,"intermediate_size":16,"num_hidden_layers":1,)"
+      R"("hidden_size":8,"num_attention_heads":2,"dtype":"bfloat16",)";
+  auto cfg = ParseModelConfig("{" + base +
+                                  R"("rope_parameters":{"rope_type":"llama3","factor":8.0,)"
+                                  R"("low_freq_factor":1.0,"high_freq_factor":4.0,)"
+                                  R"("original_max_position_embeddings":32,"rope_theta":500000.0}})",
+                              "c");
+  ASSERT_THAT(cfg, IsOk());
+  ASSERT_TRUE(cfg->rope_scaling.has_value());
+  EXPECT_EQ(cfg->rope_scaling->original_max_position_embeddings, 32);
+  EXPECT_DOUBLE_EQ(cfg->rope_theta, 500000.0);
+  EXPECT_EQ(cfg->torch_dtype, "bfloat16");
+  auto plain =
+      ParseModelConfig("{" + base + R"("rope_parameters":{"rope_type":"default","rope_theta":1e6}})", "c");
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_FALSE(plain->rope_scaling.has_value());
+  EXPECT_DOUBLE_EQ(plain->rope_theta, 1e6);
+  EXPECT_THAT(ParseModelConfig("{" + base + R"("rope_parameters":{"rope_type":"yarn"}})", "c"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("rope_parameters type 'yarn'")));
+}
+
 }  // namespace
 }  // namespace shardlm

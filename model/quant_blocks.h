@@ -1,0 +1,39 @@
+// ggml's block-quantized weight formats, as GGUF files store them, and their
+// dequantization to f32.
+//
+// A row of `n` weights is n / 32 blocks, each a scale (and for Q4_1 a
+// minimum) in f16 followed by the block's quantized values:
+//   Q8_0  34 bytes: f16 d, int8 q[32]                    x[j] = q[j] * d
+//   Q4_0  18 bytes: f16 d, u8 qs[16] (two nibbles each)   x[j] = (nibble - 8) * d
+//   Q4_1  20 bytes: f16 d, f16 m, u8 qs[16]               x[j] = nibble * d + m
+// Nibbles: the low 4 bits of qs[j] are x[j], the high 4 bits x[j + 16].
+// The arithmetic is the same f32 multiply and add that llama.cpp's reference
+// dequantization and gguf-py (which Hugging Face transformers calls) do, with
+// no fused multiply-add, so all three produce the same f32 weights bit for bit.
+//
+//   std::vector<float> row(576);
+//   DequantizeBlocks(BlockFormat::kQ4_1, row_bytes, 576, row.data());
+#pragma once
+
+#include <cstdint>
+
+namespace shardlm {
+
+enum class BlockFormat { kNone, kQ8_0, kQ4_0, kQ4_1 };
+
+struct BlockLayout {
+  int64_t elements = 1;  // weights per block
+  int64_t bytes = 0;     // bytes per block
+};
+
+BlockLayout BlockLayoutOf(BlockFormat format);
+const char* BlockFormatName(BlockFormat format);
+
+// Dequantizes `n` weights (a multiple of the block's elements) from `src`.
+void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* out);
+
+// IEEE binary16 and bfloat16 bit patterns to f32 (exact).
+float HalfToFloat(uint16_t bits);
+float Bf16ToFloat32(uint16_t bits);
+
+}  // namespace shardlm

@@ -2,7 +2,7 @@
 # `setup` installs what is missing (apt-get as root, npm fixtures), then builds.
 BUILD ?= build
 JOBS ?= $(shell nproc)
-DEMO_MODEL ?= $(BUILD)/demo-model
+DEMO_MODEL ?= third_party/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
 .PHONY: setup configure build demo test bench fuzz format clean
 
@@ -15,8 +15,8 @@ configure: setup
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-# The main job: a tiny Llama-3-tokenizer model served with tensor parallelism
-# (serve --tp 2), and a generation streamed through it.
+# The main job: SmolLM2-135M-Instruct (fetched by setup) served with tensor parallelism
+# (serve --tp 2), and real answers streamed through it over gRPC and the OpenAI API.
 demo: build
 	BUILD=$(BUILD) DEMO_MODEL=$(DEMO_MODEL) bash scripts/demo.sh
 

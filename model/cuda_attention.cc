@@ -45,6 +45,8 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
   p.head_dim = static_cast<int32_t>(q.size(2));
   p.scale = 1.0f / std::sqrt(static_cast<float>(q.size(2)));
   p.sliding_window = static_cast<int32_t>(b.sliding_window);
+  p.kv_group = static_cast<int32_t>(b.kv_group);
+  p.q_head_offset = static_cast<int32_t>(b.q_head_offset);
   const char* err = kc::LaunchPagedAttention(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "CUDA paged attention: ", err);
   return true;

@@ -207,7 +207,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
   batch.block_tables = tables.data();
   batch.max_blocks = max_blocks;
   batch.block_size = pool.shape().block_size;
-  batch.sliding_window = cfg_.sliding_window.value_or(0);
+  SetAttentionLayout(batch);
   std::vector<int64_t> rows;
   for (const SampleRow& r : step.rows) rows.push_back(r.row);
 
@@ -247,6 +247,12 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
     return absl::OkStatus();
   }));
   return ForwardTensors(in, batch, pool);
+}
+
+void LlamaModel::SetAttentionLayout(AttentionBatch& batch) const {
+  batch.sliding_window = cfg_.sliding_window.value_or(0);
+  batch.kv_group = plan_.kv_group();
+  batch.q_head_offset = plan_.q_head_offset();
 }
 
 absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, const AttentionBatch& batch,

@@ -63,6 +63,9 @@ class LlamaModel {
 
   const ModelConfig& config() const { return cfg_; }
   const ShardPlan& plan() const { return plan_; }
+  // The model's part of an attention batch: the sliding window and which KV head
+  // each of this rank's query heads reads.
+  void SetAttentionLayout(AttentionBatch& batch) const;
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
   // Bytes of this rank's weights (what a decode step streams from memory).

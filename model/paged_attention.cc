@@ -82,15 +82,25 @@ void ChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Te
                     at::Tensor& out, const AttentionBatch& b, RowRun run, const at::Tensor& index,
                     int64_t kstart) {
   const int64_t n = run.end - run.begin, heads = q.size(1), d = q.size(2);
-  const int64_t kv_heads = k_layer.size(2), group = heads / kv_heads;
+  const int64_t kv_heads = k_layer.size(2);
   const int64_t p0 = (*b.positions)[run.begin], ctx = kstart + index.size(0);
   const int64_t rows = k_layer.size(0) * k_layer.size(1);
   // keys, values: [kv_heads, ctx, d] -> [heads, ctx, d]
   at::Tensor keys = k_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
   at::Tensor values = v_layer.view({rows, kv_heads, d}).index_select(0, index).permute({1, 0, 2});
-  if (group > 1) {
-    keys = keys.repeat_interleave(group, 0);
-    values = values.repeat_interleave(group, 0);
+  if (b.kv_group == 0 || (b.q_head_offset == 0 && b.kv_group * kv_heads == heads)) {
+    const int64_t group = heads / kv_heads;
+    if (group > 1) {
+      keys = keys.repeat_interleave(group, 0);
+      values = values.repeat_interleave(group, 0);
+    }
+  } else {  // groups cut at the rank's ends: each query head's KV head by index
+    std::vector<int64_t> kv_of_head(heads);
+    for (int64_t h = 0; h < heads; ++h) kv_of_head[h] = (h + b.q_head_offset) / b.kv_group;
+    const at::Tensor select =
+        at::from_blob(kv_of_head.data(), {heads}, at::kLong).to(keys.device(), /*non_blocking=*/false);
+    keys = keys.index_select(0, select);
+    values = values.index_select(0, select);
   }
   at::Tensor queries = q.narrow(0, run.begin, n).permute({1, 0, 2});  // [heads, n, d]
   at::Tensor scores =
@@ -195,7 +205,6 @@ template <typename T>
 void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std::vector<int64_t>& row_list) {
   const int64_t tokens = static_cast<int64_t>(row_list.size()), heads = o.heads, d = o.d;
   const int64_t kv_heads = o.kv_heads;
-  const int64_t group = heads / kv_heads;
   const T* qp = o.q;
   const T* kp = o.k;
   const T* vp = o.v;
@@ -244,15 +253,17 @@ void AttentionRows(const HostOperands<T>& o, const AttentionBatch& b, const std:
       const int64_t following = next.fetch_add(1, std::memory_order_relaxed);
       if (following < items) prefetch_first_rows(following);
       const int64_t r = item / kv_heads, kvh = item % kv_heads, t = row_list[r];
+      const HeadRange hr = QueryHeadsOf(b, kvh, heads, kv_heads);
+      const int64_t group = hr.end - hr.first;
       kernels::DecodeAttentionArgs<T> a;
-      a.q = qp + t * o.q_row + kvh * group * d;
+      a.q = qp + t * o.q_row + hr.first * d;
       a.q_head_stride = d;
       a.k = kp + kvh * d;
       a.v = vp + kvh * d;
       a.kv_slot_stride = slot_stride;
       a.slots = slots.data() + offsets[r];
       a.n = offsets[r + 1] - offsets[r];
-      a.out = op + (t * heads + kvh * group) * d;
+      a.out = op + (t * heads + hr.first) * d;
       a.out_head_stride = d;
       a.group = group;
       a.d = d;
@@ -287,6 +298,15 @@ void AttentionKernel(const at::Tensor& q, const at::Tensor& k_layer, const at::T
 }
 
 }  // namespace
+
+HeadRange QueryHeadsOf(const AttentionBatch& b, int64_t kv_head, int64_t heads, int64_t kv_heads) {
+  if (b.kv_group == 0) {
+    const int64_t group = heads / kv_heads;
+    return {kv_head * group, (kv_head + 1) * group};
+  }
+  return {std::max<int64_t>(0, kv_head * b.kv_group - b.q_head_offset),
+          std::min<int64_t>(heads, (kv_head + 1) * b.kv_group - b.q_head_offset)};
+}
 
 void PrepareDeviceBatch(AttentionBatch& b, std::vector<int64_t>& slots, std::vector<int64_t>& key_slots,
                         bool with_keys) {

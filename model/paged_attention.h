@@ -3,7 +3,10 @@
 // For each query row t (sequence s = seq_of_token[t], position p =
 // positions[t]) and each local query head h, attends to the keys at positions
 // [max(0, p - window + 1), p] of sequence s, read through its block table.
-// GQA: query head h reads KV head h / (heads_per_rank / kv_heads_per_rank).
+// GQA: local query head h reads local KV head (h + q_head_offset) / kv_group
+// (AttentionBatch; by default kv_group = heads / kv_heads and offset 0, i.e.
+// equal groups; an uneven tensor-parallel split gives a rank groups that are
+// cut at its ends, partitioning/shard_plan.h).
 // Softmax in f32 whatever the storage dtype.
 #pragma once
 
@@ -29,6 +32,10 @@ struct AttentionBatch {
   int64_t max_blocks = 0;
   int64_t block_size = 16;
   int64_t sliding_window = 0;  // 0 = full attention
+  // Which KV head each local query head reads: (h + q_head_offset) / kv_group.
+  // kv_group 0 means heads / kv_heads with offset 0 (every group whole).
+  int64_t kv_group = 0;
+  int64_t q_head_offset = 0;
 
   // The ATen-operator path (kernels::UseAtenOps: a GPU, or forced in tests)
   // reads these tensors on the pool's device instead; PrepareDeviceBatch
@@ -45,6 +52,12 @@ struct AttentionBatch {
   // as that step needs.
   at::Tensor table_stride_dev;
 };
+
+// The local query heads [first, end) that read local KV head `kv_head`.
+struct HeadRange {
+  int64_t first = 0, end = 0;
+};
+HeadRange QueryHeadsOf(const AttentionBatch& batch, int64_t kv_head, int64_t heads, int64_t kv_heads);
 
 // The host arrays of the ATen path: each token's slot and, with `with_keys`
 // (when a device kernel will not read the block tables itself), the runs

@@ -107,7 +107,7 @@ void StepGraphs::Stage(const StepInput* step, int64_t bucket, Staged& s) const {
   s.batch.block_tables = s.tables.data();
   s.batch.max_blocks = s.width;
   s.batch.block_size = pool_.shape().block_size;
-  s.batch.sliding_window = model_.config().sliding_window.value_or(0);
+  model_.SetAttentionLayout(s.batch);
   // The graphs' attention kernel reads the tables; the eager ATen path of the
   // CPU tests needs the runs' key slots.
   PrepareDeviceBatch(s.batch, s.slots, s.key_slots, /*with_keys=*/!options_.capture);
@@ -145,7 +145,7 @@ absl::Status StepGraphs::Prepare(Bucket& b) {
     b.in.sin = up.Get(kSin).view({b.size, half});
     b.in.row_index = up.Get(kRows);
     b.batch.block_size = pool_.shape().block_size;
-    b.batch.sliding_window = model_.config().sliding_window.value_or(0);
+    model_.SetAttentionLayout(b.batch);
     b.batch.max_blocks = max_width_;
     b.batch.slots = up.Get(kSlots);
     b.batch.positions_dev = up.Get(kPositions);

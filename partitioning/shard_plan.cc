@@ -1,5 +1,6 @@
 #include "partitioning/shard_plan.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,16 @@ constexpr Rule kRules[] = {
     {"lm_head.weight", ShardKind::kVocab, Rule::kVocabRows},
 };
 
+// Rank r's part of `total` units split as evenly as possible over n ranks: the
+// first total % n ranks hold one more (9 heads on 2 ranks: 5 and 4).
+struct Part {
+  int64_t start, length;
+};
+Part EvenPart(int64_t total, int64_t n, int64_t r) {
+  const int64_t base = total / n, extra = total % n;
+  return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
+}
+
 const Rule* FindRule(const std::string& name) {
   for (const Rule& r : kRules) {
     if (absl::EndsWith(name, r.suffix)) return &r;
@@ -45,10 +56,18 @@ absl::StatusOr<ShardPlan> ShardPlan::Make(const ModelConfig& cfg, RankInfo rank)
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", rank.rank, " is outside world size ", rank.world_size));
   }
-  // Every dimension cut across ranks must divide evenly.
-  const std::vector<std::pair<const char*, int64_t>> dims = {{"num_attention_heads", cfg.num_heads},
-                                                             {"hidden_size", cfg.hidden_size},
-                                                             {"intermediate_size", cfg.intermediate_size},
+  // Query heads are the finest unit attention can be cut into; the FFN splits anywhere.
+  if (n > cfg.num_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", n, " is more than num_attention_heads = ",
+                                                   cfg.num_heads, ": every rank needs at least one query head"));
+  }
+  if (n > cfg.intermediate_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor parallel size ", n, " is more than intermediate_size = ", cfg.intermediate_size));
+  }
+  // The residual stream (hidden) and the vocabulary are still cut in equal parts: the
+  // collectives carry equal shards.
+  const std::vector<std::pair<const char*, int64_t>> dims = {{"hidden_size", cfg.hidden_size},
                                                              {"vocab_size", cfg.vocab_size}};
   for (const auto& [name, size] : dims) {
     if (size % n != 0) {
@@ -56,27 +75,22 @@ absl::StatusOr<ShardPlan> ShardPlan::Make(const ModelConfig& cfg, RankInfo rank)
           absl::StrCat("tensor parallel size ", n, " does not divide ", name, " = ", size));
     }
   }
-  if (cfg.num_kv_heads % n != 0 && n % cfg.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor parallel size ", n,
-                     " must divide or be a multiple of num_key_value_heads = ", cfg.num_kv_heads));
-  }
   ShardPlan plan;
   plan.rank_ = rank;
   plan.head_dim_ = cfg.head_dim;
-  plan.num_heads_per_rank_ = cfg.num_heads / n;
+  const Part q = EvenPart(cfg.num_heads, n, rank.rank);
+  plan.q_head_start_ = q.start;
+  plan.num_heads_per_rank_ = q.length;
+  // The KV heads this rank's query heads read (query head h reads KV head h / group):
+  // a KV head whose group spans two ranks is held by both.
+  plan.kv_group_ = cfg.num_heads / cfg.num_kv_heads;
+  plan.kv_head_start_ = q.start / plan.kv_group_;
+  plan.num_kv_heads_per_rank_ = (q.start + q.length - 1) / plan.kv_group_ + 1 - plan.kv_head_start_;
+  const Part ffn = EvenPart(cfg.intermediate_size, n, rank.rank);
+  plan.intermediate_start_ = ffn.start;
+  plan.intermediate_per_rank_ = ffn.length;
   plan.hidden_per_rank_ = cfg.hidden_size / n;
-  plan.intermediate_per_rank_ = cfg.intermediate_size / n;
   plan.vocab_per_rank_ = cfg.vocab_size / n;
-  if (cfg.num_kv_heads >= n) {
-    plan.num_kv_heads_per_rank_ = cfg.num_kv_heads / n;
-    plan.kv_head_start_ = rank.rank * plan.num_kv_heads_per_rank_;
-  } else {
-    // Replicate: query head h uses KV head h / (num_heads / num_kv_heads).
-    plan.num_kv_heads_per_rank_ = 1;
-    const int64_t group = cfg.num_heads / cfg.num_kv_heads;
-    plan.kv_head_start_ = (rank.rank * plan.num_heads_per_rank_) / group;
-  }
   return plan;
 }
 
@@ -90,7 +104,7 @@ SliceSpec ShardPlan::SliceFor(const std::string& name) const {
   switch (rule->unit) {
     case Rule::kQHeads:
       s.length = num_heads_per_rank_ * head_dim_;
-      s.start = r * s.length;
+      s.start = q_head_start_ * head_dim_;
       break;
     case Rule::kKvHeads:
       s.length = num_kv_heads_per_rank_ * head_dim_;
@@ -98,7 +112,7 @@ SliceSpec ShardPlan::SliceFor(const std::string& name) const {
       break;
     case Rule::kIntermediate:
       s.length = intermediate_per_rank_;
-      s.start = r * s.length;
+      s.start = intermediate_start_;
       break;
     case Rule::kVocabRows:
       s.length = vocab_per_rank_;

@@ -126,12 +126,16 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t t = p.rows[blockIdx.x];
-  const int group = p.heads / p.kv_heads, passes = (group + G - 1) / G;
+  const int group = p.kv_group, passes = (group + G - 1) / G;
   const int kvh = blockIdx.y / passes, pass = blockIdx.y % passes;
-  const int h0 = kvh * group + pass * G;  // first query head of this block
-  const int nh = min(G, group - pass * G);
+  // This KV head's query heads [first_head, end_head): a whole group, or part of one at a rank's ends.
+  const int first_head = max(0, kvh * group - p.q_head_offset);
+  const int end_head = min(p.heads, (kvh + 1) * group - p.q_head_offset);
+  const int h0 = first_head + pass * G;  // first query head of this block
+  const int nh = min(G, end_head - h0);
+  if (nh <= 0) return;  // the same for the whole block: a cut group needs fewer passes
   const int seq = p.seq_of_token[t], pos = p.positions[t];
-  const int first = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int first_key = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
   const int64_t table_stride = p.block_table_stride != nullptr ? *p.block_table_stride : p.max_blocks;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * table_stride;
   const int64_t slot_stride = static_cast<int64_t>(p.kv_heads) * D;
@@ -153,7 +157,7 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
     l[g] = 0.0f;
   }
 
-  for (int j0 = first + warp * KT; j0 <= pos; j0 += W * KT) {
+  for (int j0 = first_key + warp * KT; j0 <= pos; j0 += W * KT) {
     // Keys past pos in the last tile are neither loaded nor weighted.
     float kf[KT][E], vf[KT][E];
 #pragma unroll
@@ -230,7 +234,7 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
 
 template <typename T, int D, int G>
 const char* Launch(const PagedAttentionParams& p, cudaStream_t stream) {
-  const int passes = (p.heads / p.kv_heads + G - 1) / G;
+  const int passes = (p.kv_group + G - 1) / G;
   if (static_cast<int64_t>(p.kv_heads) * passes > 65535) return "paged attention: too many KV heads";
   const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.kv_heads * passes));
   PagedAttentionKernel<T, D, G><<<grid, WarpsFor(D, G) * 32, 0, stream>>>(p);
@@ -242,7 +246,7 @@ const char* Launch(const PagedAttentionParams& p, cudaStream_t stream) {
 // take passes of kMaxGroup heads.
 template <typename T, int D>
 const char* LaunchForHeadDim(const PagedAttentionParams& p, cudaStream_t stream) {
-  const int group = p.heads / p.kv_heads;
+  const int group = p.kv_group;
   if (group <= 1) return Launch<T, D, 1>(p, stream);
   if (group <= 2) return Launch<T, D, 2>(p, stream);
   if (group <= 4) return Launch<T, D, 4>(p, stream);
@@ -275,11 +279,21 @@ bool PagedAttentionSupports(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
 
-const char* LaunchPagedAttention(const PagedAttentionParams& p, void* stream) {
-  if (p.num_rows < 0) return "paged attention: negative num_rows";
-  if (p.num_rows == 0) return nullptr;
-  if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0) {
-    return "paged attention: heads must be a positive multiple of kv_heads";
+const char* LaunchPagedAttention(const PagedAttentionParams& params, void* stream) {
+  if (params.num_rows < 0) return "paged attention: negative num_rows";
+  if (params.num_rows == 0) return nullptr;
+  PagedAttentionParams p = params;
+  if (p.kv_group == 0) {  // equal groups
+    if (p.heads <= 0 || p.kv_heads <= 0 || p.heads % p.kv_heads != 0) {
+      return "paged attention: heads must be a positive multiple of kv_heads";
+    }
+    p.kv_group = p.heads / p.kv_heads;
+    p.q_head_offset = 0;
+  }
+  // Every query head must read a KV head inside [0, kv_heads).
+  if (p.heads <= 0 || p.kv_heads <= 0 || p.kv_group <= 0 || p.q_head_offset < 0 ||
+      p.q_head_offset >= p.kv_group || (p.heads - 1 + p.q_head_offset) / p.kv_group >= p.kv_heads) {
+    return "paged attention: kv_group and q_head_offset map query heads outside the KV heads";
   }
   if (p.block_size <= 0 || p.max_blocks <= 0) return "paged attention: bad block_size or max_blocks";
   if (p.sliding_window < 0) return "paged attention: negative sliding_window";

@@ -43,6 +43,10 @@ struct PagedAttentionParams {
   const int32_t* block_table_stride = nullptr;
   int32_t block_size = 16;
   int32_t num_rows = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  // Query head h reads KV head (h + q_head_offset) / kv_group; kv_group 0 means
+  // heads / kv_heads with offset 0. A rank of an uneven tensor-parallel split has
+  // groups cut at its ends (partitioning/shard_plan.h).
+  int32_t kv_group = 0, q_head_offset = 0;
   float scale = 1.0f;          // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;  // 0 = none; else row at position p sees keys max(0, p-window+1) .. p
 };
@@ -51,8 +55,8 @@ struct PagedAttentionParams {
 bool PagedAttentionSupports(int head_dim);
 
 // Enqueues the kernel on `stream`, a cudaStream_t (void* here to keep this
-// header free of CUDA's). Any group size heads / kv_heads works; groups above
-// 8 take one block per 8 query heads. Returns nullptr, or a static string
+// header free of CUDA's). Any group size works; groups above 8 take one block
+// per 8 query heads. Returns nullptr, or a static string
 // describing the error: bad params, an unsupported head_dim, or the
 // cudaGetErrorString of the launch error (which may be an earlier
 // asynchronous error that cudaGetLastError reports first).

@@ -74,6 +74,8 @@ ARCH_MODELS = {
 # is only held to "equal to in-process" and the score checks.
 TIED_MODEL = ("qwen3", 2108, ["--head-dim", "32", "--tie-embeddings"])
 MIN_DISTINCT = 4
+UNEVEN_SIZES = ["--vocab-size", "480", "--hidden-size", "96", "--num-layers", "2",
+                "--num-heads", "6", "--num-kv-heads", "2", "--intermediate-size", "130"]
 TP3_SIZES = ["--vocab-size", "510", "--hidden-size", "48", "--num-layers", "2",
              "--num-heads", "6", "--num-kv-heads", "3", "--intermediate-size", "96"]
 
@@ -315,6 +317,15 @@ def tp3_case(ctx, chk):
     compare_tp(ctx, chk, m, 3)
 
 
+def uneven_case(ctx, chk):
+    """Query heads, KV heads and the FFN that no world size here divides (SmolLM2's
+    situation): 6 query heads over 2 KV heads and an FFN of 130 at tp 3 (heads 2/2/2, the
+    middle rank's heads reading both KV heads) and tp 4 (heads 2/2/1/1, FFN 33/33/32/32)."""
+    m = prepare(ctx, chk, "llama_uneven", "llama", 2108, UNEVEN_SIZES)
+    compare_tp(ctx, chk, m, 3)
+    compare_tp(ctx, chk, m, 4)
+
+
 def _refusal(ctx, chk, d, tp, dims, cmd="generate"):
     """Run with a world size that does not divide one of `dims` ({name: size})."""
     args = [cmd, "--model", d, "--prompt-ids", "1,2,3,4,5", "--tp", tp]
@@ -354,13 +365,8 @@ def not_divisible_case(ctx, chk):
              "intermediate_size": 128, "vocab_size": 512}
     _refusal(ctx, chk, m["dir"], 3, dims3, "generate")
     _refusal(ctx, chk, m["dir"], 3, dims3, "score")
-    # A single indivisible dimension, the rest divisible by 2.
-    d = ctx.dir("odd_intermediate")
-    ctx.engine.make_model(d, ["--arch", "llama", "--seed", "2105", "--dtype", "f32",
-                              "--no-tokenizer", "--vocab-size", "512", "--hidden-size", "64",
-                              "--num-layers", "1", "--num-heads", "4", "--num-kv-heads", "2",
-                              "--intermediate-size", "129"])
-    _refusal(ctx, chk, d, 2, {"intermediate_size": 129}, "score")
+    # A single indivisible dimension, the rest divisible by 2 (query heads and the FFN
+    # split unevenly: uneven_case; the vocabulary and hidden size must still divide).
     d = ctx.dir("odd_vocab")
     ctx.engine.make_model(d, ["--arch", "llama", "--seed", "2106", "--dtype", "f32",
                               "--no-tokenizer", "--vocab-size", "511", "--hidden-size", "64",
@@ -435,6 +441,7 @@ for _name in ARCH_MODELS:
 CASES += [
     ("qwen3_tied_tp4", tied_case),
     ("qwen2_tp3", tp3_case),
+    ("uneven_tp3_tp4", uneven_case),
     ("not_divisible", not_divisible_case),
     ("bf16_tp2", bf16_case),
     ("no_orphans", no_orphans_case),

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "kernels/cpu/isa.h"
+#include "kernels/fused.h"
 
 namespace shardlm {
 namespace {
@@ -86,6 +87,58 @@ TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
       const double err = (out.narrow(0, start, len) - ref).abs().max().item<double>();
       EXPECT_LT(err, c.tol) << "sequence of length " << len << ", " << kernels::IsaName(isa);
       start += len;
+    }
+  }
+}
+
+// One rank of an uneven tensor-parallel split (partitioning/shard_plan.h): 9 query heads
+// over 3 KV heads on 2 ranks give rank 0 query heads 0-4 over KV heads 0-1 and rank 1
+// query heads 5-8 over KV heads 1-2. Each rank's output must be its heads of the whole,
+// on every path: the portable loop, this CPU's kernel and the ATen operators.
+TEST(PagedAttentionUnevenTest, ARankOfAnUnevenSplitComputesItsHeadsOfTheWhole) {
+  const int64_t heads = 9, kv_heads = 3, d = 16, block = 4, num_blocks = 8;
+  std::vector<int32_t> positions, seq_of_token;
+  for (int32_t p = 0; p < 11; ++p) {
+    positions.push_back(p);
+    seq_of_token.push_back(0);
+  }
+  std::vector<int32_t> table = {5, 2, 7, 0};
+  AttentionBatch whole;
+  whole.positions = &positions;
+  whole.seq_of_token = &seq_of_token;
+  whole.block_tables = table.data();
+  whole.max_blocks = 4;
+  whole.block_size = block;
+  at::manual_seed(1);
+  const int64_t total = static_cast<int64_t>(positions.size());
+  at::Tensor q = at::randn({total, heads, d});
+  at::Tensor k = at::randn({total, kv_heads, d}), v = at::randn({total, kv_heads, d});
+  at::Tensor k_pool = at::zeros({num_blocks, block, kv_heads, d}), v_pool = at::zeros_like(k_pool);
+  WriteKv(k, v, k_pool, v_pool, whole);
+  const at::Tensor expected = PagedAttention(q, k_pool, v_pool, whole);
+  struct Rank {
+    int64_t q_start, q_len, kv_start, kv_len;
+  };
+  for (const Rank r : {Rank{0, 5, 0, 2}, Rank{5, 4, 1, 2}}) {
+    AttentionBatch part = whole;
+    part.kv_group = heads / kv_heads;
+    part.q_head_offset = r.q_start - r.kv_start * part.kv_group;
+    at::Tensor qr = q.narrow(1, r.q_start, r.q_len).contiguous();
+    at::Tensor kr = k_pool.narrow(2, r.kv_start, r.kv_len).contiguous();
+    at::Tensor vr = v_pool.narrow(2, r.kv_start, r.kv_len).contiguous();
+    // The ATen path reads each token's slot and every run's key slots as tensors.
+    std::vector<int64_t> slots, key_slots;
+    PrepareDeviceBatch(part, slots, key_slots, /*with_keys=*/true);
+    part.slots = at::from_blob(slots.data(), {static_cast<int64_t>(slots.size())}, at::kLong);
+    part.key_slots = at::from_blob(key_slots.data(), {static_cast<int64_t>(key_slots.size())}, at::kLong);
+    for (int path = 0; path < 3; ++path) {
+      const kernels::Isa previous = kernels::SetIsaForTesting(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
+      kernels::ForceAtenOps(path == 2);
+      at::Tensor out = PagedAttention(qr, kr, vr, part);
+      kernels::ForceAtenOps(false);
+      kernels::SetIsaForTesting(previous);
+      const double err = (out - expected.narrow(1, r.q_start, r.q_len)).abs().max().item<double>();
+      EXPECT_LT(err, 1e-5) << "rank with query heads from " << r.q_start << ", path " << path;
     }
   }
 }

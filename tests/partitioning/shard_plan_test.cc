@@ -62,19 +62,79 @@ TEST(ShardPlanTest, FewerKvHeadsThanRanksReplicatesTheRightHead) {
   }
 }
 
-TEST(ShardPlanTest, IndivisibleWorldSizeNamesTheDimension) {
-  EXPECT_THAT(
-      ShardPlan::Make(Config(4, 2), {0, 3}),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide num_attention_heads = 4")));
-  ModelConfig c = Config(8, 8);
-  c.num_kv_heads = 6;
-  c.num_heads = 12;
-  c.hidden_size = 48;
-  c.head_dim = 4;
-  c.intermediate_size = 96;
-  c.vocab_size = 480;
+// SmolLM2's shape: 9 query heads over 3 KV heads (groups of 3), FFN 1536, split 2 and 4 ways.
+ModelConfig SmolShape() {
+  ModelConfig c;
+  c.hidden_size = 576;
+  c.num_heads = 9;
+  c.num_kv_heads = 3;
+  c.head_dim = 64;
+  c.intermediate_size = 1538;  // not a multiple of 4, to split unevenly too
+  c.vocab_size = 49152;
+  return c;
+}
+
+TEST(ShardPlanTest, UnevenHeadsSplitAsEvenlyAsPossibleWithTheirKvHeads) {
+  struct Want {
+    int64_t q_start, q_len, kv_start, kv_len, offset;
+  };
+  const std::vector<Want> two = {{0, 5, 0, 2, 0}, {5, 4, 1, 2, 2}};
+  const std::vector<Want> four = {{0, 3, 0, 1, 0}, {3, 2, 1, 1, 0}, {5, 2, 1, 2, 2}, {7, 2, 2, 1, 1}};
+  for (const auto& [world, wants] : {std::pair{2, two}, {4, four}}) {
+    for (int r = 0; r < world; ++r) {
+      auto plan = ShardPlan::Make(SmolShape(), {r, world});
+      ASSERT_THAT(plan, IsOk());
+      const Want& w = wants[r];
+      SCOPED_TRACE(::testing::Message() << "rank " << r << " of " << world);
+      EXPECT_EQ(plan->q_head_start(), w.q_start);
+      EXPECT_EQ(plan->num_heads_per_rank(), w.q_len);
+      EXPECT_EQ(plan->kv_head_start(), w.kv_start);
+      EXPECT_EQ(plan->num_kv_heads_per_rank(), w.kv_len);
+      EXPECT_EQ(plan->kv_group(), 3);
+      EXPECT_EQ(plan->q_head_offset(), w.offset);
+      // Every local query head reads a local KV head, the one its global head reads.
+      for (int64_t i = 0; i < w.q_len; ++i) {
+        EXPECT_EQ(plan->kv_head_start() + (i + plan->q_head_offset()) / plan->kv_group(), (w.q_start + i) / 3);
+      }
+      SliceSpec q = plan->SliceFor("model.layers.0.self_attn.q_proj.weight");
+      EXPECT_EQ(q.start, w.q_start * 64);
+      EXPECT_EQ(q.length, w.q_len * 64);
+      SliceSpec o = plan->SliceFor("model.layers.0.self_attn.o_proj.weight");
+      EXPECT_EQ(o.dim, 1);
+      EXPECT_EQ(o.start, w.q_start * 64);
+      SliceSpec v = plan->SliceFor("model.layers.0.self_attn.v_proj.weight");
+      EXPECT_EQ(v.start, w.kv_start * 64);
+      EXPECT_EQ(v.length, w.kv_len * 64);
+    }
+  }
+}
+
+TEST(ShardPlanTest, TheFfnSplitsUnevenlyAndCoversEveryColumnOnce) {
+  int64_t next = 0;
+  for (int r = 0; r < 4; ++r) {
+    auto plan = ShardPlan::Make(SmolShape(), {r, 4});
+    ASSERT_THAT(plan, IsOk());
+    SliceSpec up = plan->SliceFor("model.layers.0.mlp.up_proj.weight");
+    SliceSpec down = plan->SliceFor("model.layers.0.mlp.down_proj.weight");
+    EXPECT_EQ(up.start, next);
+    EXPECT_EQ(up.length, r < 2 ? 385 : 384);  // 1538 = 385 + 385 + 384 + 384
+    EXPECT_EQ(down.start, up.start);
+    EXPECT_EQ(down.length, up.length);
+    next += up.length;
+  }
+  EXPECT_EQ(next, 1538);
+}
+
+TEST(ShardPlanTest, WhatCannotBeSplitNamesTheDimension) {
+  EXPECT_THAT(ShardPlan::Make(SmolShape(), {0, 10}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tensor parallel size 10 is more than num_attention_heads = 9")));
+  ModelConfig c = SmolShape();
+  c.hidden_size = 578;
   EXPECT_THAT(ShardPlan::Make(c, {0, 4}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_key_value_heads = 6")));
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size = 578")));
+  EXPECT_THAT(ShardPlan::Make(Config(4, 2), {0, 3}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size = 64")));
 }
 
 }  // namespace

@@ -144,7 +144,7 @@ TEST(TensorParallelLoadTest, IndivisibleWorldSizeIsRefusedAtLoad) {
       o.model_dir = dir;
       EXPECT_THAT(
           RankWorker::Load(o, std::move(*c)),
-          StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide num_attention_heads = 4")));
+          StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size")));
     });
   }
   for (auto& t : threads) t.join();

@@ -31,6 +31,7 @@
 #include "coordinator/worker_group.h"
 #include "kernels/step_profile.h"
 #include "model/device.h"
+#include "model/gguf.h"
 #include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
@@ -223,7 +224,8 @@ void PrintBreakdown(const std::vector<Row>& rows, bool prefill) {
 
 int Main(int argc, char** argv) {
   FlagSet f("bench");
-  f.String("model-dir", "benchmark checkpoint (written if missing)", false, "build/bench-model");
+  f.String("model-dir", "benchmark checkpoint directory (written if missing) or a .gguf file", false,
+           "build/bench-model");
   f.Int("prompt-len", "prompt tokens per sequence for prefill", 128, 1, 8192);
   f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096);
   f.String("batches", "comma-separated batch sizes", false, "1,8,32");
@@ -271,7 +273,7 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  if (!std::filesystem::exists(dir + "/config.json")) {
+  if (!IsGgufFile(dir) && !std::filesystem::exists(dir + "/config.json")) {
     // ~100M parameters, Llama-shaped (GQA 12/4 heads), tied embeddings, 32k vocab.
     TinyModelOptions o;
     o.arch = Arch::kLlama;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "collectives/uneven.h"
 #include "common/status.h"
 #include "kernels/fused.h"
 #include "kernels/linear.h"
@@ -139,7 +140,7 @@ auto Timed(kernels::StepPart part, Fn&& fn) {
 absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   // Vocab-parallel: this rank owns rows [start, start + vocab.tp).
   const int64_t per_rank = plan_.vocab_per_rank();
-  const int64_t start = plan_.rank().rank * per_rank;
+  const int64_t start = plan_.vocab_start();
   at::Tensor rows;
   if (!kernels::UseAtenOps(ids)) {
     // On the host, one pass over the ids instead of six operators (a
@@ -164,7 +165,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   }
   // rows: dtype[tokens, hidden] {tp unreduced}
-  return comm_->ReduceScatter(rows, 1);
+  return ReduceScatterParts(*comm_, rows, 1, plan_.hidden_parts());
 }
 
 void LlamaModel::RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos,
@@ -275,7 +276,8 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
     for (size_t li = 0; li < layers_.size(); ++li) {
       const Layer& L = layers_[li];
       SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
-                                 return comm_->AllGather(x, 1);  // dtype[tokens, hidden]
+                                 return AllGatherParts(*comm_, x, 1,
+                                                       plan_.hidden_parts());  // dtype[tokens, hidden]
                                }));
       h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.input_norm, eps); });
       // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
@@ -298,21 +300,23 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
         kernels::LinearAddTo(x, attn, L.o);
       } else {
         at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
-                                                           [&] { return comm_->ReduceScatter(partial, 1); }));
+        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
+                                   return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
+                                 }));
         Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
       }
 
-      SHARDLM_ASSIGN_OR_RETURN(
-          h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(x, 1); }));
+      SHARDLM_ASSIGN_OR_RETURN(h, Timed(kernels::StepPart::kCollectives,
+                                        [&] { return AllGatherParts(*comm_, x, 1, plan_.hidden_parts()); }));
       h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.post_norm, eps); });
       at::Tensor act = kernels::LinearSwiGlu(h, L.gate_up);  // dtype[tokens, intermediate.tp]
       if (single_rank) {
         kernels::LinearAddTo(x, act, L.down);
       } else {
         at::Tensor partial = kernels::Linear(act, L.down);
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives,
-                                                           [&] { return comm_->ReduceScatter(partial, 1); }));
+        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
+                                   return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
+                                 }));
         Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
       }
     }
@@ -323,12 +327,14 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
       return absl::OkStatus();
     }
     at::Tensor sel = x.index_select(0, in.row_index);
-    SHARDLM_ASSIGN_OR_RETURN(
-        at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] { return comm_->AllGather(sel, 1); }));
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
+                               return AllGatherParts(*comm_, sel, 1, plan_.hidden_parts());
+                             }));
     h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });
     at::Tensor local = kernels::ToFloat32(kernels::Linear(h, lm_head_));  // f32[rows, vocab.tp]
-    SHARDLM_ASSIGN_OR_RETURN(
-        logits, Timed(kernels::StepPart::kCollectives, [&] { return comm_->Gather(local, 1, /*root=*/0); }));
+    SHARDLM_ASSIGN_OR_RETURN(logits, Timed(kernels::StepPart::kCollectives, [&] {
+                               return GatherParts(*comm_, local, 1, /*root=*/0, plan_.vocab_parts());
+                             }));
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);

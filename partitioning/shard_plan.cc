@@ -58,22 +58,17 @@ absl::StatusOr<ShardPlan> ShardPlan::Make(const ModelConfig& cfg, RankInfo rank)
   }
   // Query heads are the finest unit attention can be cut into; the FFN splits anywhere.
   if (n > cfg.num_heads) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", n, " is more than num_attention_heads = ",
-                                                   cfg.num_heads, ": every rank needs at least one query head"));
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel size ", n,
+                                                   " is more than num_attention_heads = ", cfg.num_heads,
+                                                   ": every rank needs at least one query head"));
   }
-  if (n > cfg.intermediate_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensor parallel size ", n, " is more than intermediate_size = ", cfg.intermediate_size));
-  }
-  // The residual stream (hidden) and the vocabulary are still cut in equal parts: the
-  // collectives carry equal shards.
-  const std::vector<std::pair<const char*, int64_t>> dims = {{"hidden_size", cfg.hidden_size},
-                                                             {"vocab_size", cfg.vocab_size}};
-  for (const auto& [name, size] : dims) {
-    if (size % n != 0) {
+  for (const auto& [name, size] :
+       std::vector<std::pair<const char*, int64_t>>{{"intermediate_size", cfg.intermediate_size},
+                                                    {"hidden_size", cfg.hidden_size},
+                                                    {"vocab_size", cfg.vocab_size}}) {
+    if (n > size)
       return absl::InvalidArgumentError(
-          absl::StrCat("tensor parallel size ", n, " does not divide ", name, " = ", size));
-    }
+          absl::StrCat("tensor parallel size ", n, " is more than ", name, " = ", size));
   }
   ShardPlan plan;
   plan.rank_ = rank;
@@ -89,8 +84,13 @@ absl::StatusOr<ShardPlan> ShardPlan::Make(const ModelConfig& cfg, RankInfo rank)
   const Part ffn = EvenPart(cfg.intermediate_size, n, rank.rank);
   plan.intermediate_start_ = ffn.start;
   plan.intermediate_per_rank_ = ffn.length;
-  plan.hidden_per_rank_ = cfg.hidden_size / n;
-  plan.vocab_per_rank_ = cfg.vocab_size / n;
+  // The residual stream and the vocabulary: the collectives carry these parts
+  // (collectives/uneven.h).
+  for (int64_t r = 0; r < n; ++r) {
+    plan.hidden_parts_.push_back(EvenPart(cfg.hidden_size, n, r).length);
+    plan.vocab_parts_.push_back(EvenPart(cfg.vocab_size, n, r).length);
+  }
+  plan.vocab_start_ = EvenPart(cfg.vocab_size, n, rank.rank).start;
   return plan;
 }
 
@@ -100,7 +100,6 @@ SliceSpec ShardPlan::SliceFor(const std::string& name) const {
   if (rule == nullptr || rank_.world_size == 1) return s;
   s.kind = rule->kind;
   s.dim = rule->kind == ShardKind::kRow ? 1 : 0;
-  const int64_t r = rank_.rank;
   switch (rule->unit) {
     case Rule::kQHeads:
       s.length = num_heads_per_rank_ * head_dim_;
@@ -115,8 +114,8 @@ SliceSpec ShardPlan::SliceFor(const std::string& name) const {
       s.start = intermediate_start_;
       break;
     case Rule::kVocabRows:
-      s.length = vocab_per_rank_;
-      s.start = r * s.length;
+      s.length = vocab_per_rank();
+      s.start = vocab_start_;
       break;
     case Rule::kNone:
       break;

@@ -15,7 +15,9 @@
 //     rank 0: q heads 0-4, KV heads 0-1 (q 0,1,2 -> KV 0; q 3,4 -> KV 1)
 //     rank 1: q heads 5-8, KV heads 1-2 (q 5 -> KV 1; q 6,7,8 -> KV 2)
 // Local query head i then reads local KV head (i + q_head_offset()) / kv_group().
-// hidden_size and vocab_size must still divide (the collectives carry equal shards).
+// The residual stream (hidden) and the vocabulary split the same way, and the
+// collectives carry their unequal parts (collectives/uneven.h). Any world size
+// up to the number of query heads works.
 //
 //   SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, {rank, world}));
 //   SliceSpec s = plan.SliceFor("model.layers.0.self_attn.k_proj.weight");
@@ -23,6 +25,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
@@ -59,9 +62,13 @@ class ShardPlan {
   int64_t q_head_offset() const { return q_head_start_ - kv_head_start_ * kv_group_; }
   int64_t num_kv_heads_per_rank() const { return num_kv_heads_per_rank_; }
   int64_t kv_head_start() const { return kv_head_start_; }
-  int64_t hidden_per_rank() const { return hidden_per_rank_; }
+  int64_t hidden_per_rank() const { return hidden_parts_[rank_.rank]; }
+  // Every rank's part of the residual stream and of the vocabulary, in rank order.
+  const std::vector<int64_t>& hidden_parts() const { return hidden_parts_; }
+  const std::vector<int64_t>& vocab_parts() const { return vocab_parts_; }
+  int64_t vocab_start() const { return vocab_start_; }
   int64_t intermediate_per_rank() const { return intermediate_per_rank_; }
-  int64_t vocab_per_rank() const { return vocab_per_rank_; }
+  int64_t vocab_per_rank() const { return vocab_parts_[rank_.rank]; }
 
  private:
   ShardKind KindFor(const std::string& name) const;
@@ -73,10 +80,11 @@ class ShardPlan {
   int64_t kv_group_ = 1;
   int64_t num_kv_heads_per_rank_ = 0;
   int64_t kv_head_start_ = 0;
-  int64_t hidden_per_rank_ = 0;
+  std::vector<int64_t> hidden_parts_;
   int64_t intermediate_start_ = 0;
   int64_t intermediate_per_rank_ = 0;
-  int64_t vocab_per_rank_ = 0;
+  std::vector<int64_t> vocab_parts_;
+  int64_t vocab_start_ = 0;
 };
 
 }  // namespace shardlm

@@ -20,10 +20,13 @@ reference's answers (tests/reference/hf_reference.py, float64):
       --tp 4, the same checks.
   tp3: qwen2 (q/k/v biases) with hidden 48, 6 heads, 3 kv heads, intermediate
       96, vocab 510 at --tp 3: the same checks.
-  not_divisible: --tp 3 on the 4-head model, and --tp 2 on models with an odd
-      intermediate size / vocab size: nonzero exit within 30 s, a stderr
-      message naming the dimension and both sizes, and no `shardlm worker`
-      left behind.
+  uneven_tp3_tp4_tp5: a llama with 6 heads over 2 kv heads, hidden 96,
+      intermediate 130 and vocab 481 at --tp 3, 4 and 5, which divide none of
+      them all (heads, KV heads, FFN, hidden and vocabulary split unevenly):
+      the same checks.
+  too_many_ranks: --tp 5 on the 4-head model: nonzero exit within 30 s, a
+      stderr message naming the dimension and both sizes, and no `shardlm
+      worker` left behind.
   bf16_tp2: a bf16 checkpoint with --dtype bf16 at --tp 2 vs in-process: equal
       greedy tokens, or, where they first differ, the in-process top-2
       log-prob gap must be < --bf16-tie (0.05): reduction order across ranks
@@ -74,7 +77,7 @@ ARCH_MODELS = {
 # is only held to "equal to in-process" and the score checks.
 TIED_MODEL = ("qwen3", 2108, ["--head-dim", "32", "--tie-embeddings"])
 MIN_DISTINCT = 4
-UNEVEN_SIZES = ["--vocab-size", "480", "--hidden-size", "96", "--num-layers", "2",
+UNEVEN_SIZES = ["--vocab-size", "481", "--hidden-size", "96", "--num-layers", "2",
                 "--num-heads", "6", "--num-kv-heads", "2", "--intermediate-size", "130"]
 TP3_SIZES = ["--vocab-size", "510", "--hidden-size", "48", "--num-layers", "2",
              "--num-heads", "6", "--num-kv-heads", "3", "--intermediate-size", "96"]
@@ -318,16 +321,19 @@ def tp3_case(ctx, chk):
 
 
 def uneven_case(ctx, chk):
-    """Query heads, KV heads and the FFN that no world size here divides (SmolLM2's
-    situation): 6 query heads over 2 KV heads and an FFN of 130 at tp 3 (heads 2/2/2, the
-    middle rank's heads reading both KV heads) and tp 4 (heads 2/2/1/1, FFN 33/33/32/32)."""
+    """Sizes the world sizes here do not divide (SmolLM2's situation): 6 query heads over 2
+    KV heads, an FFN of 130, a hidden size of 96 and a vocabulary of 481. tp 3 (heads 2/2/2,
+    the middle rank's heads reading both KV heads; vocabulary 161/160/160), tp 4 (heads
+    2/2/1/1, FFN 33/33/32/32) and tp 5 (hidden 20/19/19/19/19: the residual stream's
+    collectives carry unequal parts)."""
     m = prepare(ctx, chk, "llama_uneven", "llama", 2108, UNEVEN_SIZES)
-    compare_tp(ctx, chk, m, 3)
-    compare_tp(ctx, chk, m, 4)
+    for tp in (3, 4, 5):
+        compare_tp(ctx, chk, m, tp)
 
 
 def _refusal(ctx, chk, d, tp, dims, cmd="generate"):
-    """Run with a world size that does not divide one of `dims` ({name: size})."""
+    """Run with a world size the model cannot be cut into; `dims` ({name: size}) are the
+    dimensions an error may name."""
     args = [cmd, "--model", d, "--prompt-ids", "1,2,3,4,5", "--tp", tp]
     if cmd == "generate":
         args += ["--max-new-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"]
@@ -357,22 +363,11 @@ def _refusal(ctx, chk, d, tp, dims, cmd="generate"):
               % (cmd, tp, "" if not left else ": %s" % left))
 
 
-def not_divisible_case(ctx, chk):
+def too_many_ranks_case(ctx, chk):
+    """Every rank needs a query head: tp 5 on 4 heads is refused, naming the dimension."""
     m = prepare(ctx, chk, "llama", *ARCH_MODELS["llama"][:2], BASE_SIZES)
-    # Everything but heads-related dims is also indivisible by 3 here; any one
-    # of them, correctly named with its size, is an acceptable message.
-    dims3 = {"num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64,
-             "intermediate_size": 128, "vocab_size": 512}
-    _refusal(ctx, chk, m["dir"], 3, dims3, "generate")
-    _refusal(ctx, chk, m["dir"], 3, dims3, "score")
-    # A single indivisible dimension, the rest divisible by 2 (query heads and the FFN
-    # split unevenly: uneven_case; the vocabulary and hidden size must still divide).
-    d = ctx.dir("odd_vocab")
-    ctx.engine.make_model(d, ["--arch", "llama", "--seed", "2106", "--dtype", "f32",
-                              "--no-tokenizer", "--vocab-size", "511", "--hidden-size", "64",
-                              "--num-layers", "1", "--num-heads", "4", "--num-kv-heads", "2",
-                              "--intermediate-size", "128"])
-    _refusal(ctx, chk, d, 2, {"vocab_size": 511}, "score")
+    _refusal(ctx, chk, m["dir"], 5, {"num_attention_heads": 4}, "generate")
+    _refusal(ctx, chk, m["dir"], 5, {"num_attention_heads": 4}, "score")
 
 
 def bf16_case(ctx, chk):
@@ -441,8 +436,8 @@ for _name in ARCH_MODELS:
 CASES += [
     ("qwen3_tied_tp4", tied_case),
     ("qwen2_tp3", tp3_case),
-    ("uneven_tp3_tp4", uneven_case),
-    ("not_divisible", not_divisible_case),
+    ("uneven_tp3_tp4_tp5", uneven_case),
+    ("too_many_ranks", too_many_ranks_case),
     ("bf16_tp2", bf16_case),
     ("no_orphans", no_orphans_case),
 ]

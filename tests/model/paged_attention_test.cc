@@ -132,7 +132,8 @@ TEST(PagedAttentionUnevenTest, ARankOfAnUnevenSplitComputesItsHeadsOfTheWhole) {
     part.slots = at::from_blob(slots.data(), {static_cast<int64_t>(slots.size())}, at::kLong);
     part.key_slots = at::from_blob(key_slots.data(), {static_cast<int64_t>(key_slots.size())}, at::kLong);
     for (int path = 0; path < 3; ++path) {
-      const kernels::Isa previous = kernels::SetIsaForTesting(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
+      const kernels::Isa previous =
+          kernels::SetIsaForTesting(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
       kernels::ForceAtenOps(path == 2);
       at::Tensor out = PagedAttention(qr, kr, vr, part);
       kernels::ForceAtenOps(false);

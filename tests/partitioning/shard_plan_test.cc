@@ -94,7 +94,8 @@ TEST(ShardPlanTest, UnevenHeadsSplitAsEvenlyAsPossibleWithTheirKvHeads) {
       EXPECT_EQ(plan->q_head_offset(), w.offset);
       // Every local query head reads a local KV head, the one its global head reads.
       for (int64_t i = 0; i < w.q_len; ++i) {
-        EXPECT_EQ(plan->kv_head_start() + (i + plan->q_head_offset()) / plan->kv_group(), (w.q_start + i) / 3);
+        EXPECT_EQ(plan->kv_head_start() + (i + plan->q_head_offset()) / plan->kv_group(),
+                  (w.q_start + i) / 3);
       }
       SliceSpec q = plan->SliceFor("model.layers.0.self_attn.q_proj.weight");
       EXPECT_EQ(q.start, w.q_start * 64);
@@ -125,16 +126,27 @@ TEST(ShardPlanTest, TheFfnSplitsUnevenlyAndCoversEveryColumnOnce) {
   EXPECT_EQ(next, 1538);
 }
 
-TEST(ShardPlanTest, WhatCannotBeSplitNamesTheDimension) {
+TEST(ShardPlanTest, HiddenAndVocabularySplitIntoPartsTheCollectivesCarry) {
+  // 576 and 49152 over 5 ranks: 116 + 4 x 115, and 9831 + 9831 + 3 x 9830.
+  for (int r = 0; r < 5; ++r) {
+    auto plan = ShardPlan::Make(SmolShape(), {r, 5});
+    ASSERT_THAT(plan, IsOk());
+    EXPECT_THAT(plan->hidden_parts(), ::testing::ElementsAre(116, 115, 115, 115, 115));
+    EXPECT_THAT(plan->vocab_parts(), ::testing::ElementsAre(9831, 9831, 9830, 9830, 9830));
+    EXPECT_EQ(plan->hidden_per_rank(), r == 0 ? 116 : 115);
+    SliceSpec emb = plan->SliceFor("model.embed_tokens.weight");
+    EXPECT_EQ(emb.start, plan->vocab_start());
+    EXPECT_EQ(emb.start, r * 9830 + std::min(r, 2));
+    EXPECT_EQ(emb.length, r < 2 ? 9831 : 9830);
+  }
+}
+
+TEST(ShardPlanTest, MoreRanksThanQueryHeadsNamesTheDimension) {
   EXPECT_THAT(ShardPlan::Make(SmolShape(), {0, 10}),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("tensor parallel size 10 is more than num_attention_heads = 9")));
-  ModelConfig c = SmolShape();
-  c.hidden_size = 578;
-  EXPECT_THAT(ShardPlan::Make(c, {0, 4}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size = 578")));
-  EXPECT_THAT(ShardPlan::Make(Config(4, 2), {0, 3}),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size = 64")));
+  EXPECT_THAT(ShardPlan::Make(Config(4, 2), {0, 5}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("more than num_attention_heads = 4")));
 }
 
 }  // namespace

@@ -132,19 +132,19 @@ INSTANTIATE_TEST_SUITE_P(Shapes, TensorParallelTest,
                                            Case{"llama_tp4_mha", Arch::kLlama, 4, 4, 4}),
                          [](const auto& info) { return std::string(info.param.name); });
 
-TEST(TensorParallelLoadTest, IndivisibleWorldSizeIsRefusedAtLoad) {
+TEST(TensorParallelLoadTest, MoreRanksThanQueryHeadsIsRefusedAtLoad) {
   const std::string dir = WriteModel(Arch::kLlama, 4, 2, "refused");
   auto store = std::make_shared<gloo::rendezvous::HashStore>();
   std::vector<std::thread> threads;
-  for (int r = 0; r < 3; ++r) {
+  for (int r = 0; r < 5; ++r) {
     threads.emplace_back([&, r] {
-      auto c = MakeGlooCommunicator({r, 3}, store, GlooOptions{});
+      auto c = MakeGlooCommunicator({r, 5}, store, GlooOptions{});
       ASSERT_THAT(c, IsOk());
       RankWorkerOptions o;
       o.model_dir = dir;
-      EXPECT_THAT(
-          RankWorker::Load(o, std::move(*c)),
-          StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not divide hidden_size")));
+      EXPECT_THAT(RankWorker::Load(o, std::move(*c)),
+                  StatusIs(absl::StatusCode::kInvalidArgument,
+                           HasSubstr("tensor parallel size 5 is more than num_attention_heads = 4")));
     });
   }
   for (auto& t : threads) t.join();

@@ -10,7 +10,8 @@
 namespace shardlm {
 namespace {
 
-using json = nlohmann::ordered_json;
+// std::map-backed: ordered_json looks keys up linearly, which is quadratic over a 49k-token vocabulary.
+using json = nlohmann::json;
 
 // GGUF tensor name (after "blk.N.") -> Hugging Face name (after "model.layers.N.").
 constexpr std::pair<const char*, const char*> kLayerTensorNames[] = {

@@ -31,6 +31,9 @@ absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const Model
 
 absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOptions& options,
                                                              std::unique_ptr<Communicator> comm) {
+  using Clock = std::chrono::steady_clock;
+  using Ms = std::chrono::duration<double, std::milli>;
+  const Clock::time_point t0 = Clock::now();
   auto w = std::make_unique<RankWorker>();
   w->comm_ = std::move(comm);
   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(options.model_dir));
@@ -41,9 +44,11 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   c10::OptionalDeviceGuard guard;
   if (!device.is_cpu()) guard.reset_device(device);
   SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, w->comm_->rank_info()));
+  const Clock::time_point t_config = Clock::now();
   SHARDLM_ASSIGN_OR_RETURN(w->ckpt_, Checkpoint::Open(options.model_dir));
   SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get(), device));
   w->ckpt_.reset();  // weights are owned copies: unmap the checkpoint
+  const Clock::time_point t_weights = Clock::now();
   KvPoolShape shape;
   shape.num_layers = cfg.num_layers;
   shape.block_size = options.block_size;
@@ -59,7 +64,13 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   // Weights and the pool are in place: from here on a step's freed
   // activations stay in the heap for the next step (common/step_memory.h).
   RetainStepMemory();
+  const Clock::time_point t_pool = Clock::now();
   SHARDLM_RETURN_IF_ERROR(w->Warmup());
+  // Where start-up goes (docs/benchmarks.md).
+  LOG(INFO) << "rank " << w->comm_->rank_info().rank << " loaded in " << Ms(Clock::now() - t0).count()
+            << " ms: config " << Ms(t_config - t0).count() << " ms, weights "
+            << Ms(t_weights - t_config).count() << " ms, KV pool " << Ms(t_pool - t_weights).count()
+            << " ms, warm-up " << Ms(Clock::now() - t_pool).count() << " ms";
   return w;
 }
 

@@ -392,13 +392,27 @@ TEST(ChatTemplateTest, ConfigForms) {
     "bos_token": {"content": "<s>", "lstrip": false}, "eos_token": "</s>", "unk_token": null})";
   absl::StatusOr<std::unique_ptr<ChatTemplate>> chat = ChatTemplate::FromConfig(config, "test config");
   ASSERT_THAT(chat, IsOk());
-  EXPECT_EQ((*chat)->Apply(json::array(), false, nullptr, nullptr).value_or("error"), "D<s></s>False");
-  EXPECT_EQ((*chat)->Apply(json::array(), false, json::array({1, 2}), nullptr).value_or("error"), "T2");
-  EXPECT_EQ((*chat)->Apply(json::array(), false, nullptr, nullptr, "tool_use").value_or("error"), "T");
+  const json one = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ((*chat)->Apply(one, false, nullptr, nullptr).value_or("error"), "D<s></s>False");
+  EXPECT_EQ((*chat)->Apply(one, false, json::array({1, 2}), nullptr).value_or("error"), "T2");
+  EXPECT_EQ((*chat)->Apply(one, false, nullptr, nullptr, "tool_use").value_or("error"), "T");
   EXPECT_THAT((*chat)->template_names(), ::testing::ElementsAre("default", "tool_use"));
   EXPECT_TRUE((*chat)->StartsWithBos("<s>x"));
-  EXPECT_THAT((*chat)->Apply(json::array(), false, nullptr, {{"messages", 1}}),
+  EXPECT_THAT((*chat)->Apply(one, false, nullptr, {{"messages", 1}}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'messages'")));
+}
+
+// As transformers' apply_chat_template: an empty conversation is refused, and a
+// message's keys whose value is null are dropped before rendering.
+TEST(ChatTemplateTest, EmptyConversationsAndNullKeysAsTransformers) {
+  auto chat = ChatTemplate::FromConfig(
+      R"({"chat_template": "{% for m in messages %}[{{ m.content }}|{{ 'tool_calls' in m }}]{% endfor %}"})",
+      "c");
+  ASSERT_THAT(chat, IsOk());
+  EXPECT_THAT((*chat)->Apply(json::array(), false, nullptr, nullptr),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at least one message")));
+  const json messages = {{{"role", "assistant"}, {"content", nullptr}, {"tool_calls", nullptr}}};
+  EXPECT_EQ((*chat)->Apply(messages, false, nullptr, nullptr).value_or("error"), "[|False]");
 }
 
 TEST(ChatTemplateTest, MissingTemplates) {

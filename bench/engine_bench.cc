@@ -22,6 +22,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/logging.h"
@@ -76,9 +77,9 @@ struct Row {
 void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
                          const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype) {
   std::printf(
-      "\n| tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead | "
+      "\n| dtype | tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead | "
       "overlapped step ms | overlapped / step | worker RSS MB |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t tp : tps) {
     WorkerGroupOptions go;
     go.model_dir = dir;
@@ -151,7 +152,8 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
       const double step = median(step_ms), worker = median(worker_ms), coll = median(coll_ms);
       const double over = median(overlapped_ms);
       const double overhead = step - worker;
-      std::printf("| %d | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.2f | %.2f | %.0f |\n", tp, batch, step,
+      std::printf("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.2f | %.2f | %.0f |\n", dtype.c_str(), tp,
+                  batch, step,
                   worker - coll, coll, overhead, 100.0 * overhead / step, over, over / step, rss);
       std::fflush(stdout);
     }
@@ -397,7 +399,10 @@ int Main(int argc, char** argv) {
     for (int32_t b : batches) {
       if (b <= 8) tp_batches.push_back(b);
     }
-    BenchTensorParallel(dir, exe, tps, tp_batches, steps, "f32");
+    // The worker processes in each of --dtypes (f32 when it is empty).
+    std::vector<std::string> tp_dtypes = absl::StrSplit(f.GetString("dtypes"), ',', absl::SkipEmpty());
+    if (tp_dtypes.empty()) tp_dtypes = {"f32"};
+    for (const std::string& dtype : tp_dtypes) BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype);
   }
   if (rows.empty()) return 0;
   std::printf(

@@ -27,7 +27,9 @@ PROMPT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start
 
 def one_run(args):
     cmd = [args.shardlm, "generate", "--model", args.model, "--prompt", PROMPT, "--max-new-tokens", "8",
-           "--temperature", "0", "--tp", str(args.tp)] + args.extra
+           "--temperature", "0"] + args.extra
+    if args.tp > 1:  # worker processes; without --tp the model runs in this process
+        cmd += ["--tp", str(args.tp)]
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
     first = proc.stdout.read(1)
@@ -52,7 +54,7 @@ def main():
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--model", required=True)
     ap.add_argument("--runs", type=int, default=7)
-    ap.add_argument("--tp", type=int, default=1)
+    ap.add_argument("--tp", type=int, default=1, help="> 1: that many worker processes")
     ap.add_argument("extra", nargs="*", help="more generate flags, after --")
     args = ap.parse_args()
     runs = []

@@ -66,14 +66,14 @@ void AddModelFlags(FlagSet& f) {
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddDeviceFlag(f);
+  AddDeviceFlag(f, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
   f.Bool("json", "print one JSON object");
 }
 
-void AddDeviceFlag(FlagSet& f) {
+void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
   f.String(
       "device",
       "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
@@ -86,7 +86,7 @@ void AddDeviceFlag(FlagSet& f) {
   f.Int("warmup-tokens",
         "each rank ends loading with a prompt step of this many tokens and a decode step, so the first "
         "request does not pay for cold memory and thread start-up; 0: none",
-        256, 0, 1 << 16);
+        warmup_tokens, 0, 1 << 16);
 }
 
 absl::Status CheckLocalGpus(const std::string& device, int tp) {

@@ -46,8 +46,11 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
 // --prompt, --prompt-ids, --dtype, --kv-cache-mb, --max-batch-tokens, --tp, --json.
 void AddModelFlags(FlagSet& f);
 
-// --device (model/device.h), the same on every command that computes.
-void AddDeviceFlag(FlagSet& f);
+// --device (model/device.h), the same on every command that computes, with
+// --cuda-graph-max-batch and --warmup-tokens. A server warms up by default (its
+// first request then costs what later ones do); a one-shot command does not
+// (the warm-up would only delay its first token): `warmup_tokens` is the default.
+void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens = 256);
 
 // `--device` for `tp` local workers: a CUDA device needs a GPU per rank
 // (rank r takes GPU r), checked before any worker starts.

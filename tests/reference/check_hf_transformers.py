@@ -6,7 +6,7 @@ Usage (with the project's virtual environment, which has transformers, torch and
 
 Cases
 -----
-smollm2_tp1, smollm2_tp2, smollm2_tp5:
+smollm2_tp1 ... smollm2_tp5:
     transformers loads the SmolLM2 GGUF itself (from_pretrained(..., gguf_file=...), which
     dequantizes through gguf-py into float32) and so does the engine (its own GGUF reader,
     f32). For each prompt (chat-formatted by transformers' apply_chat_template):
@@ -17,17 +17,17 @@ smollm2_tp1, smollm2_tp2, smollm2_tp5:
       - the engine's per-token log-probability equals transformers' log_softmax at the
         same position (one teacher-forced forward pass over prompt + engine tokens),
         within --logprob-tol (absolute).
-    tp2 and tp5 run the engine with that many tensor-parallel worker processes: SmolLM2's
-    9 query heads over 3 KV heads split unevenly (5/4 and 2/2/2/2/1, KV heads replicated
-    where a group spans two ranks), and at tp5 the hidden size (576) and the vocabulary
-    (49152) too.
+    tp2 to tp5 run the engine with that many tensor-parallel worker processes: SmolLM2's
+    9 query heads over 3 KV heads split unevenly at tp 2, 4 and 5 (5/4, 3/2/2/2 and
+    2/2/2/2/1, KV heads replicated where a group spans two ranks), and at tp5 the hidden
+    size (576) and the vocabulary (49152) too.
 tiny_llama3_rope, tiny_qwen2_bias, tiny_qwen3_qknorm, tiny_mistral_window:
     checkpoints written by transformers itself (save_pretrained of a randomly initialised
     LlamaForCausalLM with rope_scaling llama3, Qwen2 with q/k/v bias, Qwen3 with q/k norms
     and head_dim != hidden/heads, Mistral with a sliding window of 8 under a 24-token
     prompt), read by the engine as checkpoint directories; greedy tokens and log-probs as
-    above (16 tokens, random prompt ids), at tp 1, 3 and 5 (6 query heads over 2 KV heads,
-    an FFN of 100 and a hidden size of 96, split unevenly).
+    above (16 tokens, random prompt ids), at tp 1 to 5 (6 query heads over 2 KV heads, an
+    FFN of 100 and a hidden size of 96: tp 4 and 5 split them unevenly).
 
 The script shares no code with the engine: transformers' modeling code and gguf-py's
 dequantization are the reference. Prints one line per check and
@@ -152,7 +152,7 @@ def compare(ctx, tp, c):
     print("    sample (tp %d): %r" % (tp, ref.tok.decode(got[:24])))
 
 
-# 6 query heads over 2 KV heads, an FFN of 100, hidden 96: tp 3 and 5 split them unevenly.
+# 6 query heads over 2 KV heads, an FFN of 100, hidden 96: tp 4 and 5 split them unevenly.
 TINY = dict(vocab_size=480, hidden_size=96, intermediate_size=100, num_hidden_layers=2,
             num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=256,
             initializer_range=0.2, tie_word_embeddings=False)
@@ -184,7 +184,7 @@ def tiny_case(kind, ctx, c):
         x = torch.tensor([ids])
         want = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False,
                               eos_token_id=None, pad_token_id=0)[0, len(ids):].tolist()
-    for tp in (1, 3, 5):
+    for tp in (1, 2, 3, 4, 5):
         out = engine_run(ctx, folder, ids, n, tp)
         got = out["token_ids"]
         with torch.no_grad():
@@ -208,6 +208,8 @@ class Ctx(harness.Ctx):
 CASES = [
     ("smollm2_tp1", lambda ctx, c: compare(ctx, 1, c)),
     ("smollm2_tp2", lambda ctx, c: compare(ctx, 2, c)),
+    ("smollm2_tp3", lambda ctx, c: compare(ctx, 3, c)),
+    ("smollm2_tp4", lambda ctx, c: compare(ctx, 4, c)),
     ("smollm2_tp5", lambda ctx, c: compare(ctx, 5, c)),
 ] + [("tiny_" + k, (lambda k: lambda ctx, c: tiny_case(k, ctx, c))(k))
      for k in ("llama3_rope", "qwen2_bias", "qwen3_qknorm", "mistral_window")]

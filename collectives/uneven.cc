@@ -13,10 +13,20 @@ bool AllEqual(const std::vector<int64_t>& parts) {
   return std::all_of(parts.begin(), parts.end(), [&](int64_t p) { return p == parts.front(); });
 }
 
-absl::Status CheckParts(const Communicator& comm, const std::vector<int64_t>& parts, const char* op) {
+// `size`: this rank's part (all-gather, gather) or the whole (reduce-scatter) along the dimension.
+absl::Status CheckParts(const Communicator& comm, const std::vector<int64_t>& parts, const char* op,
+                        int64_t size, bool whole) {
   if (static_cast<int64_t>(parts.size()) != comm.rank_info().world_size) {
     return absl::InternalError(
         absl::StrCat(op, ": ", parts.size(), " parts for a world size of ", comm.rank_info().world_size));
+  }
+  int64_t sum = 0;
+  for (int64_t p : parts) sum += p;
+  const int64_t want = whole ? sum : parts[comm.rank_info().rank];
+  if (size != want) {
+    return absl::InternalError(absl::StrCat(op, ": rank ", comm.rank_info().rank, " holds ", size,
+                                            " along the dimension, ",
+                                            whole ? "the parts sum to " : "its part is ", want));
   }
   return absl::OkStatus();
 }
@@ -42,7 +52,7 @@ at::Tensor Unpad(const at::Tensor& gathered, int64_t dim, const std::vector<int6
 
 absl::StatusOr<at::Tensor> AllGatherParts(Communicator& comm, const at::Tensor& shard, int64_t dim,
                                           const std::vector<int64_t>& parts) {
-  if (absl::Status st = CheckParts(comm, parts, "all-gather"); !st.ok()) return st;
+  if (absl::Status st = CheckParts(comm, parts, "all-gather", shard.size(dim), false); !st.ok()) return st;
   if (AllEqual(parts)) return comm.AllGather(shard, dim);
   const int64_t max = *std::max_element(parts.begin(), parts.end());
   absl::StatusOr<at::Tensor> gathered = comm.AllGather(PadTo(shard, dim, max).contiguous(), dim);
@@ -52,7 +62,7 @@ absl::StatusOr<at::Tensor> AllGatherParts(Communicator& comm, const at::Tensor& 
 
 absl::StatusOr<at::Tensor> GatherParts(Communicator& comm, const at::Tensor& shard, int64_t dim, int root,
                                        const std::vector<int64_t>& parts) {
-  if (absl::Status st = CheckParts(comm, parts, "gather"); !st.ok()) return st;
+  if (absl::Status st = CheckParts(comm, parts, "gather", shard.size(dim), false); !st.ok()) return st;
   if (AllEqual(parts)) return comm.Gather(shard, dim, root);
   const int64_t max = *std::max_element(parts.begin(), parts.end());
   absl::StatusOr<at::Tensor> gathered = comm.Gather(PadTo(shard, dim, max).contiguous(), dim, root);
@@ -62,7 +72,8 @@ absl::StatusOr<at::Tensor> GatherParts(Communicator& comm, const at::Tensor& sha
 
 absl::StatusOr<at::Tensor> ReduceScatterParts(Communicator& comm, const at::Tensor& partial, int64_t dim,
                                               const std::vector<int64_t>& parts) {
-  if (absl::Status st = CheckParts(comm, parts, "reduce-scatter"); !st.ok()) return st;
+  if (absl::Status st = CheckParts(comm, parts, "reduce-scatter", partial.size(dim), true); !st.ok())
+    return st;
   if (AllEqual(parts)) return comm.ReduceScatter(partial, dim);
   const int64_t max = *std::max_element(parts.begin(), parts.end());
   // Each rank's part at r * max, padded with zeros to max.

@@ -21,8 +21,14 @@ bool SaneId(const std::string& s) {
 
 }  // namespace
 
+bool CallRecord::Abandoned() const {
+  if (abandoned_ && abandoned_()) return true;
+  if (ctx_ == nullptr) return false;
+  return ctx_->IsCancelled() || std::chrono::system_clock::now() > ctx_->deadline();
+}
+
 CallRecord::CallRecord(grpc::ServerContextBase* ctx, const char* method, ServiceMetrics* metrics)
-    : method_(method), metrics_(metrics), start_(std::chrono::steady_clock::now()) {
+    : method_(method), metrics_(metrics), ctx_(ctx), start_(std::chrono::steady_clock::now()) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("x-request-id");
   if (it != md.end()) id_.assign(it->second.data(), it->second.size());

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "coordinator/service_metrics.h"
@@ -41,6 +42,12 @@ class CallRecord {
     cached_ = cached;
     tokens_out_ = out;
   }
+  // True once the call's client has gone or its deadline has passed, so that
+  // work done for it alone can stop (the tokenizer asks between pieces of a
+  // long text). gRPC calls ask their context; other front ends set a check.
+  bool Abandoned() const;
+  void SetAbandonedCheck(std::function<bool()> check) { abandoned_ = std::move(check); }
+
   // Logs the line, counts the call, and returns `status` unchanged.
   grpc::Status Finish(grpc::Status status);
 
@@ -50,6 +57,8 @@ class CallRecord {
  private:
   const char* method_;
   ServiceMetrics* metrics_;
+  grpc::ServerContextBase* ctx_ = nullptr;  // null for calls from other front ends
+  std::function<bool()> abandoned_;
   std::string id_;
   std::chrono::steady_clock::time_point start_;
   // Set by concurrent prompts of one HTTP call too: atomics.

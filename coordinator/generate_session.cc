@@ -62,7 +62,7 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   if (req->stop_size() > 0 && tokenizer == nullptr) {
     return ToGrpcStatus(Invalid("stop strings need a tokenizer.json in the model"));
   }
-  auto prompt = service_->PromptIds(req->prompt(), req->prefix_handle().empty(), "prompt");
+  auto prompt = service_->PromptIds(req->prompt(), req->prefix_handle().empty(), "prompt", *call_);
   if (!prompt.ok()) return ToGrpcStatus(prompt.status());
 
   GenerateRequest& base = base_;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status.h"
 
 namespace shardlm {
 namespace {
@@ -93,9 +94,22 @@ void FillChunkResult(const GenerateResult& r, bool generated, pb::ChunkResult* o
   FillTop(r.next_top, out->mutable_next_token_top());
 }
 
+absl::StatusOr<std::vector<int32_t>> InferenceService::EncodeForCall(const std::string& text,
+                                                                     bool add_special_tokens,
+                                                                     const std::string& field,
+                                                                     const CallRecord& call) const {
+  SHARDLM_RETURN_IF_ERROR(
+      CheckTextFits(*tokenizer_, text.size(), loop_->config().max_position_embeddings, field));
+  auto ids = tokenizer_->Encode(text, add_special_tokens, [&call] { return call.Abandoned(); });
+  if (!ids.ok() && absl::IsCancelled(ids.status())) return ids.status();
+  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
+  return ids;
+}
+
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt,
                                                                  bool starts_sequence,
-                                                                 const std::string& field) const {
+                                                                 const std::string& field,
+                                                                 const CallRecord& call) const {
   switch (prompt.kind_case()) {
     case pb::Prompt::kTokenIds:
       return std::vector<int32_t>(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
@@ -104,10 +118,7 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
         return absl::InvalidArgumentError(field + ".text needs a tokenizer.json in the model; send " + field +
                                           ".token_ids");
       }
-      auto ids = tokenizer_->Encode(prompt.text(), /*add_special_tokens=*/starts_sequence);
-      if (!ids.ok())
-        return absl::InvalidArgumentError(absl::StrCat(field, ".text: ", ids.status().message()));
-      return ids;
+      return EncodeForCall(prompt.text(), /*add_special_tokens=*/starts_sequence, field + ".text", call);
     }
     case pb::Prompt::KIND_NOT_SET:
       break;
@@ -138,7 +149,7 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
     r.owner = owner;
     r.request_id = call.id();
     if (prefixes > 0) r.prefix_handle = req.prefix_handles(prefixes == 1 ? 0 : i);
-    auto ids = PromptIds(req.chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"));
+    auto ids = PromptIds(req.chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"), call);
     if (!ids.ok()) return ToGrpcStatus(ids.status());
     if (ids->empty()) {
       return ToGrpcStatus(
@@ -164,7 +175,7 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
 
 grpc::Status InferenceService::PrepareScore(const pb::ScoreRequest& req, const std::string& owner,
                                             CallRecord& call, std::vector<GenerateRequest>* requests) const {
-  auto ids = PromptIds(req.prompt(), true, "prompt");
+  auto ids = PromptIds(req.prompt(), true, "prompt", call);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
   GenerateRequest r;
   r.owner = owner;
@@ -193,14 +204,13 @@ grpc::Status InferenceService::ReleaseChunksImpl(grpc::ServerContext* ctx,
 }
 
 grpc::Status InferenceService::TokenizeImpl(grpc::ServerContext* ctx, const pb::TokenizeRequest* req,
-                                            pb::TokenizeResponse* resp, CallRecord& /*call*/) {
+                                            pb::TokenizeResponse* resp, CallRecord& call) {
   std::string owner;
   if (grpc::Status st = Admit(*ctx, &owner); !st.ok()) return st;
   if (tokenizer_ == nullptr)
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "the model has no tokenizer.json");
-  auto ids = tokenizer_->Encode(req->text(), req->add_special_tokens());
-  if (!ids.ok())
-    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat("text: ", ids.status().message())));
+  auto ids = EncodeForCall(req->text(), req->add_special_tokens(), "text", call);
+  if (!ids.ok()) return ToGrpcStatus(ids.status());
   resp->mutable_ids()->Add(ids->begin(), ids->end());
   return grpc::Status::OK;
 }

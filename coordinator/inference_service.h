@@ -68,8 +68,13 @@ class InferenceService final
   // valid key; sets *owner to the caller's key (empty when keys are off).
   grpc::Status Admit(const grpc::ServerContextBase& ctx, std::string* owner) const;
   // Token ids of a prompt; text gets special tokens only when it starts a sequence.
+  // Text longer than the model's context could hold is refused before tokenizing,
+  // and tokenizing stops (CANCELLED) once `call` is abandoned.
   absl::StatusOr<std::vector<int32_t>> PromptIds(const ::shardlm::v1::Prompt& prompt, bool starts_sequence,
-                                                 const std::string& field) const;
+                                                 const std::string& field, const CallRecord& call) const;
+  // Tokenizes `text` for a call: the length check and the stop check above.
+  absl::StatusOr<std::vector<int32_t>> EncodeForCall(const std::string& text, bool add_special_tokens,
+                                                     const std::string& field, const CallRecord& call) const;
   const Tokenizer* tokenizer() const { return tokenizer_; }
   EngineLoop* loop() const { return loop_; }
   ServiceMetrics* metrics() const { return metrics_; }

@@ -32,7 +32,24 @@ std::string Shown(const Json& v) {
 // Checks a body's parameters; the first error wins and names its parameter.
 class Params {
  public:
-  Params(const Json& body, ApiError* error) : body_(body), error_(error) {}
+  Params(const Json& body, ApiError* error, const Tokenizer::StopCheck& stop)
+      : body_(body), error_(error), stop_(stop) {}
+
+  // Tokenizes `text` (the value of `field`): refused before tokenizing when it is
+  // longer than the context could hold; stops when the client has gone.
+  std::optional<std::vector<int32_t>> Encode(const std::string& field, const std::string& text,
+                                             const ModelContext& model, bool add_special_tokens) {
+    if (absl::Status st = CheckTextFits(*model.tokenizer, text.size(), model.max_context, field); !st.ok()) {
+      Fail(field, std::string(st.message()));
+      return std::nullopt;
+    }
+    auto ids = model.tokenizer->Encode(text, add_special_tokens, stop_);
+    if (!ids.ok()) {
+      Fail(field, absl::StrCat(field, ": ", ids.status().message()));
+      return std::nullopt;
+    }
+    return std::move(*ids);
+  }
 
   bool Fail(const std::string& param, const std::string& message) {
     if (!failed_) {
@@ -104,6 +121,7 @@ class Params {
  private:
   const Json& body_;
   ApiError* error_;
+  const Tokenizer::StopCheck& stop_;
   bool failed_ = false;
 };
 
@@ -242,8 +260,8 @@ bool SetTokens(Params& p, const std::string& field, const Json& v, const ModelCo
   if (v.is_string()) {
     if (model.tokenizer == nullptr)
       return p.Fail(field, field + " as text needs a tokenizer.json in the model; send token ids");
-    auto ids = model.tokenizer->Encode(v.get<std::string>(), /*add_special_tokens=*/true);
-    if (!ids.ok()) return p.Fail(field, absl::StrCat(field, ": ", ids.status().message()));
+    auto ids = p.Encode(field, v.get<std::string>(), model, /*add_special_tokens=*/true);
+    if (!ids) return false;
     g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
     return true;
   }
@@ -426,8 +444,8 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
                   absl::StrCat("the chat template rejected the messages: ", text.status().message()));
   }
   auto ids =
-      model.tokenizer->Encode(*text, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
-  if (!ids.ok()) return p.Fail("messages", std::string(ids.status().message()));
+      p.Encode("messages", *text, model, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
+  if (!ids) return false;
   g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
   const std::string length_param = p.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
   if (!SetLength(p, model, length_param, -1, "messages", g)) return false;
@@ -504,13 +522,13 @@ Json ParseJson(const std::string& text) {
 }
 
 bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model, OpenAiRequest* out,
-                  ApiError* error) {
+                  ApiError* error, const Tokenizer::StopCheck& stop) {
   if (!body.is_object()) {
     *error = ApiError{400, "the request body must be a JSON object", "invalid_request_error", "", ""};
     return false;
   }
   const bool chat = endpoint == Endpoint::kChat;
-  Params p(body, error);
+  Params p(body, error, stop);
   std::set<std::string> known = kCommonKeys;
   if (chat) {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",

@@ -82,8 +82,10 @@ Json ParseJson(const std::string& text);
 
 // Checks and translates a /v1/completions or /v1/chat/completions body into
 // *out; false with *error set (naming the parameter and the limit) otherwise.
+// A text longer than the model's context could hold is refused before it is
+// tokenized, and tokenizing stops once `stop` says the client has gone.
 bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model, OpenAiRequest* out,
-                  ApiError* error);
+                  ApiError* error, const Tokenizer::StopCheck& stop = Tokenizer::StopCheck());
 
 // Turns Generate responses into OpenAI objects. With stream, each Add sends
 // the chunks it makes through `send` (one "data: {...}\n\n" event each;

@@ -279,9 +279,14 @@ void OpenAiHttpServer::Routes(httplib::Server& server) {
     auto request = std::make_shared<openai::OpenAiRequest>();
     ApiError error;
     bool parsed = false;
+    const int fd = FindSocket(req);
+    if (fd < 0)
+      LOG(WARNING) << "request " << call->id() << ": its socket is not found; a disconnect goes unseen";
+    // Tokenizing a long prompt stops when the client leaves or the server stops.
+    call->SetAbandonedCheck([this, fd] { return stopping_.load() || (fd >= 0 && ClientGone(fd)); });
     try {
-      parsed =
-          openai::ParseRequest(endpoint, openai::ParseJson(req.body), options_.model, request.get(), &error);
+      parsed = openai::ParseRequest(endpoint, openai::ParseJson(req.body), options_.model, request.get(),
+                                    &error, [&call] { return call->Abandoned(); });
     } catch (const Json::exception& ex) {
       return fail(ApiError{400, absl::StrCat("the request body is not valid JSON: ", ex.what()),
                            "invalid_request_error", "", ""});
@@ -294,9 +299,6 @@ void OpenAiHttpServer::Routes(httplib::Server& server) {
     if (!parsed) return fail(error);
     const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", call->id());
     const int64_t created = UnixNow();
-    const int fd = FindSocket(req);
-    if (fd < 0)
-      LOG(WARNING) << "request " << call->id() << ": its socket is not found; a disconnect goes unseen";
     if (!request->stream) {
       std::string body_out;
       openai::ResponseWriter out(*request, options_.model.tokenizer, id, created, [&](const std::string& s) {

@@ -223,7 +223,8 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
     return Bad(label, absl::StrCat(a, "rope.dimension_count (", *rope_dims, ") must equal the head size (",
                                    *head_dim, "): partial rotary embeddings are not supported"));
   }
-  if (const GgufValue* v = h.Find(a + "rope.scaling.type"); v != nullptr && v->s != "none") {
+  if (const GgufValue* v = h.Find(a + "rope.scaling.type");
+      v != nullptr && (v->type != GgufValueType::kString || v->s != "none")) {
     return Bad(label, a + "rope.scaling.type '" + v->s + "' is not supported");
   }
   if (FindTensor(h, "rope_freqs.weight") != nullptr) {

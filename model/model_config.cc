@@ -207,16 +207,18 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
 }
 
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
+  ModelConfig cfg;
+  const std::string gen_path = dir + "/generation_config.json";
   if (IsGgufFile(dir)) {
     SHARDLM_ASSIGN_OR_RETURN(auto file, GgufFile::Open(dir));
     SHARDLM_ASSIGN_OR_RETURN(std::string text, GgufConfigJson(file->header(), dir));
-    return ParseModelConfig(text, dir);
+    SHARDLM_ASSIGN_OR_RETURN(cfg, ParseModelConfig(text, dir));
+  } else {
+    const std::string path = dir + "/config.json";
+    SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+    SHARDLM_ASSIGN_OR_RETURN(cfg, ParseModelConfig(text, path));
   }
-  const std::string path = dir + "/config.json";
-  SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
-  SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, ParseModelConfig(text, path));
-  const std::string gen_path = dir + "/generation_config.json";
-  if (std::filesystem::exists(gen_path)) {
+  if (!IsGgufFile(dir) && std::filesystem::exists(gen_path)) {
     SHARDLM_ASSIGN_OR_RETURN(std::string gen_text, ReadFileToString(gen_path));
     json gen = json::parse(gen_text, nullptr, false);
     if (gen.is_discarded() || !gen.is_object()) {

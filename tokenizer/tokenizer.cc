@@ -6,8 +6,10 @@
 #include <unicode/ustring.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <mutex>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -115,6 +117,15 @@ struct PreTokStep {
   bool add_prefix_space = false;
 };
 
+// How often a long encoding asks whether to stop: every this many bytes of
+// pieces, and every this many merges inside one piece (a few ms of work each).
+constexpr size_t kBytesPerStopCheck = 4096;
+constexpr int64_t kMergesPerStopCheck = 1 << 14;
+
+absl::Status Stopped() {
+  return absl::CancelledError("tokenizing stopped: the request was cancelled or its deadline passed");
+}
+
 bool IsAsciiSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
@@ -123,7 +134,10 @@ class BpeTokenizer final : public Tokenizer {
  public:
   absl::Status Init(const json& root, const std::string& label);
 
-  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special) const override;
+  using Tokenizer::Encode;
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special,
+                                              const StopCheck& stop) const override;
+  int64_t MaxTokenBytes() const override { return max_token_bytes_; }
   std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const override;
   const std::string& TokenBytes(int32_t id, bool skip_special) const override;
   bool IsSpecial(int32_t id) const override { return special_ids_.count(id) > 0; }
@@ -141,12 +155,17 @@ class BpeTokenizer final : public Tokenizer {
   absl::Status InitNormalizer(const json& node, const std::string& label);
   absl::Status InitPostProcessor(const json& node, const std::string& label);
   // Encodes text that holds no added tokens.
-  absl::Status EncodeOrdinary(const std::string& text, std::vector<int32_t>* ids) const;
-  void Bpe(const std::string& spelled, std::vector<int32_t>* ids) const;
+  absl::Status EncodeOrdinary(const std::string& text, std::vector<int32_t>* ids,
+                              const StopCheck& stop) const;
+  absl::Status Bpe(const std::string& spelled, std::vector<int32_t>* ids, const StopCheck& stop) const;
+  // Applies the merges to `syms` (one id per code point) in rank order;
+  // Cancelled when `stop` says so (asked every kMergesPerStopCheck merges).
+  absl::Status MergeSymbols(std::vector<int32_t>& syms, const StopCheck& stop) const;
 
   std::unordered_map<std::string, int32_t> vocab_;                    // byte-level spelling -> id
   std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> merges_;  // (a, b) -> (rank, merged id)
   bool ignore_merges_ = false;
+  int64_t max_token_bytes_ = 1;           // the longest token's raw bytes
   std::vector<std::string> token_bytes_;  // id -> raw bytes
   std::vector<AddedToken> added_;
   std::unordered_map<unsigned char, std::vector<size_t>> added_by_first_byte_;  // longest first
@@ -340,6 +359,9 @@ absl::Status BpeTokenizer::Init(const json& root, const std::string& label) {
   for (size_t i = 0; i < added_.size(); ++i) {
     added_by_first_byte_[static_cast<unsigned char>(added_[i].content[0])].push_back(i);
   }
+  for (const std::string& bytes : token_bytes_) {
+    max_token_bytes_ = std::max<int64_t>(max_token_bytes_, static_cast<int64_t>(bytes.size()));
+  }
   for (auto& [byte, list] : added_by_first_byte_) {
     std::sort(list.begin(), list.end(),
               [&](size_t a, size_t b) { return added_[a].content.size() > added_[b].content.size(); });
@@ -347,12 +369,13 @@ absl::Status BpeTokenizer::Init(const json& root, const std::string& label) {
   return absl::OkStatus();
 }
 
-void BpeTokenizer::Bpe(const std::string& spelled, std::vector<int32_t>* ids) const {
+absl::Status BpeTokenizer::Bpe(const std::string& spelled, std::vector<int32_t>* ids,
+                               const StopCheck& stop) const {
   if (ignore_merges_) {
     auto whole = vocab_.find(spelled);
     if (whole != vocab_.end()) {
       ids->push_back(whole->second);
-      return;
+      return absl::OkStatus();
     }
   }
   const bool cacheable = spelled.size() <= 256;
@@ -361,11 +384,14 @@ void BpeTokenizer::Bpe(const std::string& spelled, std::vector<int32_t>* ids) co
     auto it = cache_.find(spelled);
     if (it != cache_.end()) {
       ids->insert(ids->end(), it->second.begin(), it->second.end());
-      return;
+      return absl::OkStatus();
     }
   }
   // Start from one symbol per code point, then merge the lowest-rank pair
-  // (leftmost on ties) until no pair has a merge.
+  // (leftmost on ties) until no pair has a merge. The symbols are a linked
+  // list and the candidate pairs a min-heap of (rank, position), as in Hugging
+  // Face's tokenizers: O(n log n) in the piece's length, where rescanning the
+  // list for every merge was quadratic (64k repeated letters took 7 s).
   std::vector<int32_t> syms;
   for (size_t i = 0; i < spelled.size();) {
     size_t len = 1;
@@ -374,30 +400,60 @@ void BpeTokenizer::Bpe(const std::string& spelled, std::vector<int32_t>* ids) co
     if (it != vocab_.end()) syms.push_back(it->second);
     i += len;
   }
-  while (syms.size() > 1) {
-    int32_t best_rank = std::numeric_limits<int32_t>::max(), best_id = -1;
-    size_t best_pos = 0;
-    for (size_t i = 0; i + 1 < syms.size(); ++i) {
-      auto it = merges_.find(PairKey(syms[i], syms[i + 1]));
-      if (it != merges_.end() && it->second.first < best_rank) {
-        best_rank = it->second.first;
-        best_id = it->second.second;
-        best_pos = i;
-      }
-    }
-    if (best_id < 0) break;
-    syms[best_pos] = best_id;
-    syms.erase(syms.begin() + best_pos + 1);
-  }
+  SHARDLM_RETURN_IF_ERROR(MergeSymbols(syms, stop));
   ids->insert(ids->end(), syms.begin(), syms.end());
   if (cacheable) {
     std::lock_guard<std::mutex> lock(cache_mu_);
     if (cache_.size() > 100000) cache_.clear();
     cache_.emplace(spelled, std::move(syms));
   }
+  return absl::OkStatus();
 }
 
-absl::Status BpeTokenizer::EncodeOrdinary(const std::string& raw, std::vector<int32_t>* ids) const {
+absl::Status BpeTokenizer::MergeSymbols(std::vector<int32_t>& syms, const StopCheck& stop) const {
+  const int32_t n = static_cast<int32_t>(syms.size());
+  if (n < 2) return absl::OkStatus();
+  std::vector<int32_t> prev(n), next(n);
+  for (int32_t i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  // A candidate: merging the symbol at `pos` with its right neighbour, valid
+  // while those two are still `left` and `right`.
+  struct Candidate {
+    int32_t rank, pos, left, right, merged;
+    bool operator>(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto push = [&](int32_t pos) {
+    if (pos < 0 || next[pos] < 0) return;
+    auto it = merges_.find(PairKey(syms[pos], syms[next[pos]]));
+    if (it != merges_.end())
+      heap.push({it->second.first, pos, syms[pos], syms[next[pos]], it->second.second});
+  };
+  for (int32_t i = 0; i + 1 < n; ++i) push(i);
+  int64_t popped = 0;
+  while (!heap.empty()) {
+    if (++popped % kMergesPerStopCheck == 0 && stop && stop()) return Stopped();
+    const Candidate c = heap.top();
+    heap.pop();
+    const int32_t right = next[c.pos];
+    if (syms[c.pos] != c.left || right < 0 || syms[right] != c.right) continue;  // stale
+    syms[c.pos] = c.merged;
+    next[c.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = c.pos;
+    syms[right] = -1;  // removed
+    push(prev[c.pos]);
+    push(c.pos);
+  }
+  int32_t kept = 0;
+  for (int32_t i = 0; i >= 0; i = next[i]) syms[kept++] = syms[i];
+  syms.resize(kept);
+  return absl::OkStatus();
+}
+
+absl::Status BpeTokenizer::EncodeOrdinary(const std::string& raw, std::vector<int32_t>* ids,
+                                          const StopCheck& stop) const {
   std::string text = raw;
   for (NormKind n : normalizers_) {
     SHARDLM_ASSIGN_OR_RETURN(text, Normalize(n, text));
@@ -420,21 +476,30 @@ absl::Status BpeTokenizer::EncodeOrdinary(const std::string& raw, std::vector<in
     pieces = std::move(next);
     if (step.kind == PreTokStep::kByteLevel) byte_level = true;
   }
+  if (stop && stop()) return Stopped();
   const ByteLevelTable& table = ByteLevelTable::Get();
+  size_t since_check = 0;
   for (const std::string& piece : pieces) {
     if (piece.empty()) continue;
+    // Between pieces: a check every few KB of text.
+    since_check += piece.size();
+    if (since_check >= kBytesPerStopCheck) {
+      since_check = 0;
+      if (stop && stop()) return Stopped();
+    }
     if (!byte_level) {
-      Bpe(piece, ids);
+      SHARDLM_RETURN_IF_ERROR(Bpe(piece, ids, stop));
       continue;
     }
     std::string spelled;
     for (unsigned char b : piece) spelled += table.Encode(b);
-    Bpe(spelled, ids);
+    SHARDLM_RETURN_IF_ERROR(Bpe(spelled, ids, stop));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& text, bool add_special) const {
+absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& text, bool add_special,
+                                                          const StopCheck& stop) const {
   if (!IsValidUtf8(text)) return absl::InvalidArgumentError("text is not valid UTF-8");
   std::vector<int32_t> ids;
   if (add_special) ids = prefix_ids_;
@@ -460,7 +525,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& tex
       while (seg_end > seg_start && IsAsciiSpace(text[seg_end - 1])) --seg_end;
     }
     if (seg_end > seg_start)
-      SHARDLM_RETURN_IF_ERROR(EncodeOrdinary(text.substr(seg_start, seg_end - seg_start), &ids));
+      SHARDLM_RETURN_IF_ERROR(EncodeOrdinary(text.substr(seg_start, seg_end - seg_start), &ids, stop));
     ids.push_back(hit->id);
     i += hit->content.size();
     if (hit->rstrip) {
@@ -468,7 +533,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& tex
     }
     seg_start = i;
   }
-  if (seg_start < text.size()) SHARDLM_RETURN_IF_ERROR(EncodeOrdinary(text.substr(seg_start), &ids));
+  if (seg_start < text.size()) SHARDLM_RETURN_IF_ERROR(EncodeOrdinary(text.substr(seg_start), &ids, stop));
   if (add_special) ids.insert(ids.end(), suffix_ids_.begin(), suffix_ids_.end());
   return ids;
 }
@@ -504,6 +569,15 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(const std::string
   }
   if (!st.ok()) return st;
   return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+absl::Status CheckTextFits(const Tokenizer& tokenizer, size_t text_bytes, int64_t max_tokens,
+                           const std::string& field) {
+  const int64_t limit = max_tokens * tokenizer.MaxTokenBytes() * 4;
+  if (max_tokens <= 0 || static_cast<int64_t>(text_bytes) <= limit) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, " is ", text_bytes, " bytes; more than ", limit, " bytes cannot fit the model's context of ",
+      max_tokens, " tokens (its longest token is ", tokenizer.MaxTokenBytes(), " bytes)"));
 }
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::ForModel(const std::string& model) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,9 +35,21 @@ class Tokenizer {
                                                              const std::string& label);
   virtual ~Tokenizer() = default;
 
-  // InvalidArgument when `text` is not valid UTF-8.
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text,
-                                                      bool add_special_tokens) const = 0;
+  // Asked while a long text is encoded (between pieces, and every few
+  // thousand merges inside one): true stops it with CANCELLED. A request's
+  // handler passes "the client left or the deadline passed".
+  using StopCheck = std::function<bool()>;
+
+  // InvalidArgument when `text` is not valid UTF-8. Time O(n log n) in the
+  // longest unbroken piece of the text.
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special_tokens) const {
+    return Encode(text, add_special_tokens, StopCheck());
+  }
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special_tokens,
+                                                      const StopCheck& stop) const = 0;
+  // The most bytes of text one token stands for: a text of n bytes is at
+  // least about n / MaxTokenBytes() tokens (CheckTextFits).
+  virtual int64_t MaxTokenBytes() const = 0;
   // Lossy UTF-8 (U+FFFD for invalid bytes) of the ids' bytes.
   virtual std::string Decode(const std::vector<int32_t>& ids, bool skip_special) const = 0;
   // The raw bytes a token stands for ("" for out-of-range ids and, when
@@ -48,5 +61,13 @@ class Tokenizer {
   // Id of an added token by content, or -1.
   virtual int32_t AddedTokenId(const std::string& content) const = 0;
 };
+
+// Refuses, before tokenizing, a text too long to fit `max_tokens` tokens (the
+// model's context) however it tokenizes: more than max_tokens x MaxTokenBytes()
+// x 4 bytes. The 4 allows for normalization shrinking a text (NFC composing a
+// Hangul syllable from three jamo takes 9 bytes to 3). InvalidArgument naming
+// `field`, the size and the limit.
+absl::Status CheckTextFits(const Tokenizer& tokenizer, size_t text_bytes, int64_t max_tokens,
+                           const std::string& field);
 
 }  // namespace shardlm

@@ -44,6 +44,7 @@ sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
 from harness import Failure  # noqa: E402
 
+import grpc  # noqa: E402
 import jinja2  # noqa: E402  (python3-jinja2: the reference renderer)
 import jinja2.ext  # noqa: E402
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
@@ -368,6 +369,30 @@ def errors(ctx, chk):
     chk.check(status == 404 and out["error"]["type"] == "not_found_error", "unknown route: 404 in OpenAI's shape")
     with urllib.request.urlopen(srv.base + "/health", timeout=10) as r:
         chk.check(r.status == 200, "GET /health without a key: 200")
+    # A text longer than the context could hold is refused before it is tokenized, on both
+    # front ends, naming the field and the limit; one long unbroken word is quick either way
+    # (the merges were quadratic: 64k letters took 7 s, 50 MB never finished).
+    huge = "a" * (32 << 20)
+    t0 = time.monotonic()
+    status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": huge, "max_tokens": 1})
+    took = time.monotonic() - t0
+    err = (out or {}).get("error", {})
+    chk.check(status == 400 and err.get("param") == "prompt" and "cannot fit the model's context" in
+              err.get("message", "") and took < 10,
+              "a 32 MB prompt: 400 naming prompt in %.1f s (%s)" % (took, err.get("message", "")[:110]))
+    t0 = time.monotonic()
+    try:
+        srv.st.Tokenize(pb.TokenizeRequest(text=huge), timeout=30, metadata=srv.md)
+        chk.check(False, "a 32 MB Tokenize is refused")
+    except grpc.RpcError as e:
+        chk.check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "text is" in e.details() and
+                  time.monotonic() - t0 < 10, "a 32 MB Tokenize: INVALID_ARGUMENT in %.1f s (%s)" %
+                  (time.monotonic() - t0, e.details()[:100]))
+    word = "b" * 100000
+    t0 = time.monotonic()
+    ids = list(srv.st.Tokenize(pb.TokenizeRequest(text=word), timeout=30, metadata=srv.md).ids)
+    chk.check(len(ids) > 0 and time.monotonic() - t0 < 5,
+              "a 100,000-letter word tokenizes in %.2f s (%d tokens)" % (time.monotonic() - t0, len(ids)))
     s = wait_idle(srv)
     chk.check(s.running == 0 and s.free_blocks == s.num_blocks, "nothing left running, every block free")
 

@@ -65,6 +65,8 @@ CORPUS = [
     "",
     " ",
     "x",
+    # Long unbroken words: the merge order over thousands of symbols.
+    "a" * 5000, "ab" * 2500, "\U0001f600" * 1000, "x" + "\u00e9" * 3000, "1" * 2000,
 ]
 
 CLASSES = [

@@ -6,8 +6,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "tests/testing/status_matchers.h"
 
@@ -69,6 +71,57 @@ TEST(TokenizerTest, DecodeInvertsEncode) {
       EXPECT_EQ(Load(name).Decode(Encode(name, text), false), text) << name;
     }
   }
+}
+
+// A long unbroken word is one piece: its merges run from a heap, O(n log n).
+// Rescanning the piece for every merge took 7 s for 64k letters and hours for
+// a megabyte; the bound here is generous so that a loaded machine passes.
+TEST(TokenizerTest, LongUnbrokenWordsTokenizeInNearLinearTime) {
+  const Tokenizer& tok = Load("llama3");
+  const auto start = std::chrono::steady_clock::now();
+  auto letters = tok.Encode(std::string(1 << 20, 'a'), false);
+  std::string emoji;
+  for (int i = 0; i < (1 << 18); ++i) emoji += "\xF0\x9F\x98\x80";  // U+1F600, 1 MiB
+  auto faces = tok.Encode(emoji, false);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_THAT(letters, IsOk());
+  ASSERT_THAT(faces, IsOk());
+  EXPECT_EQ(letters->size(), (1u << 20) / 8);  // "aaaaaaaa" is one Llama-3 token
+  EXPECT_LT(seconds, 20.0);
+  // The same merges as for a short word, repeated.
+  auto short_word = tok.Encode(std::string(64, 'a'), false);
+  ASSERT_THAT(short_word, IsOk());
+  EXPECT_TRUE(std::equal(short_word->begin(), short_word->end(), letters->begin()));
+}
+
+TEST(TokenizerTest, AStopCheckEndsALongEncodingWithCancelled) {
+  const Tokenizer& tok = Load("llama3");
+  int asked = 0;
+  // One long piece: asked inside the merges.
+  EXPECT_THAT(tok.Encode(std::string(1 << 20, 'b'), false, [&] { return ++asked > 2; }),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("tokenizing stopped")));
+  EXPECT_EQ(asked, 3);
+  // Many short pieces: asked between them.
+  std::string words;
+  for (int i = 0; i < 100000; ++i) words += " word";
+  asked = 0;
+  EXPECT_THAT(tok.Encode(words, false, [&] { return ++asked > 5; }),
+              StatusIs(absl::StatusCode::kCancelled, HasSubstr("tokenizing stopped")));
+  EXPECT_EQ(asked, 6);
+  asked = 0;
+  EXPECT_THAT(tok.Encode(words, false, [&] { return ++asked < 0; }), IsOk());
+  EXPECT_GT(asked, 100) << "asked about every 4 KB of pieces";
+}
+
+TEST(TokenizerTest, TextTooLongForTheContextIsRefusedBeforeTokenizing) {
+  const Tokenizer& tok = Load("llama3");
+  const int64_t limit = 8192 * tok.MaxTokenBytes() * 4;
+  EXPECT_THAT(CheckTextFits(tok, limit, 8192, "prompt"), IsOk());
+  EXPECT_THAT(CheckTextFits(tok, limit + 1, 8192, "prompt"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("prompt is ", limit + 1, " bytes; more than ", limit,
+                                              " bytes cannot fit the model's context of 8192 tokens"))));
+  EXPECT_GE(tok.MaxTokenBytes(), 16);
 }
 
 TEST(TokenizerTest, EmptyTextAndInvalidUtf8) {

@@ -26,8 +26,10 @@ void SetPrompt(const PromptSpec& prompt, pb::Prompt* out) {
 }
 
 absl::Status Rpc(const grpc::Status& st, const std::string& server) {
+  // gRPC's own channel error starts so; a server's UNAVAILABLE (a tensor-parallel
+  // group that failed, say) may quote it further in and is the server's answer.
   if (st.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      st.error_message().find("failed to connect") != std::string::npos) {
+      st.error_message().rfind("failed to connect", 0) == 0) {
     return absl::UnavailableError("cannot reach shardlm server at " + server + ": " + st.error_message());
   }
   return FromGrpcStatus(st);

@@ -331,6 +331,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     ho.model.max_context = std::min<int64_t>(cfg->max_position_embeddings,
                                              static_cast<int64_t>(initial.num_blocks) * initial.block_size);
     ho.model.vocab_size = static_cast<int32_t>(cfg->vocab_size);
+    ho.model.max_queued_sequences = f.GetInt("max-queued-requests");
     ho.ready = [g, &draining] { return g->serving() && !draining.load(); };
     auto started = OpenAiHttpServer::Start(&service, std::move(ho));
     if (!started.ok()) return Fail(started.status());

@@ -43,6 +43,13 @@ CallRecord::CallRecord(const std::string& client_id, const char* method, Service
 
 grpc::Status CallRecord::Finish(grpc::Status status) {
   const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start_;
+  // The log and the metrics say what the client saw: an answer finished after
+  // its client left or its deadline passed never reached it.
+  if (status.ok() && Abandoned()) {
+    const bool late = ctx_ != nullptr && std::chrono::system_clock::now() > ctx_->deadline();
+    status = grpc::Status(late ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED,
+                          late ? "finished after the call's deadline" : "finished after the client left");
+  }
   const char* code = CodeName(status.error_code());
   if (metrics_) metrics_->RequestDone(method_, code, took.count());
   char latency[32];

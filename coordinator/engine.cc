@@ -50,7 +50,9 @@ Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_block
       block_size_(block_size),
       options_(options),
       allocator_(num_blocks),
-      scheduler_(SchedulerOptions(options)) {}
+      scheduler_(SchedulerOptions(options)) {
+  UpdateGauges();  // the KV gauges show the free pool before the first step
+}
 
 absl::Status Engine::Validate(const GenerateRequest& r) const {
   auto bad = [](auto... parts) { return absl::InvalidArgumentError(absl::StrCat(parts...)); };

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <optional>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status.h"
@@ -51,9 +53,10 @@ grpc::Status InferenceService::AdmitKey(const std::string* authorization, std::s
   if (draining_.load()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "server is shutting down");
   if (api_keys_.empty()) return grpc::Status::OK;
   const std::string value = authorization == nullptr ? "" : *authorization;
-  constexpr char kBearer[] = "Bearer ";
-  if (value.rfind(kBearer, 0) == 0) {
-    const std::string key = value.substr(sizeof(kBearer) - 1);
+  // The scheme is case-insensitive and may be followed by more than one space (RFC 7235).
+  constexpr absl::string_view kBearer = "bearer ";
+  if (absl::StartsWithIgnoreCase(value, kBearer)) {
+    const std::string key(absl::StripLeadingAsciiWhitespace(absl::string_view(value).substr(kBearer.size())));
     bool match = false;
     for (const std::string& k : api_keys_) match |= ConstantTimeEquals(k, key);
     if (match) {

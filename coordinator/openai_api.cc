@@ -543,6 +543,15 @@ bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model
   pb::GenerateRequest common;
   if (!ParseCommon(p, model, r, common)) return false;
   if (!(chat ? ChatInto(p, model, r, common) : CompletionInto(p, model, r, common))) return false;
+  // More sequences than the server ever queues at once can never run: a client
+  // error, not a "retry later".
+  const int64_t sequences = static_cast<int64_t>(r.prompts.size()) * r.n;
+  if (model.max_queued_sequences > 0 && sequences > model.max_queued_sequences) {
+    return p.Fail(chat ? "n" : "prompt",
+                  absl::StrCat("this request asks for ", r.prompts.size(), " prompt(s) x n = ", r.n, ", ",
+                               sequences, " sequences; this server queues at most ",
+                               model.max_queued_sequences, " at once (--max-queued-requests)"));
+  }
   *out = std::move(r);
   return true;
 }

@@ -57,6 +57,7 @@ struct ModelContext {
   const ChatTemplate* chat_template = nullptr;  // null: /v1/chat/completions answers 400
   int64_t max_context = 0;                      // prompt + generated tokens at most
   int32_t vocab_size = 0;
+  int64_t max_queued_sequences = 0;  // --max-queued-requests; 0: no check
 };
 
 inline constexpr int kMaxPrompts = 64;    // prompts in one /v1/completions request

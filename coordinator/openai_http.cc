@@ -282,13 +282,19 @@ void OpenAiHttpServer::Routes(httplib::Server& server) {
     const int fd = FindSocket(req);
     if (fd < 0)
       LOG(WARNING) << "request " << call->id() << ": its socket is not found; a disconnect goes unseen";
-    // Tokenizing a long prompt stops when the client leaves or the server stops.
-    call->SetAbandonedCheck([this, fd] { return stopping_.load() || (fd >= 0 && ClientGone(fd)); });
+    call->SetAbandonedCheck([fd] { return fd >= 0 && ClientGone(fd); });
     try {
+      // Tokenizing a long prompt stops when the client leaves or the server stops.
       parsed = openai::ParseRequest(endpoint, openai::ParseJson(req.body), options_.model, request.get(),
-                                    &error, [&call] { return call->Abandoned(); });
+                                    &error, [this, &call] { return stopping_.load() || call->Abandoned(); });
+    } catch (const Json::parse_error& ex) {
+      // The parser's own message quotes the body around the error ("last read: ..."): a
+      // prompt fragment that must not reach the log. Say where, never what.
+      return fail(
+          ApiError{400, absl::StrCat("the request body is not valid JSON: a syntax error at byte ", ex.byte),
+                   "invalid_request_error", "", ""});
     } catch (const Json::exception& ex) {
-      return fail(ApiError{400, absl::StrCat("the request body is not valid JSON: ", ex.what()),
+      return fail(ApiError{400, absl::StrCat("the request body is not valid JSON (error ", ex.id, ")"),
                            "invalid_request_error", "", ""});
     } catch (const std::invalid_argument& ex) {
       return fail(ApiError{400, absl::StrCat("the request body is not accepted: ", ex.what()),

@@ -120,6 +120,9 @@ def metrics(ctx, chk):
         chk.check(not problems, "the idle exposition parses: %s" % problems[:3])
         chk.check(value(m0, "shardlm_group_serving") == 1 and value(m0, "shardlm_group_epoch") == 1,
                   "group serving in epoch 1 before any call")
+        idle_free = value(m0, "shardlm_kv_cache_blocks", state="free")
+        chk.check(idle_free is not None and idle_free > 0 and value(m0, "shardlm_kv_cache_blocks", state="used") == 0,
+                  "the KV gauges show the free pool before the first step (free %s)" % idle_free)
         # 8 concurrent streams, two prompts sharing a long prefix, 12 tokens each.
         shared = ops.PROMPT * 4
         prompts = [shared + " first", shared + " second"] * 4

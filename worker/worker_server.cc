@@ -272,6 +272,64 @@ bool SleepUnlessStopped(const std::atomic<bool>* stop, int64_t ms) {
   return !stop->load();
 }
 
+// A channel state's name, for the worker's "cannot reach" lines.
+const char* StateName(grpc_connectivity_state state) {
+  switch (state) {
+    case GRPC_CHANNEL_IDLE:
+      return "idle";
+    case GRPC_CHANNEL_CONNECTING:
+      return "connecting";
+    case GRPC_CHANNEL_READY:
+      return "connected";
+    case GRPC_CHANNEL_TRANSIENT_FAILURE:
+      return "failing to connect (nothing listens there, or it refuses us)";
+    case GRPC_CHANNEL_SHUTDOWN:
+      return "shut down";
+  }
+  return "?";
+}
+
+// Waits until the coordinator's endpoint accepts a connection or `deadline`
+// passes, saying at once and then every 5 s what it is waiting for, so that a
+// worker pointed at a wrong address is not silent (Register alone waits for
+// the whole deadline and then says only "Deadline Exceeded"). False when it
+// never connected (the error names the address, the time and the last state)
+// or when asked to stop.
+bool WaitForCoordinator(grpc::Channel& channel, const WorkerProcessOptions& options,
+                        std::chrono::system_clock::time_point deadline, const std::atomic<bool>* stop,
+                        std::string* error) {
+  const auto start = std::chrono::steady_clock::now();
+  auto next_say = start;
+  bool said = false;
+  while (!stop->load()) {
+    grpc_connectivity_state state = channel.GetState(/*try_to_connect=*/true);
+    if (state == GRPC_CHANNEL_READY) {
+      if (said)
+        LOG(WARNING) << "worker rank " << options.rank << ": reached the coordinator at "
+                     << options.coordinator;
+      return true;
+    }
+    const auto now = std::chrono::system_clock::now();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (now >= deadline) {
+      *error = absl::StrCat("could not reach the coordinator at ", options.coordinator, " in ",
+                            static_cast<int>(waited), " s (--register-timeout-ms): the channel was ",
+                            StateName(state));
+      return false;
+    }
+    if ((state == GRPC_CHANNEL_TRANSIENT_FAILURE || waited >= 1.0) &&
+        std::chrono::steady_clock::now() >= next_say) {
+      next_say = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      LOG(WARNING) << "worker rank " << options.rank << ": cannot reach the coordinator at "
+                   << options.coordinator << " yet (" << static_cast<int>(waited) << " s): the channel is "
+                   << StateName(state) << "; retrying until the registration deadline";
+      said = true;
+    }
+    channel.WaitForStateChange(state, std::min(deadline, now + std::chrono::seconds(1)));
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname) {
@@ -341,12 +399,17 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     // Register: waits for the coordinator to come up and for every rank to join.
     wpb::RegisterResponse assigned;
     grpc::Status st;
-    {
+    const auto register_deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(options.register_timeout_ms);
+    if (std::string unreachable;
+        !WaitForCoordinator(*channel, options, register_deadline, stop, &unreachable)) {
+      if (stop->load()) break;
+      st = grpc::Status(grpc::StatusCode::UNAVAILABLE, unreachable);
+    } else {
       grpc::ClientContext ctx;
       AttachInternalToken(ctx, token);
       ctx.set_wait_for_ready(true);
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(options.register_timeout_ms));
+      ctx.set_deadline(register_deadline);
       st = stub->Register(&ctx, reg, &assigned);
     }
     if (!st.ok()) {

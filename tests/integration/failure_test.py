@@ -29,6 +29,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -257,6 +258,28 @@ def sigstop_case(ctx, chk):
     hit_worker(ctx, chk, signal.SIGSTOP, "high", 30)
 
 
+def no_coordinator_case(ctx, chk):
+    """A worker pointed at an address where no coordinator listens says so at once, names the
+    address, repeats it while it waits, and exits with the reason at the deadline (it was
+    silent for the whole --register-timeout-ms, then said only "Deadline Exceeded")."""
+    model = ctx.model()
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        address = "127.0.0.1:%d" % s.getsockname()[1]
+    cmd = [ctx.binary, "worker", "--coordinator", address, "--model", model, "--rank", "0",
+           "--insecure-internal", "--register-timeout-ms", "7000"]
+    t0 = time.monotonic()
+    p, _ = run_engine(cmd, 60)
+    took = time.monotonic() - t0
+    err = p.stderr.decode("utf-8", "replace")
+    waiting = [l for l in err.splitlines() if "cannot reach the coordinator at " + address in l]
+    chk.check(len(waiting) >= 2, "%d 'cannot reach the coordinator at %s' lines while waiting" % (len(waiting), address))
+    reason = [l for l in err.splitlines() if "could not reach" in l]
+    chk.check(p.returncode != 0 and reason and took < 20,
+              "exits %d after %.1f s with the reason: %s" % (p.returncode, took, reason[-1][-200:] if reason
+                                                             else _tail(err)))
+
+
 def no_orphans_case(ctx, chk):
     left = [w for w in workers_of_any(ctx.workdir)]
     chk.check(not left, "no `shardlm worker` process mentions %s%s"
@@ -274,6 +297,7 @@ CASES = [
     ("sigkill_worker_low", sigkill_low_case),
     ("sigkill_worker_high", sigkill_high_case),
     ("sigstop_worker", sigstop_case),
+    ("no_coordinator", no_coordinator_case),
     ("no_orphans", no_orphans_case),
 ]
 

@@ -351,6 +351,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::fprintf(stderr, "shardlm: draining (%d request(s) in flight)\n", loop.pending());
   draining = true;
   service.StartDraining();
+  g->BeginShutdown();
   const auto grace = std::chrono::seconds(f.GetInt("shutdown-grace-s"));
   const auto until = std::chrono::steady_clock::now() + grace;
   while (loop.pending() > 0 && std::chrono::steady_clock::now() < until) {

@@ -257,13 +257,18 @@ void WorkerGroup::Supervise() {
                                       [](const RankProbe& p) { return !p.reachable || !p.ready; });
       silent_probes = silent ? silent_probes + 1 : 0;
       // Unreachable is certain at once; a slow answer must repeat (a loaded machine).
-      if (dead || silent_probes >= 2) {
+      if ((dead || silent_probes >= 2) && !shutting_down_.load()) {
         MarkBroken(exec->epoch(), Diagnose(probes));
         silent_probes = 0;
       }
       continue;
     }
-    // Not serving: wait for every rank to register again, then handshake.
+    // Not serving: wait for every rank to register again, then handshake
+    // (not once shutdown has begun: nothing new will run).
+    if (shutting_down_.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
     uint64_t tried = 0;
     absl::Status st = Connect(std::chrono::milliseconds(1000), &tried);
     if (!st.ok() && tried != 0 && !stopping_.load()) {
@@ -313,6 +318,10 @@ pid_t WorkerGroup::SpawnRank(int rank) {
     // Child: die with the parent, whatever kills it.
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(1);
+    // A process group of its own: a signal to the coordinator's group (a
+    // terminal's Ctrl-C) reaches the coordinator alone, which drains and then
+    // stops its workers, rather than killing the ranks streams still need.
+    setpgid(0, 0);
     execve(options_.exe.c_str(), argv.data(), envp.data());
     _exit(127);
   }
@@ -335,6 +344,11 @@ void WorkerGroup::Reap() {
         if (c.pid != pid) continue;
         c.pid = -1;
         if (stopping) break;
+        if (shutting_down_.load()) {
+          LOG(WARNING) << "worker rank " << r << " (pid " << pid
+                       << ") exited during shutdown; not starting it again";
+          break;
+        }
         const bool young = NowMs() - c.started_ms < 10000;
         c.backoff_ms = young ? std::min(kMaxBackoffMs, c.backoff_ms * 2) : 500;
         c.restart_at_ms = NowMs() + c.backoff_ms;
@@ -348,7 +362,7 @@ void WorkerGroup::Reap() {
     const bool any_alive =
         std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.pid > 0; });
     if (stopping && !any_alive) return;
-    if (!stopping) {
+    if (!stopping && !shutting_down_.load()) {
       for (size_t r = 0; r < children_.size(); ++r) {
         Child& c = children_[r];
         if (c.pid < 0 && c.restart_at_ms >= 0 && NowMs() >= c.restart_at_ms) {
@@ -363,6 +377,8 @@ void WorkerGroup::Reap() {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }
+
+void WorkerGroup::BeginShutdown() { shutting_down_ = true; }
 
 void WorkerGroup::StopChildren() {
   stopping_ = true;

@@ -94,6 +94,9 @@ class WorkerGroup final : public StepExecutor {
   std::unique_ptr<PendingStep> StartStep(const StepInput& step) override;
   GroupState state() const;
   bool serving() const { return serving_.load(); }
+  // The coordinator is draining: from now on no exited worker is started
+  // again and no failed group is re-formed (what runs may still finish).
+  void BeginShutdown();
   // The current formation's executor (benchmarks read its timings); null
   // while the group is being re-formed.
   RemoteExecutor* executor();
@@ -141,6 +144,7 @@ class WorkerGroup final : public StepExecutor {
   std::thread reaper_;
   std::thread supervisor_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> shutting_down_{false};  // BeginShutdown: no restarts, no re-forming
 };
 
 }  // namespace shardlm

@@ -68,8 +68,8 @@ RECOVER_TIMEOUT_S = 60
 class Proc(LoggedProcess):
     """A shardlm process with its output in a log file; ready once `ready_text` is printed."""
 
-    def __init__(self, ctx, name, args, env=None, ready_text=None):
-        super().__init__([ctx.binary] + list(args), ctx.dir(name + ".log"), env)
+    def __init__(self, ctx, name, args, env=None, ready_text=None, new_session=False):
+        super().__init__([ctx.binary] + list(args), ctx.dir(name + ".log"), env, new_session)
         self.ready_text = ready_text
 
     def wait_ready(self, timeout=START_TIMEOUT_S):
@@ -88,10 +88,10 @@ class Ops(Ctx):
             if p.returncode != 0:
                 raise RuntimeError("make-tiny-model failed: %s" % p.stdout.decode(errors="replace"))
 
-    def serve(self, name, tp, *extra, env=None):
+    def serve(self, name, tp, *extra, env=None, new_session=False):
         port = free_port()
         p = Proc(self, name, ["serve", "--model", self.model, "--tp", tp, "--port", port] + list(extra),
-                 env=env, ready_text="shardlm serving")
+                 env=env, ready_text="shardlm serving", new_session=new_session)
         p.port = port
         p.wait_ready()
         return p
@@ -290,6 +290,31 @@ def drain(ctx, chk):
                   % (len(stream.tokens), stream.finish, stream.error))
         rc = srv.proc.wait(30)
         chk.check(rc == 0, "serve exits 0 after draining (rc %s)" % rc)
+    finally:
+        ch.close()
+        srv.stop()
+
+
+def drain_group_signal(ctx, chk):
+    """SIGTERM to serve's whole process group (a terminal's Ctrl-C, `kill -- -PGID`): the
+    local workers are in a process group of their own, so they keep serving while the
+    coordinator drains; the stream in flight finishes whole, nothing is restarted, and serve
+    exits 0. Before, the workers died with the group and the stream ended UNAVAILABLE."""
+    srv = ctx.serve("drain-group", 2, "--shutdown-grace-s", "300", new_session=True)
+    ch, st, _ = stub(srv.port)
+    try:
+        stream = Stream(st, 400)
+        stream.wait_first()
+        os.killpg(srv.proc.pid, signal.SIGTERM)
+        stream.thread.join(300)
+        chk.check(stream.error is None and len(stream.tokens) == 400 and stream.finish == "length",
+                  "the stream in flight finished whole (%d tokens, %s, %s)"
+                  % (len(stream.tokens), stream.finish, stream.error))
+        rc = srv.proc.wait(60)
+        chk.check(rc == 0, "serve exits 0 after draining (rc %s)" % rc)
+        log = srv.text()
+        chk.check("starting it again" not in log and "re-forming" not in log,
+                  "no worker restarted and no group re-formed during the drain")
     finally:
         ch.close()
         srv.stop()
@@ -511,6 +536,7 @@ def probes(ctx, chk):
 
 
 CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigstop), ("drain", drain),
+         ("drain_group_signal", drain_group_signal),
          ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 

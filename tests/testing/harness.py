@@ -270,11 +270,14 @@ class LoggedProcess:
     """A process started in the background (servers, workers) whose stdout and stderr go to
     `log_path`; stop() ends it with a signal and returns its exit code."""
 
-    def __init__(self, argv, log_path, env=None):
+    def __init__(self, argv, log_path, env=None, new_session=False):
+        """new_session: the process leads a process group of its own, so that a test can
+        signal the whole group (as a terminal's Ctrl-C does) without signalling itself."""
         self.log_path = log_path
         self.log = open(log_path, "wb")
         self.proc = subprocess.Popen([str(a) for a in argv], stdin=subprocess.DEVNULL, stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+                                     stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})),
+                                     start_new_session=new_session)
 
     def text(self):
         with open(self.log_path, "rb") as f:

@@ -194,6 +194,7 @@ class Engine : private KvSpace {
   int32_t num_free_blocks() const { return allocator_.num_free(); }
   int32_t num_blocks() const { return allocator_.num_blocks(); }
   const ModelConfig& config() const { return cfg_; }
+  const Options& options() const { return options_; }
   int64_t steps() const { return steps_; }
   int64_t preemptions() const { return scheduler_.preemptions(); }
 

@@ -54,6 +54,9 @@ class EngineLoop {
   Engine::Stats stats();
   const ModelConfig& config() const { return engine_->config(); }
   int32_t num_blocks() const { return engine_->num_blocks(); }
+  // Sequences the queue holds at once (--max-queued-requests): a call that needs
+  // more at once can never run.
+  int32_t max_queued_requests() const { return engine_->options().max_queued_requests; }
   // Free KV blocks right now (for stats and the idle invariant).
   int32_t num_free_blocks();
 

@@ -48,6 +48,12 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   if (n_ < 1 || n_ > kMaxSamples) {
     return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
   }
+  if (n_ > service_->loop()->max_queued_requests()) {
+    return ToGrpcStatus(Invalid(
+        absl::StrCat("n is ", n_, "; this server queues at most ", service_->loop()->max_queued_requests(),
+                     " sequences at once (--max-queued-requests), so the samples could "
+                     "never run together")));
+  }
   if (req->stop_size() > kMaxStopStrings) {
     return ToGrpcStatus(
         Invalid(absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));

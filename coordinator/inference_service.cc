@@ -137,6 +137,11 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
     return ToGrpcStatus(absl::InvalidArgumentError(
         absl::StrCat("chunks must hold 1 to ", kMaxPrefillChunks, " chunks, got ", chunks)));
   }
+  if (chunks > loop_->max_queued_requests()) {
+    return ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
+        "chunks holds ", chunks, " chunks; this server queues at most ", loop_->max_queued_requests(),
+        " at once (--max-queued-requests), so they could never run together")));
+  }
   const int prefixes = req.prefix_handles_size();
   if (prefixes != 0 && prefixes != 1 && prefixes != chunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(

@@ -440,15 +440,29 @@ def chat_template_flag(ctx, chk):
     tfile = ctx.dir("llama32.jinja")
     with open(tfile, "w") as f:
         f.write(template)
-    srv = Server(ctx, "chat-template-flag", "--chat-template", tfile, "--max-queued-requests", "16")
+    srv = Server(ctx, "chat-template-flag", "--chat-template", tfile, "--max-queued-requests", "8")
     try:
         # More sequences than the queue ever holds (prompts x n over --max-queued-requests) can
         # never run: a 400 that says why, not a 429 "retry later".
         status, body, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": ["a"] * 9, "n": 2,
                                                          "max_tokens": 1})
         err = (body or {}).get("error", {})
-        chk.check(status == 400 and err.get("param") == "prompt" and "queues at most 16" in err.get("message", ""),
-                  "9 prompts x n 2 with --max-queued-requests 16: 400 (%s)" % err.get("message"))
+        chk.check(status == 400 and err.get("param") == "prompt" and "queues at most 8" in err.get("message", ""),
+                  "9 prompts x n 2 with --max-queued-requests 8: 400 (%s)" % err.get("message"))
+        # The same on gRPC: n samples, or Prefill chunks, beyond what the queue holds at once.
+        for what, call in (
+                ("Generate n=9", lambda: list(srv.st.Generate(pb.GenerateRequest(
+                    prompt=pb.Prompt(token_ids=pb.TokenIds(ids=[1, 2, 3])), max_new_tokens=1, n=9),
+                    timeout=30, metadata=srv.md))),
+                ("Prefill of 9 chunks", lambda: srv.st.Prefill(pb.PrefillRequest(
+                    chunks=[pb.Prompt(token_ids=pb.TokenIds(ids=[1, 2, 3]))] * 9), timeout=30,
+                    metadata=srv.md))):
+            try:
+                call()
+                chk.check(False, "%s with --max-queued-requests 8 is refused" % what)
+            except grpc.RpcError as e:
+                chk.check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "at most 8" in e.details(),
+                          "%s with --max-queued-requests 8: INVALID_ARGUMENT (%s)" % (what, e.details()))
         messages = [{"role": "user", "content": "Hi there, \"quoted\" ünïcode"}]
         rendered = reference_render(template, messages)
         ids = reference_ids(rendered)

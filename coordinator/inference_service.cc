@@ -10,7 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
-#include "common/status.h"
 
 namespace shardlm {
 namespace {
@@ -101,12 +100,8 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::EncodeForCall(const std::
                                                                      bool add_special_tokens,
                                                                      const std::string& field,
                                                                      const CallRecord& call) const {
-  SHARDLM_RETURN_IF_ERROR(
-      CheckTextFits(*tokenizer_, text.size(), loop_->config().max_position_embeddings, field));
-  auto ids = tokenizer_->Encode(text, add_special_tokens, [&call] { return call.Abandoned(); });
-  if (!ids.ok() && absl::IsCancelled(ids.status())) return ids.status();
-  if (!ids.ok()) return absl::InvalidArgumentError(absl::StrCat(field, ": ", ids.status().message()));
-  return ids;
+  return EncodeField(*tokenizer_, text, add_special_tokens, loop_->config().max_position_embeddings, field,
+                     [&call] { return call.Abandoned(); });
 }
 
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt,

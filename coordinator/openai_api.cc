@@ -39,13 +39,9 @@ class Params {
   // longer than the context could hold; stops when the client has gone.
   std::optional<std::vector<int32_t>> Encode(const std::string& field, const std::string& text,
                                              const ModelContext& model, bool add_special_tokens) {
-    if (absl::Status st = CheckTextFits(*model.tokenizer, text.size(), model.max_context, field); !st.ok()) {
-      Fail(field, std::string(st.message()));
-      return std::nullopt;
-    }
-    auto ids = model.tokenizer->Encode(text, add_special_tokens, stop_);
+    auto ids = EncodeField(*model.tokenizer, text, add_special_tokens, model.max_context, field, stop_);
     if (!ids.ok()) {
-      Fail(field, absl::StrCat(field, ": ", ids.status().message()));
+      Fail(field, std::string(ids.status().message()));
       return std::nullopt;
     }
     return std::move(*ids);

@@ -27,6 +27,8 @@ class Checkpoint {
   absl::StatusOr<const TensorView*> Get(const std::string& name) const;
   bool Has(const std::string& name) const { return index_.count(name) > 0; }
   const std::string& dir() const { return dir_; }
+  // The parsed GGUF file (its metadata), or nullptr for a checkpoint directory.
+  const GgufHeader* gguf_header() const { return gguf_ ? &gguf_->header() : nullptr; }
   // Total bytes of all tensors.
   size_t TotalBytes() const;
   std::vector<std::string> TensorNames() const;

@@ -4,7 +4,6 @@
 
 #include "common/status.h"
 #include "model/checkpoint.h"
-#include "model/gguf.h"
 #include "model/gguf_model.h"
 
 namespace shardlm {
@@ -23,14 +22,14 @@ void Mix(uint64_t* h, const std::string& bytes) {
 }  // namespace
 
 absl::StatusOr<std::string> ModelFingerprint(const std::string& dir) {
+  SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  // A GGUF's config is in the metadata the checkpoint has already parsed.
   std::string config;
-  if (IsGgufFile(dir)) {
-    SHARDLM_ASSIGN_OR_RETURN(auto file, GgufFile::Open(dir));
-    SHARDLM_ASSIGN_OR_RETURN(config, GgufConfigJson(file->header(), dir));
+  if (const GgufHeader* gguf = ckpt->gguf_header()) {
+    SHARDLM_ASSIGN_OR_RETURN(config, GgufConfigJson(*gguf, dir));
   } else {
     SHARDLM_ASSIGN_OR_RETURN(config, ReadFileToString(dir + "/config.json"));
   }
-  SHARDLM_ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   uint64_t h = 0xcbf29ce484222325ull;
   Mix(&h, config);
   for (const std::string& name : ckpt->TensorNames()) {  // sorted

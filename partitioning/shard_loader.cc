@@ -24,31 +24,39 @@ at::ScalarType ToScalarType(DType d) {
   return at::kFloat;
 }
 
-// f32[rows, row_len] of a block-quantized tensor viewed as [numel / row_len, row_len]:
-// its rows [row_start, row_start + rows) only.
-at::Tensor DequantizeRows(const TensorView& view, int64_t row_start, int64_t rows) {
+// f32[rows, cols] of a block-quantized tensor viewed as [numel / row_len, row_len]:
+// rows [row_start, row_start + rows), columns [col_start, col_start + cols). Only
+// the blocks that hold those columns are dequantized (a column slice need not
+// start on a block: the covering blocks are dequantized, then narrowed).
+at::Tensor DequantizeRange(const TensorView& view, int64_t row_start, int64_t rows, int64_t col_start,
+                           int64_t cols) {
   const int64_t row_len = view.shape.back();
   const BlockLayout layout = BlockLayoutOf(view.block);
   const int64_t row_bytes = row_len / layout.elements * layout.bytes;
-  at::Tensor out = at::empty({rows, row_len}, at::TensorOptions().dtype(at::kFloat));
+  const int64_t first_block = col_start / layout.elements;
+  const int64_t span =
+      ((col_start + cols + layout.elements - 1) / layout.elements - first_block) * layout.elements;
+  at::Tensor out = at::empty({rows, span}, at::TensorOptions().dtype(at::kFloat));
   float* dst = out.data_ptr<float>();
+  const uint8_t* src = view.data + first_block * layout.bytes;
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) {
-      DequantizeBlocks(view.block, view.data + (row_start + r) * row_bytes, row_len, dst + r * row_len);
+      DequantizeBlocks(view.block, src + (row_start + r) * row_bytes, span, dst + r * span);
     }
   });
-  return out;
+  const int64_t skip = col_start - first_block * layout.elements;
+  return skip == 0 && span == cols ? out : out.narrow(1, skip, cols);
 }
 
-// The slice of a block-quantized tensor, dequantized to f32. A dim-0 slice reads
-// only its rows; a dim-1 slice dequantizes whole rows (its columns need not
-// start on a block) and narrows them.
+// The slice of a block-quantized tensor, dequantized to f32: a rank reads and
+// dequantizes only its rows (dim 0) or its columns (dim 1) of a matrix.
 at::Tensor DequantizeSlice(const TensorView& view, const SliceSpec& slice) {
-  const int64_t rows = view.numel() / view.shape.back();
-  if (slice.dim == 0 && view.shape.size() == 2) {
-    return DequantizeRows(view, slice.start, slice.length);
-  }
-  at::Tensor full = DequantizeRows(view, 0, rows).view(view.shape);
+  const int64_t row_len = view.shape.back(), rows = view.numel() / row_len;
+  if (view.shape.size() == 2 && slice.dim == 0)
+    return DequantizeRange(view, slice.start, slice.length, 0, row_len);
+  if (view.shape.size() == 2 && slice.dim == 1)
+    return DequantizeRange(view, 0, rows, slice.start, slice.length);
+  at::Tensor full = DequantizeRange(view, 0, rows, 0, row_len).view(view.shape);
   return slice.dim >= 0 ? full.narrow(slice.dim, slice.start, slice.length) : full;
 }
 

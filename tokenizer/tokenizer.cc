@@ -580,6 +580,15 @@ absl::Status CheckTextFits(const Tokenizer& tokenizer, size_t text_bytes, int64_
       max_tokens, " tokens (its longest token is ", tokenizer.MaxTokenBytes(), " bytes)"));
 }
 
+absl::StatusOr<std::vector<int32_t>> EncodeField(const Tokenizer& tokenizer, const std::string& text,
+                                                 bool add_special_tokens, int64_t max_tokens,
+                                                 const std::string& field, const Tokenizer::StopCheck& stop) {
+  SHARDLM_RETURN_IF_ERROR(CheckTextFits(tokenizer, text.size(), max_tokens, field));
+  auto ids = tokenizer.Encode(text, add_special_tokens, stop);
+  if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat(field, ": ", ids.status().message()));
+  return ids;
+}
+
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::ForModel(const std::string& model) {
   SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadTokenizerJson(model));
   return FromJson(text, IsGgufFile(model) ? model : model + "/tokenizer.json");

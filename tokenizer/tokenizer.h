@@ -70,4 +70,11 @@ class Tokenizer {
 absl::Status CheckTextFits(const Tokenizer& tokenizer, size_t text_bytes, int64_t max_tokens,
                            const std::string& field);
 
+// A request's text as tokens: CheckTextFits against `max_tokens`, then Encode with
+// `stop`. Every error names `field` (InvalidArgument, or CANCELLED when stopped).
+// The one way the front ends (gRPC and the OpenAI HTTP API) tokenize client text.
+absl::StatusOr<std::vector<int32_t>> EncodeField(const Tokenizer& tokenizer, const std::string& text,
+                                                 bool add_special_tokens, int64_t max_tokens,
+                                                 const std::string& field, const Tokenizer::StopCheck& stop);
+
 }  // namespace shardlm

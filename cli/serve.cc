@@ -175,9 +175,14 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
         65535);
   f.String("http-host", "address of the HTTP API (default: --host)");
   f.Int("http-threads",
-        "HTTP connections served at once (each request, and each idle kept-alive connection "
-        "for up to 3 s, holds one)",
-        64, 1, 4096);
+        "HTTP completions run at once (more wait their turn; health, models and metrics never wait)", 64, 1,
+        4096);
+  f.Int("http-request-timeout-s",
+        "an HTTP request (headers and body) must arrive within this many seconds of its first byte", 30, 1,
+        3600);
+  f.Int("http-max-idle-connections",
+        "kept-alive HTTP connections left open between requests (past this the oldest is closed)", 256, 1,
+        65536);
   f.String("served-model-name",
            "model name(s) the HTTP API answers to, comma-separated (default: the model "
            "directory's name)");
@@ -292,7 +297,11 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   service.SetApiKeys(api_keys);
   service.SetMetrics(&metrics);
   std::atomic<bool> draining{false};
-  HealthService health([g, &draining] { return g->serving() && !draining.load(); });
+  // Ready once every listener accepts (the "serving" line below), while the
+  // worker group serves and until draining begins: the same on gRPC and HTTP.
+  std::atomic<bool> listening{false};
+  auto ready = [g, &draining, &listening] { return listening.load() && g->serving() && !draining.load(); };
+  HealthService health(ready);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (f.GetBool("no-reflection")) builder.SetOption(std::make_unique<WithoutReflection>());
@@ -320,6 +329,8 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
     ho.port = static_cast<int>(f.GetInt("http-port"));
     ho.tls = public_tls;
     ho.threads = static_cast<int>(f.GetInt("http-threads"));
+    ho.request_timeout = std::chrono::seconds(f.GetInt("http-request-timeout-s"));
+    ho.max_idle_connections = static_cast<int>(f.GetInt("http-max-idle-connections"));
     ho.max_body_bytes = static_cast<size_t>(max_message);
     const std::string names =
         f.Has("served-model-name") ? f.GetString("served-model-name") : ModelDisplayName(dir);
@@ -332,13 +343,14 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
                                              static_cast<int64_t>(initial.num_blocks) * initial.block_size);
     ho.model.vocab_size = static_cast<int32_t>(cfg->vocab_size);
     ho.model.max_queued_sequences = f.GetInt("max-queued-requests");
-    ho.ready = [g, &draining] { return g->serving() && !draining.load(); };
+    ho.ready = ready;
     auto started = OpenAiHttpServer::Start(&service, std::move(ho));
     if (!started.ok()) return Fail(started.status());
     http = std::move(*started);
     std::printf("OpenAI API on http%s://%s:%d/v1\n", public_tls.enabled() ? "s" : "", http_host.c_str(),
                 http->port());
   }
+  listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", dir.c_str(),
               cfg->architecture.c_str(), go.tp, initial.num_blocks, static_cast<long long>(go.block_size),
               f.GetString("host").c_str(), port, public_tls.enabled() ? " (TLS)" : "",

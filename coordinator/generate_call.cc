@@ -7,8 +7,8 @@
 // cancels, disconnects or runs past its deadline has its work cancelled and
 // its blocks freed at once (OnCancel).
 //
-// The OpenAI HTTP API: StreamGenerate, a blocking loop on the HTTP server's
-// thread (cpp-httplib is thread-per-connection).
+// The OpenAI HTTP API: StreamGenerate, a blocking loop on one of the HTTP
+// server's request threads (http_server.h).
 #include <condition_variable>
 #include <deque>
 #include <memory>

@@ -1,19 +1,26 @@
 #include "coordinator/metrics_http.h"
 
-#include <httplib.h>
-
 namespace shardlm {
 
 absl::StatusOr<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::Start(
     const std::string& host, int port, std::function<std::string()> render) {
-  auto server = std::make_unique<httplib::Server>();
-  server->Get("/metrics", [render](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
-  auto listener = HttpListener::Start(std::move(server), host, port, "--metrics-port");
-  if (!listener.ok()) return listener.status();
+  HttpServerOptions o;
+  o.host = host;
+  o.port = port;
+  o.flag = "--metrics-port";
+  o.threads = 1;  // no slow routes
+  o.max_body_bytes = 64 << 10;
+  std::vector<HttpRoute> routes;
+  routes.push_back(HttpRoute::Quick("GET", "/metrics", [render](const HttpRequest&) {
+    HttpReply r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = render();
+    return r;
+  }));
+  auto server = HttpServer::Start(std::move(o), std::move(routes));
+  if (!server.ok()) return server.status();
   std::unique_ptr<MetricsHttpServer> s(new MetricsHttpServer());
-  s->listener_ = std::move(*listener);
+  s->server_ = std::move(*server);
   return s;
 }
 

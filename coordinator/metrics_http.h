@@ -1,6 +1,6 @@
-// The /metrics endpoint: Prometheus text format over plain HTTP, served by
-// cpp-httplib (Debian's libcpp-httplib-dev) on its own threads, apart from
-// the gRPC port so that scrapes never queue behind inference calls.
+// The /metrics endpoint: Prometheus text format over plain HTTP, on its own
+// port apart from the gRPC one, answered on the HTTP server's I/O thread so
+// that a scrape never queues behind inference calls or slow clients.
 //
 //   auto http = MetricsHttpServer::Start("0.0.0.0", 9090, [&] { return registry.Render(); });
 //   ... (*http)->port() ...
@@ -12,7 +12,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "coordinator/http_listener.h"
+#include "coordinator/http_server.h"
 
 namespace shardlm {
 
@@ -23,11 +23,11 @@ class MetricsHttpServer {
   static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(const std::string& host, int port,
                                                                   std::function<std::string()> render);
 
-  int port() const { return listener_->port(); }
+  int port() const { return server_->port(); }
 
  private:
   MetricsHttpServer() = default;
-  std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<HttpServer> server_;
 };
 
 }  // namespace shardlm

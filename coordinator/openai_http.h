@@ -7,25 +7,24 @@
 // that disconnects, streaming or not, has its request cancelled within one
 // step and its KV blocks freed.
 //
-// cpp-httplib (Debian's libcpp-httplib) does the HTTP; each request holds one
-// of `threads` server threads while it runs.
+// HttpServer (http_server.h) does the HTTP: health and model lists answer on
+// its I/O thread, each generation holds one of `threads` request threads
+// while it runs.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/grpc_security.h"
-#include "coordinator/http_listener.h"
+#include "coordinator/http_server.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/openai_api.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace shardlm {
 
@@ -33,8 +32,10 @@ struct OpenAiHttpOptions {
   std::string host = "127.0.0.1";
   int port = 0;      // 0: any free port
   TlsFiles tls;      // certificate and key: HTTPS (with client_ca: clients must present a certificate)
-  int threads = 64;  // concurrent requests
+  int threads = 64;  // concurrent generation requests
   size_t max_body_bytes = 16 << 20;
+  std::chrono::milliseconds request_timeout{30000};  // to receive a whole request
+  int max_idle_connections = 256;                    // kept-alive connections between requests
   openai::ModelContext model;
   std::function<bool()> ready;  // GET /health: 200 when true, else 503
 };
@@ -44,19 +45,24 @@ class OpenAiHttpServer {
   static absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> Start(InferenceService* service,
                                                                  OpenAiHttpOptions options);
   ~OpenAiHttpServer();
-  int port() const { return listener_->port(); }
+  int port() const { return server_->port(); }
 
  private:
   OpenAiHttpServer() = default;
-  void Routes(httplib::Server& server);
-  // Runs a request's prompts; cancelled when the client of socket `fd` goes
-  // (CANCELLED) or the server stops (UNAVAILABLE).
+  std::vector<HttpRoute> Routes();
+  HttpReply Health() const;
+  HttpReply Models(const HttpRequest& req) const;
+  void Generate(openai::Endpoint endpoint, const HttpRequest& req, HttpExchange& exchange);
+  // The caller's key (empty without keys) in *owner, or the error to send.
+  std::optional<HttpReply> Admit(const HttpRequest& req, std::string* owner) const;
+  // Runs a request's prompts; cancelled when the client goes (CANCELLED) or
+  // the server stops (UNAVAILABLE).
   grpc::Status Run(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
-                   openai::ResponseWriter& out, int fd);
+                   openai::ResponseWriter& out, const HttpExchange& exchange);
 
   InferenceService* service_ = nullptr;
   OpenAiHttpOptions options_;
-  std::unique_ptr<HttpListener> listener_;
+  std::unique_ptr<HttpServer> server_;
   std::atomic<bool> stopping_{false};  // requests still running are cancelled
 };
 

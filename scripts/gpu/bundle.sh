@@ -12,7 +12,7 @@ mkdir -p "$out"
 WANTED=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libgoogle-glog-dev libgflags-dev libgtest-dev libgmock-dev libabsl-dev
-  nlohmann-json3-dev libpcre2-dev libcpp-httplib-dev libcli11-dev libyaml-cpp-dev libgloo-dev
+  nlohmann-json3-dev libpcre2-dev libboost1.74-dev libcli11-dev libyaml-cpp-dev libgloo-dev
   libicu-dev pkgconf
 )
 # The C library, the compiler's runtime and packaging tools are the GPU machine's own: a second

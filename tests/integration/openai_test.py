@@ -21,6 +21,12 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer and its chat template, `serve
   disconnect      a client that goes away mid-stream, or during a long non-streaming request,
                   has its request cancelled: the running count drops to 0 and every KV block is
                   free again within seconds, and the call is logged CANCELLED
+  slow_clients    with --http-threads 4: at start (the moment "shardlm serving" is printed) the HTTP
+                  and metrics ports accept and /health says ok; then 100 connections trickling
+                  their headers a byte at a time, 40 more with a body that never arrives and 60
+                  idle kept-alive ones: /health, a completion and /metrics each answer within
+                  1 s; the trickling ones are cut at --http-request-timeout-s (2 s, 408), and
+                  past --http-max-idle-connections 8 the oldest idle ones are closed
   chat_template_flag  `--chat-template FILE` replaces the model's template (here Llama 3.2's
                   from the npm fixtures), checked against python3-jinja2 the same way
 
@@ -433,6 +439,83 @@ def disconnect(ctx, chk):
         chk.check(logged, "%s: logged as CANCELLED" % request_id)
 
 
+def timed_get(url, timeout=5):
+    t0 = time.monotonic()
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.read(), time.monotonic() - t0
+
+
+def slow_clients(ctx, chk):
+    srv = Server(ctx, "slow-clients", "--http-threads", "4", "--http-request-timeout-s", "2",
+                 "--http-max-idle-connections", "8", "--metrics-port", "0")
+    m = re.search(r"metrics on http://[^:]+:(\d+)/metrics", srv.proc.text())
+    metrics = "http://127.0.0.1:%s/metrics" % (m.group(1) if m else 0)
+    try:
+        # Ready means every port accepts: checked the moment the line is out.
+        status, body, _ = timed_get(srv.base + "/health")
+        chk.check(status == 200 and b"ok" in body, "/health is ok as soon as 'shardlm serving' is printed")
+        status, _, _ = timed_get(metrics)
+        chk.check(status == 200, "the metrics port answers as soon as 'shardlm serving' is printed")
+
+        def connect(first):
+            sock = socket.create_connection(("127.0.0.1", srv.http), timeout=10)
+            sock.sendall(first)
+            return sock
+        trickle = [connect(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\n") for _ in range(100)]
+        no_body = [connect(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+                   for _ in range(40)]
+        idle = []
+        for _ in range(60):
+            sock = connect(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.recv(4096)  # its answer; the connection stays open, kept alive
+            idle.append(sock)
+        t_open = time.monotonic()
+        for sock in trickle:
+            sock.sendall(b"X")
+        status, _, dt = timed_get(srv.base + "/health")
+        chk.check(status == 200 and dt < 1, "/health answers in %.3f s beside 200 slow connections" % dt)
+        t0 = time.monotonic()
+        status, body, _ = post(srv, "/v1/completions", {"model": "tiny", "prompt": PROMPT, "max_tokens": 2})
+        dt = time.monotonic() - t0
+        chk.check(status == 200 and dt < 1, "a completion answers in %.3f s (status %s)" % (dt, status))
+        status, _, dt = timed_get(metrics)
+        chk.check(status == 200 and dt < 1, "/metrics answers in %.3f s" % dt)
+
+        closed_idle = 0
+        for sock in idle:
+            sock.settimeout(0.2)
+            try:
+                closed_idle += sock.recv(1) == b""
+            except socket.timeout:
+                pass
+        chk.check(closed_idle >= 60 - 8, "%d of 60 idle kept-alive connections closed past the cap of 8"
+                  % closed_idle)
+
+        # Keep trickling past the request timeout: the server cuts each with a 408.
+        cut = 0
+        while time.monotonic() - t_open < 4:
+            for sock in trickle:
+                try:
+                    sock.sendall(b"X")
+                except OSError:
+                    pass
+            time.sleep(0.5)
+        for sock in trickle + no_body:
+            sock.settimeout(2)
+            try:
+                got = sock.recv(4096)
+                cut += got == b"" or got.startswith(b"HTTP/1.1 408")
+            except (socket.timeout, ConnectionResetError):
+                cut += isinstance(sys.exc_info()[1], ConnectionResetError)
+        chk.check(cut == 140, "%d of 140 slow requests cut at --http-request-timeout-s 2" % cut)
+        for sock in trickle + no_body + idle:
+            sock.close()
+        status, _, dt = timed_get(srv.base + "/health")
+        chk.check(status == 200, "the port serves on after they are gone")
+    finally:
+        srv.stop()
+
+
 def chat_template_flag(ctx, chk):
     path = os.path.join(NPM, "@lenml", "tokenizer-llama3_2", "models", "tokenizer_config.json")
     with open(path) as f:
@@ -491,7 +574,8 @@ class OpenAiCtx(ops.Ops):
 
 
 CASES = [("completions", completions), ("chat", chat), ("openai_npm", openai_npm), ("errors", errors),
-         ("disconnect", disconnect), ("chat_template_flag", chat_template_flag)]
+         ("disconnect", disconnect), ("slow_clients", slow_clients),
+         ("chat_template_flag", chat_template_flag)]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,638 @@
+#include "coordinator/http_server.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+
+#include <atomic>
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
+#include <condition_variable>
+#include <deque>
+#include <future>
+#include <list>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <type_traits>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+
+namespace shardlm {
+
+namespace net = boost::asio;
+namespace ssl = boost::asio::ssl;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = boost::asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+
+const std::string* HttpRequest::Header(absl::string_view name) const {
+  for (const auto& [k, v] : headers) {
+    if (absl::EqualsIgnoreCase(k, name)) return &v;
+  }
+  return nullptr;
+}
+
+HttpRoute HttpRoute::Quick(std::string method, std::string path, QuickHandler h) {
+  HttpRoute r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  r.quick = std::move(h);
+  return r;
+}
+
+HttpRoute HttpRoute::Slow(std::string method, std::string path, SlowHandler h) {
+  HttpRoute r;
+  r.method = std::move(method);
+  r.path = std::move(path);
+  r.slow = std::move(h);
+  return r;
+}
+
+namespace {
+
+std::string Str(beast::string_view s) { return std::string(s.data(), s.size()); }
+
+// What a connection is doing, for the limits: only kIdle and kReading
+// connections are ever closed to make room.
+enum class ConnState { kHandshake, kIdle, kReading, kBusy, kWriting };
+
+}  // namespace
+
+// A connection as the registry sees it (the I/O thread alone touches it).
+class ConnectionBase {
+ public:
+  virtual ~ConnectionBase() = default;
+  virtual void Close() = 0;
+  ConnState state = ConnState::kHandshake;
+  Clock::time_point since = Clock::now();
+  std::list<ConnectionBase*>::iterator self;
+  bool registered = false;
+};
+
+struct HttpServer::Impl {
+  HttpServerOptions options;
+  std::vector<HttpRoute> routes;
+  std::atomic<bool> stopping{false};
+  int port = 0;
+
+  // Declared before the io_context so that handlers it still holds (and the
+  // connections they keep alive) are destroyed while these exist.
+  std::list<ConnectionBase*> connections;  // I/O thread only
+  std::optional<ssl::context> tls;
+
+  // Request threads: slow routes run here.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> jobs;
+  bool stop_jobs = false;
+  std::vector<std::thread> workers;
+
+  net::io_context ioc{1};
+  tcp::acceptor acceptor{ioc};
+  std::thread io_thread;
+
+  void Accept();
+  void Register(ConnectionBase* c) {
+    c->self = connections.insert(connections.end(), c);
+    c->registered = true;
+    EnforceLimits();
+  }
+  void Unregister(ConnectionBase* c) {
+    if (!c->registered) return;
+    connections.erase(c->self);
+    c->registered = false;
+  }
+  // Closes the oldest idle connections past max_idle_connections, then the
+  // oldest idle or still-reading ones past max_connections.
+  void EnforceLimits();
+  const HttpRoute* Find(const std::string& method, const std::string& path, bool* path_known) const;
+  void Submit(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      jobs.push_back(std::move(job));
+    }
+    cv.notify_one();
+  }
+  void WorkerLoop() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        cv.wait(lock, [this] { return stop_jobs || !jobs.empty(); });
+        if (jobs.empty()) return;  // stopping, and nothing left
+        job = std::move(jobs.front());
+        jobs.pop_front();
+      }
+      job();
+    }
+  }
+  HttpReply Error(int status, const std::string& message) const {
+    if (options.error_reply) return options.error_reply(status, message);
+    HttpReply r;
+    r.status = status;
+    r.content_type = "text/plain";
+    r.body = message;
+    return r;
+  }
+};
+
+void HttpServer::Impl::EnforceLimits() {
+  auto oldest = [this](bool reading_too) {
+    ConnectionBase* best = nullptr;
+    for (ConnectionBase* c : connections) {
+      const bool eligible =
+          c->state == ConnState::kIdle ||
+          (reading_too && (c->state == ConnState::kReading || c->state == ConnState::kHandshake));
+      if (eligible && (best == nullptr || c->since < best->since)) best = c;
+    }
+    return best;
+  };
+  int idle = 0;
+  for (ConnectionBase* c : connections) idle += c->state == ConnState::kIdle ? 1 : 0;
+  while (idle > options.max_idle_connections) {
+    ConnectionBase* c = oldest(false);
+    if (c == nullptr) break;
+    c->Close();
+    --idle;
+  }
+  while (static_cast<int>(connections.size()) > options.max_connections) {
+    ConnectionBase* c = oldest(false);
+    if (c == nullptr) c = oldest(true);
+    if (c == nullptr) break;  // every connection is in a handler
+    c->Close();
+  }
+}
+
+const HttpRoute* HttpServer::Impl::Find(const std::string& method, const std::string& path,
+                                        bool* path_known) const {
+  *path_known = false;
+  for (const HttpRoute& r : routes) {
+    const bool prefix = !r.path.empty() && r.path.back() == '*';
+    const bool match = prefix
+                           ? absl::StartsWith(path, absl::string_view(r.path).substr(0, r.path.size() - 1)) &&
+                                 path.size() >= r.path.size()
+                           : path == r.path;
+    if (!match) continue;
+    *path_known = true;
+    if (r.method == method) return &r;
+  }
+  return nullptr;
+}
+
+namespace {
+
+template <class Stream>
+class Connection : public ConnectionBase, public std::enable_shared_from_this<Connection<Stream>> {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  template <class... Args>
+  Connection(HttpServer::Impl* server, Args&&... args)
+      : server_(server), stream_(std::forward<Args>(args)...), idle_timer_(server->ioc) {}
+  ~Connection() override { server_->Unregister(this); }
+
+  void Start() {
+    server_->Register(this);
+    if (closed_) return;  // closed at once to respect max_connections
+    if constexpr (kTls) {
+      Enter(ConnState::kHandshake);
+      Lowest().expires_after(server_->options.request_timeout);
+      stream_.async_handshake(ssl::stream_base::server, [self = Self()](beast::error_code ec) {
+        if (ec) return self->Close();
+        self->WaitForRequest();
+      });
+    } else {
+      WaitForRequest();
+    }
+  }
+
+  void Close() override {
+    if (closed_) return;
+    closed_ = true;
+    idle_timer_.cancel();
+    beast::error_code ignored;
+    Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
+    Lowest().close();
+    server_->Unregister(this);
+  }
+
+  // --- used by the request thread, through Exchange ---
+
+  // Runs `op` on the I/O thread and waits for the result it reports.
+  bool OnIoThread(std::function<void(std::function<void(bool)>)> op) {
+    if (broken_.load()) return false;
+    auto done = std::make_shared<std::promise<bool>>();
+    std::future<bool> result = done->get_future();
+    net::post(server_->ioc, [self = Self(), op = std::move(op), done] {
+      if (self->closed_ || self->broken_.load()) return done->set_value(false);
+      op([self, done](bool ok) {
+        if (!ok) self->broken_ = true;
+        done->set_value(ok);
+      });
+    });
+    return result.get();
+  }
+
+  void AsyncSend(const HttpReply& reply, std::function<void(bool)> done) {
+    auto res = MakeResponse(reply, keep_alive_ && !server_->stopping.load());
+    Enter(ConnState::kBusy);
+    Lowest().expires_after(server_->options.write_timeout);
+    http::async_write(stream_, *res, [res, done](beast::error_code ec, size_t) { done(!ec); });
+    replied_ = true;
+  }
+
+  void AsyncBeginStream(int status, const std::string& content_type, const HttpHeaders& headers,
+                        std::function<void(bool)> done) {
+    struct Head {
+      http::response<http::empty_body> res;
+      std::optional<http::response_serializer<http::empty_body>> sr;
+    };
+    auto head = std::make_shared<Head>();
+    head->res.version(11);
+    head->res.result(static_cast<unsigned>(status));
+    head->res.set(http::field::content_type, content_type);
+    for (const auto& [k, v] : headers) head->res.insert(k, v);
+    head->res.keep_alive(keep_alive_ && !server_->stopping.load());
+    head->res.chunked(true);
+    head->sr.emplace(head->res);
+    Lowest().expires_after(server_->options.write_timeout);
+    http::async_write_header(stream_, *head->sr, [head, done](beast::error_code ec, size_t) { done(!ec); });
+    replied_ = true;
+    stream_keep_alive_ = head->res.keep_alive();
+  }
+
+  void AsyncWriteChunk(std::shared_ptr<std::string> data, std::function<void(bool)> done) {
+    Lowest().expires_after(server_->options.write_timeout);
+    net::async_write(stream_, http::make_chunk(net::buffer(*data)),
+                     [data, done](beast::error_code ec, size_t) { done(!ec); });
+  }
+
+  void AsyncEndStream(std::function<void(bool)> done) {
+    Lowest().expires_after(server_->options.write_timeout);
+    net::async_write(stream_, http::make_chunk_last(), [done](beast::error_code ec, size_t) { done(!ec); });
+  }
+
+  bool ClientGone() const {
+    if (broken_.load()) return true;
+    pollfd p{fd_, POLLRDHUP, 0};
+    return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
+
+  // The request thread's handler has returned: on the I/O thread, go on
+  // with the connection (or close it).
+  void AfterHandler(bool streamed) {
+    net::post(server_->ioc, [self = Self(), streamed] {
+      const bool keep = streamed ? self->stream_keep_alive_ : self->keep_alive_;
+      if (self->closed_ || self->broken_.load() || !keep || self->server_->stopping.load()) {
+        return self->GracefulClose();
+      }
+      self->WaitForRequest();
+    });
+  }
+
+  bool replied() const { return replied_; }
+
+ private:
+  std::shared_ptr<Connection> Self() { return this->shared_from_this(); }
+  beast::tcp_stream& Lowest() { return beast::get_lowest_layer(stream_); }
+  void Enter(ConnState s) {
+    state = s;
+    since = Clock::now();
+  }
+
+  // Waits, holding no thread, for the first byte of the next request.
+  void WaitForRequest() {
+    if (closed_) return;
+    fd_ = Lowest().socket().native_handle();
+    if (buffer_.size() > 0) return ReadRequest();  // pipelined: already here
+    Enter(ConnState::kIdle);
+    Lowest().expires_never();
+    server_->EnforceLimits();
+    if (closed_) return;
+    idle_timer_.expires_after(server_->options.idle_timeout);
+    idle_timer_.async_wait([self = Self()](beast::error_code ec) {
+      if (!ec) self->Close();
+    });
+    Lowest().socket().async_wait(tcp::socket::wait_read, [self = Self()](beast::error_code ec) {
+      self->idle_timer_.cancel();
+      if (ec || self->closed_) return self->Close();
+      self->ReadRequest();
+    });
+  }
+
+  // Reads one whole request within request_timeout of now.
+  void ReadRequest() {
+    Enter(ConnState::kReading);
+    parser_.emplace();
+    parser_->body_limit(server_->options.max_body_bytes);
+    parser_->header_limit(static_cast<uint32_t>(server_->options.max_header_bytes));
+    Lowest().expires_after(server_->options.request_timeout);
+    http::async_read_header(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
+      if (ec) return self->OnReadError(ec);
+      auto& req = self->parser_->get();
+      if (absl::EqualsIgnoreCase(Str(req[http::field::expect]), "100-continue")) {
+        static const std::string kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+        net::async_write(self->stream_, net::buffer(kContinue), [self](beast::error_code ec, size_t) {
+          if (ec) return self->Close();
+          self->ReadBody();
+        });
+        return;
+      }
+      self->ReadBody();
+    });
+  }
+
+  void ReadBody() {
+    http::async_read(stream_, buffer_, *parser_, [self = Self()](beast::error_code ec, size_t) {
+      if (ec) return self->OnReadError(ec);
+      self->Lowest().expires_never();
+      self->Dispatch(self->parser_->release());
+    });
+  }
+
+  void OnReadError(beast::error_code ec) {
+    if (ec == beast::error::timeout) {
+      return Reply(server_->Error(408, absl::StrCat("the request did not arrive within ",
+                                                    server_->options.request_timeout.count() / 1000.0, " s")),
+                   false);
+    }
+    if (ec == http::error::body_limit) {
+      return Reply(server_->Error(413, "the request body is too large"), false);
+    }
+    if (ec == http::error::header_limit) {
+      return Reply(server_->Error(431, "the request headers are too large"), false);
+    }
+    const beast::error_code eos = http::error::end_of_stream;
+    if (ec.category() == eos.category() && ec != http::error::end_of_stream &&
+        ec != http::error::partial_message) {
+      return Reply(server_->Error(400, absl::StrCat("malformed HTTP request: ", ec.message())), false);
+    }
+    Close();  // the client closed or reset the connection
+  }
+
+  void Dispatch(http::request<http::string_body> req) {
+    auto request = std::make_shared<HttpRequest>();
+    request->method = Str(req.method_string());
+    const std::string target = Str(req.target());
+    request->path = target.substr(0, target.find('?'));
+    for (const auto& field : req) request->headers.emplace_back(Str(field.name_string()), Str(field.value()));
+    request->body = std::move(req.body());
+    keep_alive_ = req.keep_alive();
+    bool path_known = false;
+    const HttpRoute* route = server_->Find(request->method, request->path, &path_known);
+    if (route == nullptr) {
+      return Reply(server_->Error(404, absl::StrCat("no route ", request->method, " ", request->path)),
+                   keep_alive_);
+    }
+    if (route->quick) {
+      HttpReply reply;
+      try {
+        reply = route->quick(*request);
+      } catch (const std::exception& e) {
+        reply = server_->Error(500, e.what());
+      }
+      return Reply(reply, keep_alive_);
+    }
+    Enter(ConnState::kBusy);
+    replied_ = false;
+    server_->Submit([self = Self(), route, request] { self->RunSlow(*route, *request); });
+  }
+
+  void RunSlow(const HttpRoute& route, const HttpRequest& request);
+
+  // Writes a reply from the I/O thread, then waits for the next request or closes.
+  void Reply(const HttpReply& reply, bool keep_alive) {
+    if (closed_) return;
+    auto res = MakeResponse(reply, keep_alive && !server_->stopping.load());
+    Enter(ConnState::kWriting);
+    Lowest().expires_after(server_->options.write_timeout);
+    http::async_write(stream_, *res, [self = Self(), res](beast::error_code ec, size_t) {
+      if (ec) return self->Close();
+      if (res->keep_alive()) return self->WaitForRequest();
+      self->GracefulClose();
+    });
+  }
+
+  void GracefulClose() {
+    if (closed_) return;
+    if constexpr (kTls) {
+      Enter(ConnState::kWriting);
+      Lowest().expires_after(std::chrono::seconds(1));
+      stream_.async_shutdown([self = Self()](beast::error_code) { self->Close(); });
+    } else {
+      Close();
+    }
+  }
+
+  std::shared_ptr<http::response<http::string_body>> MakeResponse(const HttpReply& reply, bool keep_alive) {
+    auto res = std::make_shared<http::response<http::string_body>>();
+    res->version(11);
+    res->result(static_cast<unsigned>(reply.status));
+    res->set(http::field::content_type, reply.content_type);
+    for (const auto& [k, v] : reply.headers) res->insert(k, v);
+    res->body() = reply.body;
+    res->keep_alive(keep_alive);
+    res->prepare_payload();
+    return res;
+  }
+
+  HttpServer::Impl* server_;
+  Stream stream_;
+  net::steady_timer idle_timer_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool closed_ = false;
+  bool keep_alive_ = false;
+  bool stream_keep_alive_ = false;
+  bool replied_ = false;             // the handler has sent (or begun) its answer
+  std::atomic<bool> broken_{false};  // a write failed while a handler ran
+  int fd_ = -1;
+};
+
+// The HttpExchange a slow handler writes through.
+template <class Stream>
+class Exchange : public HttpExchange {
+ public:
+  explicit Exchange(Connection<Stream>* c) : c_(c) {}
+  bool Send(const HttpReply& reply) override {
+    used_ = true;
+    return c_->OnIoThread([this, reply](std::function<void(bool)> done) { c_->AsyncSend(reply, done); });
+  }
+  bool BeginStream(int status, const std::string& content_type, const HttpHeaders& headers) override {
+    used_ = true;
+    streamed_ = true;
+    return c_->OnIoThread([this, status, content_type, headers](std::function<void(bool)> done) {
+      c_->AsyncBeginStream(status, content_type, headers, done);
+    });
+  }
+  bool Write(absl::string_view data) override {
+    if (data.empty()) return !c_->ClientGone();  // an empty chunk would end the stream
+    auto copy = std::make_shared<std::string>(data);
+    return c_->OnIoThread([this, copy](std::function<void(bool)> done) { c_->AsyncWriteChunk(copy, done); });
+  }
+  bool EndStream() override {
+    ended_ = true;
+    return c_->OnIoThread([this](std::function<void(bool)> done) { c_->AsyncEndStream(done); });
+  }
+  bool ClientGone() const override { return c_->ClientGone(); }
+
+  bool used() const { return used_; }
+  bool streamed() const { return streamed_; }
+  bool ended() const { return ended_; }
+
+ private:
+  Connection<Stream>* c_;
+  bool used_ = false;
+  bool streamed_ = false;
+  bool ended_ = false;
+};
+
+template <class Stream>
+void Connection<Stream>::RunSlow(const HttpRoute& route, const HttpRequest& request) {
+  Exchange<Stream> exchange(this);
+  try {
+    route.slow(request, exchange);
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "http: " << request.method << " " << request.path << ": " << e.what();
+    if (!exchange.used()) exchange.Send(server_->Error(500, e.what()));
+  }
+  if (!exchange.used()) exchange.Send(server_->Error(500, "the handler gave no answer"));
+  if (exchange.streamed() && !exchange.ended()) broken_ = true;  // a stream cut short cannot be reused
+  AfterHandler(exchange.streamed());
+}
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept(ioc, [this](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !acceptor.is_open()) return;
+      LOG(WARNING) << options.flag << ": accept failed: " << ec.message();
+      // Out of descriptors, say: pause rather than spin.
+      auto timer = std::make_shared<net::steady_timer>(ioc, std::chrono::milliseconds(100));
+      timer->async_wait([this, timer](beast::error_code) { Accept(); });
+      return;
+    }
+    beast::error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);
+    if (tls) {
+      auto c =
+          std::make_shared<Connection<beast::ssl_stream<beast::tcp_stream>>>(this, std::move(socket), *tls);
+      c->Start();
+    } else {
+      auto c = std::make_shared<Connection<beast::tcp_stream>>(this, std::move(socket));
+      c->Start();
+    }
+    Accept();
+  });
+}
+
+HttpServer::HttpServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+int HttpServer::port() const { return impl_->port; }
+
+absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions options,
+                                                              std::vector<HttpRoute> routes) {
+  auto impl = std::make_unique<Impl>();
+  impl->options = std::move(options);
+  impl->routes = std::move(routes);
+  const HttpServerOptions& o = impl->options;
+  if (o.tls.enabled()) {
+    try {
+      impl->tls.emplace(ssl::context::tls_server);
+      impl->tls->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 |
+                             ssl::context::no_sslv3 | ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1);
+      impl->tls->use_certificate_chain_file(o.tls.cert);
+      impl->tls->use_private_key_file(o.tls.key, ssl::context::pem);
+      if (!o.tls.client_ca.empty()) {
+        impl->tls->load_verify_file(o.tls.client_ca);
+        impl->tls->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert);
+      }
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat(o.flag, ": cannot use the TLS certificate '", o.tls.cert,
+                                                     "' and key '", o.tls.key, "': ", e.what()));
+    }
+  }
+  const std::string where = absl::StrCat(o.host, ":", o.port);
+  beast::error_code ec;
+  tcp::resolver resolver(impl->ioc);
+  auto endpoints = resolver.resolve(o.host, std::to_string(o.port), tcp::resolver::passive, ec);
+  if (ec || endpoints.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(o.flag, ": cannot listen on ", where, " (not an address here)"));
+  }
+  const tcp::endpoint endpoint = endpoints.begin()->endpoint();
+  tcp::acceptor& a = impl->acceptor;
+  a.open(endpoint.protocol(), ec);
+  // A restarted server rebinds at once (SO_REUSEADDR), but never shares the port.
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat(o.flag, ": cannot listen on ", where, " (", ec.message(), ")"));
+  }
+  impl->port = a.local_endpoint().port();
+  Impl* raw = impl.get();
+  raw->Accept();
+  for (int i = 0; i < std::max(1, o.threads); ++i) raw->workers.emplace_back([raw] { raw->WorkerLoop(); });
+  raw->io_thread = std::thread([raw] {
+    for (;;) {
+      try {
+        raw->ioc.run();
+        return;
+      } catch (const std::exception& e) {  // a handler's exception must not end the process
+        LOG(ERROR) << raw->options.flag << ": " << e.what();
+      }
+    }
+  });
+  return std::unique_ptr<HttpServer>(new HttpServer(std::move(impl)));
+}
+
+HttpServer::~HttpServer() {
+  Impl* s = impl_.get();
+  s->stopping = true;
+  // Stop accepting, and close what is not running a handler.
+  net::post(s->ioc, [s] {
+    beast::error_code ignored;
+    s->acceptor.close(ignored);
+    std::vector<ConnectionBase*> idle;
+    for (ConnectionBase* c : s->connections) {
+      if (c->state != ConnState::kBusy) idle.push_back(c);
+    }
+    for (ConnectionBase* c : idle) c->Close();
+  });
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->stop_jobs = true;
+  }
+  s->cv.notify_all();
+  for (std::thread& t : s->workers) t.join();  // handlers end (their owners cancel them), last writes go out
+  net::post(s->ioc, [s] {
+    std::vector<ConnectionBase*> all(s->connections.begin(), s->connections.end());
+    for (ConnectionBase* c : all) c->Close();
+  });
+  // Give the final closes a moment, then stop.
+  auto until = Clock::now() + std::chrono::seconds(1);
+  while (Clock::now() < until && !s->ioc.stopped()) {
+    bool empty = false;
+    auto p = std::make_shared<std::promise<bool>>();
+    auto f = p->get_future();
+    net::post(s->ioc, [s, p] { p->set_value(s->connections.empty()); });
+    if (f.wait_for(std::chrono::milliseconds(200)) == std::future_status::ready) empty = f.get();
+    if (empty) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  s->ioc.stop();
+  if (s->io_thread.joinable()) s->io_thread.join();
+}
+
+}  // namespace shardlm

@@ -161,7 +161,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.Bool("no-overlap-steps",
          "wait for each step's tokens before sending the next (default: the next step is queued on "
          "the workers while one runs)");
-  f.Int("shutdown-grace-s", "on SIGTERM, streams in flight get this long to finish", 30, 0, 3600);
+  f.Int("shutdown-grace-s",
+        "on SIGTERM, calls in flight (tokenizing, queued or running) get this long to finish; the rest are "
+        "cancelled",
+        30, 0, 3600);
   f.String("tls-cert", "PEM certificate of the public port (TLS)");
   f.String("tls-key", "PEM private key of the public port");
   f.String("tls-client-ca", "PEM CA: clients must present a certificate it signed (mutual TLS)");
@@ -358,19 +361,27 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::fflush(stdout);
   while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 
-  // Drain: NOT_SERVING and UNAVAILABLE for new calls at once; what runs gets
-  // the grace period to finish, then whatever is left is cancelled.
-  std::fprintf(stderr, "shardlm: draining (%d request(s) in flight)\n", loop.pending());
+  // Drain: NOT_SERVING and UNAVAILABLE for new calls at once; every call in
+  // flight (tokenizing, queued or running, gRPC or HTTP) gets the grace
+  // period to finish, then whatever is left is cancelled.
+  std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
+               metrics.calls_in_flight(), loop.pending());
   draining = true;
   service.StartDraining();
   g->BeginShutdown();
   const auto grace = std::chrono::seconds(f.GetInt("shutdown-grace-s"));
   const auto until = std::chrono::steady_clock::now() + grace;
-  while (loop.pending() > 0 && std::chrono::steady_clock::now() < until) {
+  while ((metrics.calls_in_flight() > 0 || loop.pending() > 0) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  std::fprintf(stderr, "shardlm: shutting down\n");
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const int left = metrics.calls_in_flight();
+  std::fprintf(
+      stderr, "shardlm: shutting down%s\n",
+      left > 0 ? absl::StrCat(" (cancelling ", left, " call(s) past the grace period)").c_str() : "");
+  // gRPC cancels its calls at once; the HTTP server cancels its own and waits
+  // for their threads; the engine loop, then the group, go on return.
+  server->Shutdown(std::chrono::system_clock::now());
+  http.reset();
   return 0;  // loop, then group (stopping the workers), are destroyed on return
 }
 

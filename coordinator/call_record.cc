@@ -34,11 +34,17 @@ CallRecord::CallRecord(grpc::ServerContextBase* ctx, const char* method, Service
   if (it != md.end()) id_.assign(it->second.data(), it->second.size());
   if (!SaneId(id_)) id_ = RandomToken(8);
   ctx->AddInitialMetadata("x-request-id", id_);
+  if (metrics_) metrics_->CallStarted();
 }
 
 CallRecord::CallRecord(const std::string& client_id, const char* method, ServiceMetrics* metrics)
     : method_(method), metrics_(metrics), id_(client_id), start_(std::chrono::steady_clock::now()) {
   if (!SaneId(id_)) id_ = RandomToken(8);
+  if (metrics_) metrics_->CallStarted();
+}
+
+CallRecord::~CallRecord() {
+  if (metrics_) metrics_->CallEnded();
 }
 
 grpc::Status CallRecord::Finish(grpc::Status status) {

@@ -34,6 +34,9 @@ class CallRecord {
   // A call from another front end (the OpenAI HTTP API): `client_id` is the
   // client's x-request-id header (may be empty); the caller echoes id().
   CallRecord(const std::string& client_id, const char* method, ServiceMetrics* metrics);
+  ~CallRecord();
+  CallRecord(const CallRecord&) = delete;
+  CallRecord& operator=(const CallRecord&) = delete;
 
   const std::string& id() const { return id_; }
   std::chrono::steady_clock::time_point start() const { return start_; }

@@ -96,6 +96,9 @@ struct HttpServer::Impl {
   std::vector<std::thread> workers;
 
   net::io_context ioc{1};
+  // Keeps run() going while no socket operation is pending (every
+  // connection in a handler, the acceptor closed): the handlers still post.
+  net::executor_work_guard<net::io_context::executor_type> keep_running = net::make_work_guard(ioc);
   tcp::acceptor acceptor{ioc};
   std::thread io_thread;
 

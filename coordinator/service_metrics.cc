@@ -38,6 +38,8 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
   kv_blocks_free = r->AddGauge("shardlm_kv_cache_blocks", kBlocks, {{"state", "free"}});
   kv_blocks_cached = r->AddGauge("shardlm_kv_cache_blocks", kBlocks, {{"state", "cached"}});
   handles = r->AddGauge("shardlm_chunk_handles", "ChunkResult handles holding KV blocks");
+  calls = r->AddGauge("shardlm_calls_in_flight",
+                      "Public calls (gRPC and HTTP) begun and not ended: tokenizing, queued or running");
   group_restarts = r->AddCounter("shardlm_worker_restarts_total", "Worker processes started again by serve");
   group_reforms = r->AddCounter("shardlm_group_reforms_total",
                                 "Times the tensor-parallel group failed and was formed again");
@@ -76,5 +78,9 @@ void ServiceMetrics::RankStep(int rank, double step_seconds, double collective_s
   h.first->Observe(step_seconds);
   h.second->Observe(collective_seconds);
 }
+
+void ServiceMetrics::CallStarted() { calls->Set(++calls_in_flight_); }
+
+void ServiceMetrics::CallEnded() { calls->Set(--calls_in_flight_); }
 
 }  // namespace shardlm

@@ -7,6 +7,7 @@
 //   metrics.RequestDone("Generate", "OK", 0.35);
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <string>
@@ -24,6 +25,12 @@ class ServiceMetrics {
   // An RPC of shardlm.v1.Inference ended with `code` (e.g. "OK",
   // "INVALID_ARGUMENT") after `seconds`.
   void RequestDone(const std::string& method, const std::string& code, double seconds);
+
+  // A public call began / ended (CallRecord's life): everything a client
+  // waits on, tokenizing, queued or running. Drain waits for this to be 0.
+  void CallStarted();
+  void CallEnded();
+  int calls_in_flight() const { return calls_in_flight_.load(); }
 
   // One step's time on `rank`: the whole step and the part in collectives.
   void RankStep(int rank, double step_seconds, double collective_seconds);
@@ -45,6 +52,7 @@ class ServiceMetrics {
   Gauge* kv_blocks_free;
   Gauge* kv_blocks_cached;  // evictable prefix cache
   Gauge* handles;
+  Gauge* calls;  // public calls in flight
 
   // Tensor-parallel group.
   Counter* group_restarts;  // workers started again by serve
@@ -54,6 +62,7 @@ class ServiceMetrics {
 
  private:
   MetricsRegistry* registry_;
+  std::atomic<int> calls_in_flight_{0};
   std::mutex mu_;
   std::map<int, std::pair<Histogram*, Histogram*>> ranks_;
 };

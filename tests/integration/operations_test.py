@@ -10,6 +10,8 @@ Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-
                       peer); after SIGCONT the group serves again with the same greedy output
   drain               SIGTERM during a stream: health NOT_SERVING and new calls UNAVAILABLE at
                       once, the stream finishes whole, serve exits 0
+  drain_bounded       --shutdown-grace-s 2 with a running, a queued and an HTTP stream: all three
+                      counted in flight, cancelled at 2 s with a status each, exit within 6 s
   internal_security   `coordinator` with a token file and workers started by hand with --rank:
                       a second claim of rank 1 is refused naming the holder; a worker, Step or
                       store write without the token is PERMISSION_DENIED; a coordinator with
@@ -26,6 +28,7 @@ Usage:
   /usr/bin/python3 tests/integration/operations_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
 """
 
+import json
 import os
 import re
 import signal
@@ -295,6 +298,58 @@ def drain(ctx, chk):
         srv.stop()
 
 
+def drain_bounded(ctx, chk):
+    """The grace period bounds the whole shutdown: with --shutdown-grace-s 2 and calls that
+    cannot finish in it (a running gRPC stream, one queued behind it by --max-num-seqs 1, and
+    an HTTP stream), SIGTERM counts all three in flight, cancels what is left at 2 s, every
+    call ends with a status, and serve exits 0 within 2 s + 4 s."""
+    srv = ctx.serve("drain-bounded", 2, "--shutdown-grace-s", "2", "--max-num-seqs", "1", "--http-port", "0")
+    m = re.search(r"OpenAI API on http://[^:]+:(\d+)/v1", srv.text())
+    ch, st, _ = stub(srv.port)
+    sock = None
+    try:
+        running = Stream(st, 8000)
+        running.wait_first()
+        queued = Stream(st, 8000)
+        body = json.dumps({"model": "model", "prompt": PROMPT, "max_tokens": 8000, "ignore_eos": True,
+                           "stream": True}).encode()
+        sock = socket.create_connection(("127.0.0.1", int(m.group(1))), timeout=30)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        rc = srv.proc.wait(30)
+        took = time.monotonic() - t0
+        chk.check(rc == 0 and took < 6, "serve exits 0 %.1f s after SIGTERM (grace 2 s; rc %s)" % (took, rc))
+        m = re.search(r"draining \((\d+) call\(s\) in flight", srv.text())
+        chk.check(m is not None and int(m.group(1)) >= 3, "the drain counts the 3 calls in flight: %s"
+                  % (m.group(0) if m else srv.text()[-500:]))
+        chk.check("past the grace period" in srv.text(), "what was left at 2 s was cancelled")
+        for what, s in (("running", running), ("queued", queued)):
+            s.thread.join(10)
+            chk.check(not s.thread.is_alive() and (s.error is not None or s.finish),
+                      "the %s gRPC stream ended with a status: %s" % (
+                          what, s.error.code() if s.error is not None else s.finish))
+        sock.settimeout(10)
+        got = b""
+        try:
+            while True:
+                piece = sock.recv(65536)
+                if not piece:
+                    break
+                got += piece
+        except OSError:
+            pass
+        chk.check(got.startswith(b"HTTP/1.1 200") and (b"server is shutting down" in got or got.endswith(b"0\r\n\r\n")),
+                  "the HTTP stream ended, saying why (%r)" % got[-200:])
+    finally:
+        if sock is not None:
+            sock.close()
+        ch.close()
+        srv.stop()
+
+
 def drain_group_signal(ctx, chk):
     """SIGTERM to serve's whole process group (a terminal's Ctrl-C, `kill -- -PGID`): the
     local workers are in a process group of their own, so they keep serving while the
@@ -536,7 +591,7 @@ def probes(ctx, chk):
 
 
 CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigstop), ("drain", drain),
-         ("drain_group_signal", drain_group_signal),
+         ("drain_group_signal", drain_group_signal), ("drain_bounded", drain_bounded),
          ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 

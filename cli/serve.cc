@@ -141,6 +141,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   AddDeviceFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+  f.Int("target-step-ms",
+        "cut long prompts into chunks so a step takes about this long (from the measured time per token; "
+        "a cancelled or late request stops within about two steps); 0: off",
+        250, 0, 600000);
   f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);
   f.String("policy",
            "scheduling: continuous (admit at every step) or static (batch to completion; a baseline)", false,
@@ -283,6 +287,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   const GroupState initial = g->state();
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
+  eo.target_step_ms = f.GetInt("target-step-ms");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
   eo.overlap_steps = !f.GetBool("no-overlap-steps");

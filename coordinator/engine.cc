@@ -31,6 +31,8 @@ const char* FinishReasonName(FinishReason r) {
 
 namespace {
 
+constexpr int64_t kFirstStepTokens = 256;
+
 Scheduler::Options SchedulerOptions(const Engine::Options& o) {
   Scheduler::Options s;
   CHECK(Scheduler::ParsePolicy(o.policy, &s.policy).ok()) << "unknown policy " << o.policy;
@@ -52,6 +54,8 @@ Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_block
       allocator_(num_blocks),
       scheduler_(SchedulerOptions(options)) {
   UpdateGauges();  // the KV gauges show the free pool before the first step
+  // Until a long step has been timed, steps are short enough to time safely.
+  if (options_.target_step_ms > 0) scheduler_.LimitStepTokens(kFirstStepTokens);
 }
 
 absl::Status Engine::Validate(const GenerateRequest& r) const {
@@ -481,10 +485,11 @@ std::unique_ptr<PendingStep> Engine::StartStep(PlannedStep& plan) {
   return executor_->StartStep(plan.input);
 }
 
-absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(const PlannedStep& plan, PendingStep& pending) {
+absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(PlannedStep& plan, PendingStep& pending) {
   // From sending to the rows back (overlapped: including the wait behind the step before).
   const auto start = plan.started;
   auto results = pending.Wait();
+  plan.finished = std::chrono::steady_clock::now();
   if (options_.metrics) {
     // The metrics are atomics: counting here needs no lock.
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
@@ -516,8 +521,27 @@ absl::Status Engine::StepOverlapped() {
   return st;
 }
 
+void Engine::LearnStepCost(const PlannedStep& plan) {
+  // A step's own time: overlapped, it started computing when the one before
+  // it came back. Short steps are mostly fixed cost, so only long ones teach
+  // the cost of a token (an overestimate by the fixed part: on the safe side).
+  constexpr size_t kMinTokens = 128;
+  const auto began = std::max(plan.started, last_finished_);
+  last_finished_ = plan.finished;
+  if (options_.target_step_ms <= 0 || plan.finished == std::chrono::steady_clock::time_point{} ||
+      plan.input.token_ids.size() < kMinTokens) {
+    return;
+  }
+  const double took = std::chrono::duration<double>(plan.finished - began).count();
+  const double per_token = took / static_cast<double>(plan.input.token_ids.size());
+  seconds_per_token_ = seconds_per_token_ == 0 ? per_token : 0.5 * seconds_per_token_ + 0.5 * per_token;
+  const int64_t limit = static_cast<int64_t>(options_.target_step_ms / 1000.0 / seconds_per_token_);
+  scheduler_.LimitStepTokens(std::max<int64_t>(limit, kMinTokens));
+}
+
 absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
   --steps_in_flight_;
+  LearnStepCost(plan);
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
     Sequence* seq = plan.in_step[k];
     --seq->in_flight;

@@ -112,6 +112,12 @@ class Engine : private KvSpace {
     // Plan and start the next step while one runs, when the executor
     // overlaps steps (worker processes): PlanStep(/*ahead=*/true).
     bool overlap_steps = true;
+    // A step should take about this long: from the measured time per token,
+    // long prompts are cut into chunks that fit, so a request that is
+    // cancelled or past its deadline stops within about two steps (the one
+    // running and the one planned behind it), and decodes are not held up
+    // behind a long prompt. 0: steps are bounded by max_batch_tokens alone.
+    int64_t target_step_ms = 250;
     ServiceMetrics* metrics = nullptr;  // counted into when set
   };
 
@@ -153,7 +159,7 @@ class Engine : private KvSpace {
   // plan) returns at once where the executor overlaps steps; WaitStep needs
   // no lock.
   std::unique_ptr<PendingStep> StartStep(PlannedStep& plan);
-  absl::StatusOr<std::vector<RowResult>> WaitStep(const PlannedStep& plan, PendingStep& pending);
+  absl::StatusOr<std::vector<RowResult>> WaitStep(PlannedStep& plan, PendingStep& pending);
   // Whether PlanStep(true) is worth calling while a step runs.
   bool overlaps() const { return options_.overlap_steps && executor_->Overlaps(); }
   // Applies the results (tokens, finished requests, deferred cancellations).
@@ -250,6 +256,7 @@ class Engine : private KvSpace {
     std::vector<RowOwner> owners;
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write sources released once applied
     std::chrono::steady_clock::time_point started;    // sent to the executor (StartStep)
+    std::chrono::steady_clock::time_point finished;   // its rows back (WaitStep)
   };
 
  private:
@@ -296,6 +303,11 @@ class Engine : private KvSpace {
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
+  // The step time budget (Options::target_step_ms): seconds per step token,
+  // learnt from long steps, and when the last step's rows came back.
+  void LearnStepCost(const PlannedStep& plan);
+  double seconds_per_token_ = 0;
+  std::chrono::steady_clock::time_point last_finished_{};
   // StepOverlapped's step in flight, and its rows to come.
   std::unique_ptr<PlannedStep> queued_;
   std::unique_ptr<PendingStep> queued_pending_;

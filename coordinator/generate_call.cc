@@ -43,6 +43,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
       FinishCall(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
       return;
     }
+    // Cancelled while this write was in flight: OnCancel left the finish to
+    // here (without it the call would never end: no OnDone, a leaked record).
+    if (cancelled_) return FinishCall(final_);
     PumpLocked();
   }
 
@@ -69,7 +72,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
     std::string owner;
     grpc::Status st = service_->Admit(*ctx_, &owner);
     if (st.ok()) st = unparsed;
-    if (!st.ok()) return FinishCall(st);
+    if (!st.ok()) return FinishCall(ClientGoneFirst(*ctx_, st));
     session_ = std::make_unique<GenerateSession>(service_, owner, &call_);
     std::weak_ptr<GenerateReactor> weak = self_;
     st = session_->Start(req, [weak] {

@@ -88,6 +88,11 @@ bool Scheduler::MakeRoom(KvSpace& kv, SchedSeq& seq, int32_t tokens) {
 std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
   std::vector<Work> work;
   int64_t budget = options_.max_batch_tokens;
+  if (step_limit_ > 0) {
+    int64_t decodes = 0;
+    for (const SchedSeq* s : running_) decodes += s->num_computed + 1 == s->length() ? 1 : 0;
+    budget = std::min(budget, std::max(step_limit_, decodes));
+  }
   const int64_t preemptions_before = preemptions_;
   const bool was_empty = running_.empty();
   auto take_of = [&](const SchedSeq& s) {

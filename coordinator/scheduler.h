@@ -74,6 +74,11 @@ class Scheduler {
 
   explicit Scheduler(Options options) : options_(options) {}
 
+  // Caps the tokens of the next steps below max_batch_tokens (the engine's
+  // time budget: a step should take about --target-step-ms); every running
+  // decode still gets its token. <= 0: no cap.
+  void LimitStepTokens(int64_t limit) { step_limit_ = limit; }
+
   // "continuous" or "static"; InvalidArgument otherwise.
   static absl::Status ParsePolicy(const std::string& name, Policy* policy);
 
@@ -108,6 +113,7 @@ class Scheduler {
   std::deque<SchedSeq*> waiting_;   // ascending id
   std::vector<SchedSeq*> running_;  // ascending id
   int64_t queued_tokens_ = 0;
+  int64_t step_limit_ = 0;
   int64_t preemptions_ = 0;
 };
 

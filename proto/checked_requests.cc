@@ -65,8 +65,12 @@ bool FindBadString(const uint8_t* data, int size, const Descriptor* desc, const 
 grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Message* msg) {
   if (buffer == nullptr) return grpc::Status(grpc::StatusCode::INTERNAL, "no payload");
   std::vector<grpc::Slice> slices;
-  grpc::Status st = buffer->Dump(&slices);
-  if (!st.ok()) return st;
+  // An empty buffer: no request message arrived, which a client does only
+  // when it cancels before sending it.
+  if (!buffer->Valid() || !buffer->Dump(&slices).ok()) {
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "no request arrived: the client cancelled before sending it");
+  }
   std::string bytes;
   for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   buffer->Clear();

@@ -10,6 +10,10 @@ Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-
                       peer); after SIGCONT the group serves again with the same greedy output
   drain               SIGTERM during a stream: health NOT_SERVING and new calls UNAVAILABLE at
                       once, the stream finishes whole, serve exits 0
+  deadline_mid_prefill  SmolLM2, a Prefill of 8 x 2000 tokens with top_k 5 and a 1 s deadline: its
+                      blocks are free within 1.2 s of the deadline (steps cut to --target-step-ms)
+  cancel_mid_stream   8 clients cancelling Generate streams at random points for 8 s: every call
+                      ends (none left in flight), only OK/CANCELLED, and serve stops at once
   drain_bounded       --shutdown-grace-s 2 with a running, a queued and an HTTP stream: all three
                       counted in flight, cancelled at 2 s with a status each, exit within 6 s
   internal_security   `coordinator` with a token file and workers started by hand with --rank:
@@ -30,6 +34,7 @@ Usage:
 
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -37,6 +42,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -350,6 +356,100 @@ def drain_bounded(ctx, chk):
         srv.stop()
 
 
+def deadline_mid_prefill(ctx, chk):
+    """A deadline stops work mid-prefill: SmolLM2 (tp 2), a Prefill of 8 x 2000 tokens with
+    keep and top_k 5 (logprobs of every position: the heaviest steps) and a 1 s deadline ends
+    DEADLINE_EXCEEDED at 1 s, and every block is free within 1.2 s after (steps are cut to
+    --target-step-ms, 250 ms; before, 2048-token steps held the blocks 2.2 s past it)."""
+    model = os.path.join(ROOT, "third_party", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
+    port = free_port()
+    srv = Proc(ctx, "deadline-prefill", ["serve", "--model", model, "--tp", 2, "--port", port],
+               ready_text="shardlm serving")
+    srv.wait_ready()
+    ch, st, _ = stub(port)
+    try:
+        rnd = random.Random(7)
+        chunks = [pb.Prompt(token_ids=pb.TokenIds(ids=[rnd.randrange(1000, 40000) for _ in range(2000)]))
+                  for _ in range(8)]
+        # A first Prefill of the same kind teaches the engine its time per token.
+        st.Prefill(pb.PrefillRequest(chunks=chunks[:2], top_k=5), timeout=120)
+        for attempt in range(2):
+            t0 = time.monotonic()
+            code, _ = code_of(lambda: st.Prefill(pb.PrefillRequest(chunks=chunks, keep=True, top_k=5), timeout=1))
+            ended = time.monotonic() - t0
+            while True:
+                s = st.GetStats(pb.GetStatsRequest(), timeout=10)
+                if (s.free_blocks == s.num_blocks and s.running == 0) or time.monotonic() - t0 > 30:
+                    break
+                time.sleep(0.02)
+            freed = time.monotonic() - t0
+            chk.check(code == grpc.StatusCode.DEADLINE_EXCEEDED and ended < 1.3,
+                      "run %d: DEADLINE_EXCEEDED after %.2f s" % (attempt, ended))
+            chk.check(freed < 2.2, "run %d: every block free %.2f s after the call began (deadline 1 s)"
+                      % (attempt, freed))
+    finally:
+        ch.close()
+        srv.stop()
+
+
+def metric(port, name):
+    """The sum of a Prometheus series' samples on the metrics port (label sets added up)."""
+    text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + " ") or line.startswith(name + "{"))
+
+
+def cancel_mid_stream(ctx, chk):
+    """Clients that cancel Generate streams at random points (8 threads, 8 s), some before
+    the request even arrives: every call ends (shardlm_calls_in_flight back to 0, each logged),
+    none is counted as anything but CANCELLED or OK, and serve then stops at once. Before, a
+    cancel that landed while a write was in flight left the call unfinished for ever, and
+    SIGTERM hung in gRPC's shutdown waiting for it."""
+    mport = free_port()
+    srv = ctx.serve("cancel-mid-stream", 2, "--metrics-port", mport)
+    try:
+        started = [0]
+
+        def client(seed, until):
+            rng = random.Random(seed)
+            ch, st, _ = stub(srv.port)
+            while time.monotonic() < until:
+                call = st.Generate(pb.GenerateRequest(prompt=sc.to_prompt(PROMPT), max_new_tokens=300,
+                                                      ignore_eos=True), timeout=60)
+                started[0] += 1
+                k = rng.randint(0, 30)
+                if k == 0:
+                    call.cancel()  # before its request is read
+                try:
+                    for i, _ in enumerate(call, 1):
+                        if i == k:
+                            call.cancel()
+                except grpc.RpcError:
+                    pass
+            ch.close()
+        until = time.monotonic() + 8
+        threads = [threading.Thread(target=client, args=(i, until)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        deadline = time.monotonic() + 10
+        while metric(mport, "shardlm_calls_in_flight") > 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = metric(mport, "shardlm_calls_in_flight")
+        chk.check(left == 0, "every one of %d cancelled streams ended (%d still in flight)" % (started[0], left))
+        text = urllib.request.urlopen("http://127.0.0.1:%d/metrics" % mport, timeout=10).read().decode()
+        codes = set(re.findall(r'shardlm_requests_total\{[^}]*method="Generate"[^}]*code="([A-Z_]+)"', text) +
+                    re.findall(r'shardlm_requests_total\{[^}]*code="([A-Z_]+)"[^}]*method="Generate"', text))
+        chk.check(codes <= {"OK", "CANCELLED"}, "Generate ended only OK or CANCELLED: %s" % sorted(codes))
+        t0 = time.monotonic()
+        rc = srv.stop()
+        chk.check(rc == 0 and time.monotonic() - t0 < 5, "serve then stops at once (rc %s, %.1f s)"
+                  % (rc, time.monotonic() - t0))
+    finally:
+        srv.stop()
+
+
 def drain_group_signal(ctx, chk):
     """SIGTERM to serve's whole process group (a terminal's Ctrl-C, `kill -- -PGID`): the
     local workers are in a process group of their own, so they keep serving while the
@@ -592,6 +692,7 @@ def probes(ctx, chk):
 
 CASES = [("recovery_kill9", recovery_kill9), ("recovery_sigstop", recovery_sigstop), ("drain", drain),
          ("drain_group_signal", drain_group_signal), ("drain_bounded", drain_bounded),
+         ("deadline_mid_prefill", deadline_mid_prefill), ("cancel_mid_stream", cancel_mid_stream),
          ("internal_security", internal_security), ("tls_and_api_keys", tls_and_api_keys), ("internal_tls", internal_tls), ("probes", probes)]
 
 

@@ -16,6 +16,7 @@
 
 #include "coordinator/call_record.h"
 #include "coordinator/engine_loop.h"
+#include "coordinator/request_limits.h"
 #include "shardlm/v1/inference.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
 
@@ -27,11 +28,6 @@ struct ServedModel {
   int64_t block_size = 16;
   int64_t handle_ttl_ms = 600000;
 };
-
-inline constexpr int kMaxSamples = 16;
-inline constexpr int kMaxStopStrings = 8;
-inline constexpr int kMaxStopStringBytes = 256;
-inline constexpr int kMaxPrefillChunks = 64;
 
 // Generate, Prefill and Score run on gRPC's callback API (a reactor per
 // call, no thread held while the engine works: coordinator/generate_call.cc,

@@ -9,7 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "chat/chat_template.h"
-#include "coordinator/inference_service.h"
+#include "coordinator/request_limits.h"
 #include "tokenizer/utf8.h"
 
 namespace shardlm {

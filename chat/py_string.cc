@@ -1,5 +1,9 @@
 #include "chat/py_string.h"
 
+#include <unicode/locid.h>
+#include <unicode/uchar.h>
+#include <unicode/unistr.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,120 +14,58 @@
 namespace shardlm::jinja::py {
 namespace {
 
-constexpr char32_t kReplacement = 0xFFFD;
-
-// Decodes one code point at text[*pos], advancing *pos.
-char32_t DecodeOne(std::string_view text, size_t* pos) {
-  const auto b0 = static_cast<unsigned char>(text[*pos]);
-  if (b0 < 0x80) {
-    ++*pos;
-    return b0;
-  }
-  int len = 0;
-  char32_t cp = 0;
-  char32_t min = 0;
-  if ((b0 & 0xE0) == 0xC0) {
-    len = 2, cp = b0 & 0x1F, min = 0x80;
-  } else if ((b0 & 0xF0) == 0xE0) {
-    len = 3, cp = b0 & 0x0F, min = 0x800;
-  } else if ((b0 & 0xF8) == 0xF0) {
-    len = 4, cp = b0 & 0x07, min = 0x10000;
-  } else {
-    ++*pos;
-    return kReplacement;
-  }
-  if (*pos + len > text.size()) {
-    ++*pos;
-    return kReplacement;
-  }
-  for (int i = 1; i < len; ++i) {
-    const auto b = static_cast<unsigned char>(text[*pos + i]);
-    if ((b & 0xC0) != 0x80) {
-      ++*pos;
-      return kReplacement;
-    }
-    cp = (cp << 6) | (b & 0x3F);
-  }
-  if (cp < min || cp > 0x10FFFF) {
-    ++*pos;
-    return kReplacement;
-  }
-  *pos += len;
-  return cp;
-}
-
 bool InChars(char32_t c, const std::u32string& chars) { return chars.find(c) != std::u32string::npos; }
 
-char32_t LowerCp(char32_t c) {
-  if (c < 0x80) return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-  if (c >= 0xC0 && c <= 0xDE && c != 0xD7) return c + 32;
-  if (c >= 0x100 && c <= 0x137) return c | 1;
-  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1) ? c + 1 : c;
-  if (c >= 0x14A && c <= 0x177) return c | 1;
-  if (c == 0x178) return 0xFF;
-  if (c == 0x386) return 0x3AC;
-  if (c >= 0x388 && c <= 0x38A) return c + 37;
-  if (c == 0x38C) return 0x3CC;
-  if (c == 0x38E || c == 0x38F) return c + 63;
-  if (c >= 0x391 && c <= 0x3AB && c != 0x3A2) return c + 32;
-  if (c >= 0x400 && c <= 0x40F) return c + 80;
-  if (c >= 0x410 && c <= 0x42F) return c + 32;
-  return c;
+// Python's case mappings are Unicode's full ones, language-insensitive: ICU's
+// with the root locale. Whole strings go through ICU at once, so context
+// (a final sigma) is seen as Python sees it.
+const icu::Locale& Root() { return icu::Locale::getRoot(); }
+
+icu::UnicodeString Utf16(std::string_view s) {
+  return icu::UnicodeString::fromUTF8(icu::StringPiece(s.data(), static_cast<int32_t>(s.size())));
 }
 
-char32_t UpperCp(char32_t c) {
-  if (c < 0x80) return (c >= 'a' && c <= 'z') ? c - 32 : c;
-  if (c == 0xB5) return 0x39C;
-  if (c >= 0xE0 && c <= 0xFE && c != 0xF7) return c - 32;
-  if (c == 0xFF) return 0x178;
-  if (c >= 0x100 && c <= 0x137) return c & ~char32_t{1};
-  if ((c >= 0x139 && c <= 0x148) || (c >= 0x179 && c <= 0x17E)) return (c & 1) ? c : c - 1;
-  if (c >= 0x14A && c <= 0x177) return c & ~char32_t{1};
-  if (c == 0x3AC) return 0x386;
-  if (c >= 0x3AD && c <= 0x3AF) return c - 37;
-  if (c == 0x3CC) return 0x38C;
-  if (c == 0x3CD || c == 0x3CE) return c - 63;
-  if (c == 0x3C2) return 0x3A3;
-  if (c >= 0x3B1 && c <= 0x3CB) return c - 32;
-  if (c >= 0x430 && c <= 0x44F) return c - 32;
-  if (c >= 0x450 && c <= 0x45F) return c - 80;
-  return c;
+std::string ToUtf8(const icu::UnicodeString& u) {
+  std::string out;
+  u.toUTF8String(out);
+  return out;
 }
 
-void AppendUpper(char32_t c, std::u32string* out) {
-  if (c == 0xDF) {  // 'ß'.upper() == 'SS'
-    out->append(U"SS");
-  } else {
-    out->push_back(UpperCp(c));
-  }
+icu::UnicodeString One(char32_t c) { return icu::UnicodeString(static_cast<UChar32>(c)); }
+
+std::string LowerOf(char32_t c) { return ToUtf8(One(c).toLower(Root())); }
+std::string UpperOf(char32_t c) { return ToUtf8(One(c).toUpper(Root())); }
+// Titlecase of one character ('ß' -> "Ss", 'ǆ' -> "ǅ").
+std::string TitleOf(char32_t c) {
+  return ToUtf8(One(c).toTitle(nullptr, Root(), U_TITLECASE_NO_LOWERCASE | U_TITLECASE_NO_BREAK_ADJUSTMENT));
 }
 
-bool IsCased(char32_t c) { return c == 0xDF || LowerCp(c) != c || UpperCp(c) != c; }
+bool IsCased(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_CASED); }
 
+// Python's str.isprintable: not Other (Cc, Cf, Cs, Co, Cn) nor Separator
+// (Zl, Zp, Zs) except the space itself.
 bool IsPrintable(char32_t c) {
-  if (c < 0x20 || c == 0x7F) return false;
-  if (c < 0x7F) return true;
-  if (c <= 0xA0 || c == 0xAD) return false;
-  if (c == 0x1680 || (c >= 0x2000 && c <= 0x200F) || (c >= 0x2028 && c <= 0x202F)) return false;
-  if ((c >= 0x205F && c <= 0x206F) || c == 0x3000 || c == 0xFEFF) return false;
-  if ((c >= 0xD800 && c <= 0xF8FF) || (c >= 0xFFF9 && c <= 0xFFFB) || c == 0xFFFE || c == 0xFFFF) {
-    return false;
+  if (c == ' ') return true;
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_CONTROL_CHAR:
+    case U_FORMAT_CHAR:
+    case U_SURROGATE:
+    case U_PRIVATE_USE_CHAR:
+    case U_UNASSIGNED:
+    case U_LINE_SEPARATOR:
+    case U_PARAGRAPH_SEPARATOR:
+    case U_SPACE_SEPARATOR:
+      return false;
+    default:
+      return true;
   }
-  if (c >= 0xE0000) return false;
-  return true;
 }
 
 }  // namespace
 
-char32_t NextCodePoint(std::string_view text, size_t* pos) { return DecodeOne(text, pos); }
+char32_t NextCodePoint(std::string_view text, size_t* pos) { return ::shardlm::NextCodePoint(text, pos); }
 
-std::u32string Decode(std::string_view text) {
-  std::u32string out;
-  out.reserve(text.size());
-  size_t pos = 0;
-  while (pos < text.size()) out.push_back(DecodeOne(text, &pos));
-  return out;
-}
+std::u32string Decode(std::string_view text) { return DecodeUtf32(text); }
 
 void AppendUtf8(char32_t cp, std::string* out) { ::shardlm::AppendUtf8(cp, out); }
 
@@ -138,17 +80,7 @@ bool IsAscii(std::string_view text) {
   return std::all_of(text.begin(), text.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
-bool IsValidUtf8(std::string_view text) {
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t before = pos;
-    if (DecodeOne(text, &pos) == kReplacement && pos == before + 1 &&
-        static_cast<unsigned char>(text[before]) >= 0x80) {
-      return false;
-    }
-  }
-  return true;
-}
+bool IsValidUtf8(std::string_view text) { return ::shardlm::IsValidUtf8(text); }
 
 int64_t Length(std::string_view text) { return Utf8Length(text); }
 
@@ -299,7 +231,7 @@ std::string Replace(std::string_view s, std::string_view old_text, std::string_v
       ++done;
       if (pos == s.size()) break;
       const size_t before = pos;
-      DecodeOne(s, &pos);
+      NextCodePoint(s, &pos);
       out.append(s.substr(before, pos - before));
     }
     out.append(s.substr(pos));
@@ -336,97 +268,83 @@ int64_t Count(std::string_view s, std::string_view sub) {
   return n;
 }
 
-std::string Upper(std::string_view s) {
-  std::u32string out;
-  for (char32_t c : Decode(s)) AppendUpper(c, &out);
-  return Encode(out);
-}
+std::string Upper(std::string_view s) { return ToUtf8(Utf16(s).toUpper(Root())); }
 
-std::string Lower(std::string_view s) {
-  std::u32string cps = Decode(s);
-  for (char32_t& c : cps) c = LowerCp(c);
-  return Encode(cps);
-}
+std::string Lower(std::string_view s) { return ToUtf8(Utf16(s).toLower(Root())); }
 
 std::string SwapCase(std::string_view s) {
-  std::u32string out;
+  std::string out;
   for (char32_t c : Decode(s)) {
     if (IsUpperCased(c)) {
-      out.push_back(LowerCp(c));
+      out += LowerOf(c);
+    } else if (IsLowerCased(c)) {
+      out += UpperOf(c);
     } else {
-      AppendUpper(c, &out);
+      AppendUtf8(c, &out);
     }
   }
-  return Encode(out);
+  return out;
 }
 
+// Python 3.8+: the first character titlecased, the rest lowercased.
 std::string Capitalize(std::string_view s) {
-  std::u32string cps = Decode(s);
-  std::u32string out;
-  for (size_t i = 0; i < cps.size(); ++i) {
-    if (i == 0) {
-      AppendUpper(cps[i], &out);
-    } else {
-      out.push_back(LowerCp(cps[i]));
-    }
-  }
-  return Encode(out);
+  if (s.empty()) return "";
+  size_t pos = 0;
+  const char32_t first = NextCodePoint(s, &pos);
+  return TitleOf(first) + Lower(s.substr(pos));
 }
 
 std::string Title(std::string_view s) {
-  std::u32string out;
+  std::string out;
   bool previous_cased = false;
   for (char32_t c : Decode(s)) {
-    if (previous_cased) {
-      out.push_back(LowerCp(c));
-    } else {
-      AppendUpper(c, &out);
-    }
+    out += previous_cased ? LowerOf(c) : TitleOf(c);
     previous_cased = IsCased(c);
   }
-  return Encode(out);
+  return out;
 }
 
 std::string JinjaTitle(std::string_view s) {
   auto is_sep = [](char32_t c) {
     return c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || IsSpace(c);
   };
-  std::u32string out;
+  std::string out;
   bool chunk_start = true;
   bool prev_sep = false;
   bool first = true;
   for (char32_t c : Decode(s)) {
     const bool sep = is_sep(c);
     if (!first && sep != prev_sep) chunk_start = true;
-    if (chunk_start) {
-      AppendUpper(c, &out);
-    } else {
-      out.push_back(LowerCp(c));
-    }
+    out += chunk_start ? UpperOf(c) : LowerOf(c);
     chunk_start = false;
     prev_sep = sep;
     first = false;
   }
-  return Encode(out);
+  return out;
 }
 
+// Python's str.isalpha: letters (Lu, Ll, Lt, Lm, Lo).
 bool IsAlpha(char32_t c) {
-  if (c < 0x80) return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z');
-  if (c == 0xAA || c == 0xB5 || c == 0xBA) return true;
-  if (c >= 0xC0 && c <= 0x24F) return c != 0xD7 && c != 0xF7;
-  return (c >= 0x370 && c <= 0x3FF && c != 0x37E && c != 0x387) || (c >= 0x400 && c <= 0x481) ||
-         (c >= 0x48A && c <= 0x52F) || (c >= 0x5D0 && c <= 0x5EA) || (c >= 0x620 && c <= 0x64A) ||
-         (c >= 0x3041 && c <= 0x30FF && c != 0x30A0 && c != 0x30FB) || (c >= 0x4E00 && c <= 0x9FFF) ||
-         (c >= 0xAC00 && c <= 0xD7A3);
+  switch (u_charType(static_cast<UChar32>(c))) {
+    case U_UPPERCASE_LETTER:
+    case U_LOWERCASE_LETTER:
+    case U_TITLECASE_LETTER:
+    case U_MODIFIER_LETTER:
+    case U_OTHER_LETTER:
+      return true;
+    default:
+      return false;
+  }
 }
 
+// Python's str.isdigit: Numeric_Type Decimal or Digit.
 bool IsDigit(char32_t c) {
-  return (c >= '0' && c <= '9') || c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0x660 && c <= 0x669) ||
-         (c >= 0x6F0 && c <= 0x6F9) || (c >= 0x966 && c <= 0x96F) || (c >= 0xFF10 && c <= 0xFF19);
+  const int type = u_getIntPropertyValue(static_cast<UChar32>(c), UCHAR_NUMERIC_TYPE);
+  return type == U_NT_DECIMAL || type == U_NT_DIGIT;
 }
 
-bool IsLowerCased(char32_t c) { return c == 0xDF || UpperCp(c) != c; }
-bool IsUpperCased(char32_t c) { return LowerCp(c) != c; }
+bool IsLowerCased(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_LOWERCASE); }
+bool IsUpperCased(char32_t c) { return u_hasBinaryProperty(static_cast<UChar32>(c), UCHAR_UPPERCASE); }
 
 std::string Repr(std::string_view s) {
   const std::u32string cps = Decode(s);

@@ -58,13 +58,15 @@ int64_t Find(std::string_view s, std::string_view sub, int64_t start, int64_t en
 // str.count over the whole string.
 int64_t Count(std::string_view s, std::string_view sub);
 
+// Case mappings are Unicode's full ones, language-insensitive, as Python's
+// (ICU with the root locale: 'ß'.upper() == "SS", a final sigma lowers to 'ς').
 std::string Upper(std::string_view s);
 std::string Lower(std::string_view s);
 // str.swapcase.
 std::string SwapCase(std::string_view s);
-// str.capitalize: first character upper, the rest lower.
+// str.capitalize: first character titlecased, the rest lowercased.
 std::string Capitalize(std::string_view s);
-// str.title: a letter after a non-letter is upper, other letters lower.
+// str.title: a character after an uncased one is titlecased, others lowercased.
 std::string Title(std::string_view s);
 // Jinja's `title` filter: words begin after '-', whitespace, '(', '{', '[', '<'.
 std::string JinjaTitle(std::string_view s);

@@ -8,8 +8,8 @@
 //   // partial: f32[tokens, hidden] {tp unreduced} -> f32[tokens, hidden.tp]
 //   SHARDLM_ASSIGN_OR_RETURN(at::Tensor mine, comm.ReduceScatter(partial, 1));
 //
-// Backends: SingleRankCommunicator (world size 1, identity, here); Gloo (CPU)
-// and NCCL (CUDA) come with tensor parallelism.
+// Backends: SingleRankCommunicator (world size 1, identity, here); shared
+// memory and Gloo between CPU processes; NCCL between GPUs (collectives/).
 #pragma once
 
 #include <ATen/core/Tensor.h>

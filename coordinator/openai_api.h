@@ -1,16 +1,17 @@
 // OpenAI's HTTP API, translated to and from shardlm.v1 (docs/openai.md).
 //
-// This file holds the translation only, with no HTTP in it:
-// ParseCompletion / ParseChat check an OpenAI request body (errors name the
-// parameter and the limit, as OpenAI's do) and turn it into one
-// shardlm.v1.GenerateRequest per prompt; ResponseWriter turns the Generate
-// stream back into OpenAI's objects, as server-sent-event chunks or as one
-// final object. The HTTP server (openai_http.h) wires the two to the same
-// InferenceService the gRPC API uses.
+// This file holds the translation only, with no HTTP in it: ParseJson and
+// ParseRequest check an OpenAI request body (errors name the parameter and the
+// limit, as OpenAI's do) and turn it into one shardlm.v1.GenerateRequest per
+// prompt; ResponseWriter turns the Generate stream back into OpenAI's objects,
+// as server-sent-event chunks or as one final object. The HTTP server
+// (openai_http.h) wires the two to the same InferenceService the gRPC API uses.
 //
-//   SHARDLM_ASSIGN_OR_RETURN(OpenAiRequest r, ParseChat(body, model));
-//   ResponseWriter out(r, model.tokenizer, "chatcmpl-" + id, now, [&](std::string s) { return send(s); });
-//   service->StreamGenerate(r.prompts[0], owner, call, [&](auto& m) { return out.Add(0, m); }, gone);
+//   OpenAiRequest r;
+//   ApiError error;
+//   if (!ParseRequest(Endpoint::kChat, ParseJson(body), model, &r, &error)) return Send(error);
+//   ResponseWriter out(r, model.tokenizer, "chatcmpl-" + id, now, [&](const std::string& s) { return send(s);
+//   }); service->StreamGenerate(r.prompts[0], owner, call, [&](auto& m) { return out.Add(0, m); }, gone);
 //   out.Finish();
 #pragma once
 

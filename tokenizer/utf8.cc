@@ -23,7 +23,57 @@ int SequenceLength(uint8_t lead) {
   return 0;  // invalid lead
 }
 
+// The sequence starting at bytes[i]: its expected length (0: invalid lead),
+// how many of its bytes are valid so far, and whether a byte broke it (as
+// opposed to the text ending first).
+struct Sequence {
+  int len = 0;
+  int valid = 0;
+  bool broken = false;
+};
+
+Sequence Scan(std::string_view bytes, size_t i) {
+  const uint8_t lead = static_cast<uint8_t>(bytes[i]);
+  Sequence s;
+  s.len = SequenceLength(lead);
+  s.valid = 1;
+  for (int k = 1; k < s.len; ++k) {
+    if (i + k >= bytes.size()) break;
+    const uint8_t b = static_cast<uint8_t>(bytes[i + k]);
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (k == 1) SecondByteRange(lead, &lo, &hi);
+    if (b < lo || b > hi) {
+      s.broken = true;
+      break;
+    }
+    ++s.valid;
+  }
+  return s;
+}
+
 }  // namespace
+
+char32_t NextCodePoint(std::string_view text, size_t* pos) {
+  const size_t i = *pos;
+  const Sequence s = Scan(text, i);
+  if (s.len == 0 || s.valid < s.len) {
+    *pos += s.valid;  // an invalid lead, or the maximal subpart of a broken or cut sequence
+    return 0xFFFD;
+  }
+  const uint8_t lead = static_cast<uint8_t>(text[i]);
+  char32_t cp = s.len == 1 ? lead : s.len == 2 ? (lead & 0x1F) : s.len == 3 ? (lead & 0x0F) : (lead & 0x07);
+  for (int k = 1; k < s.len; ++k) cp = (cp << 6) | (static_cast<uint8_t>(text[i + k]) & 0x3F);
+  *pos += s.len;
+  return cp;
+}
+
+std::u32string DecodeUtf32(std::string_view text) {
+  std::u32string out;
+  out.reserve(text.size());
+  size_t pos = 0;
+  while (pos < text.size()) out.push_back(NextCodePoint(text, &pos));
+  return out;
+}
 
 int64_t Utf8Length(std::string_view s) {
   int64_t n = 0;
@@ -54,40 +104,15 @@ size_t DecodeUtf8Lossy(std::string_view bytes, bool final, std::string* out) {
   size_t i = 0;
   const size_t n = bytes.size();
   while (i < n) {
-    const uint8_t lead = static_cast<uint8_t>(bytes[i]);
-    const int len = SequenceLength(lead);
-    if (len == 1) {
-      out->push_back(static_cast<char>(lead));
-      ++i;
-      continue;
-    }
-    if (len == 0) {
-      out->append(kReplacement);
-      ++i;
-      continue;
-    }
-    // Count how many continuation bytes are valid.
-    int valid = 1;
-    bool broken = false;
-    for (int k = 1; k < len; ++k) {
-      if (i + k >= n) break;
-      const uint8_t b = static_cast<uint8_t>(bytes[i + k]);
-      uint8_t lo = 0x80, hi = 0xBF;
-      if (k == 1) SecondByteRange(lead, &lo, &hi);
-      if (b < lo || b > hi) {
-        broken = true;
-        break;
-      }
-      ++valid;
-    }
-    if (valid == len) {
-      out->append(bytes.substr(i, len));
-      i += len;
-    } else if (!broken && !final) {
+    const Sequence s = Scan(bytes, i);
+    if (s.len != 0 && s.valid == s.len) {
+      out->append(bytes.substr(i, s.len));
+      i += s.len;
+    } else if (s.len != 0 && !s.broken && !final) {
       return i;  // incomplete tail: wait for more bytes
     } else {
-      out->append(kReplacement);  // maximal subpart replaced once
-      i += valid;
+      out->append(kReplacement);  // an invalid lead, or a maximal subpart, replaced once
+      i += s.valid;
     }
   }
   return i;

@@ -15,6 +15,14 @@ namespace shardlm {
 // pieces (keeping the unconsumed tail) gives the same text as decoding it whole.
 size_t DecodeUtf8Lossy(std::string_view bytes, bool final, std::string* out);
 
+// Decodes the code point at text[*pos] and advances *pos past it; an invalid
+// or truncated sequence gives U+FFFD and advances past its maximal subpart
+// (the same policy as DecodeUtf8Lossy). *pos < text.size().
+char32_t NextCodePoint(std::string_view text, size_t* pos);
+
+// `text` as code points (NextCodePoint's policy for invalid bytes).
+std::u32string DecodeUtf32(std::string_view text);
+
 // True when `s` is entirely valid UTF-8.
 bool IsValidUtf8(std::string_view s);
 

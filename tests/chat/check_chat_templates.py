@@ -467,6 +467,13 @@ FEATURES = [
                     "{{ '42'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ 'x'.zfill(3) }}"
                     "{{ 'a,b'.partition(',') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.center(5, '*') }}",
      {"s": "Hello world!\nsecond line"}),
+    # Unicode case (Python's full mappings, as ICU's root locale gives them) and character classes.
+    ("str_case_unicode", "{{ s.upper() }}|{{ s.lower() }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s.swapcase() }}|"
+                         "{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ s|capitalize }}|"
+                         "{{ 'ΟΔΟΣ ΣΑΣ'.lower() }}|{{ 'ǆemal ﬁne'.title() }}|{{ 'ŉ'.upper() }}|"
+                         "{{ 'Ⅻ٣'.isdigit() }}{{ '²'.isdigit() }}{{ 'ǅ'.isalpha() }}{{ 'ª'.islower() }}{{ 'Σ'.isupper() }}"
+                         "{{ 'ÀÉÎ'.isupper() }}{{ 'straße'.islower() }}{{ '中文'.isalpha() }}|{{ t|tojson }}|{{ t }}",
+     {"s": "straße İstanbul ǆ ﬁsh ΣΊΣΥΦΟΣ ǉubljana ÿ", "t": ["\u00ad\u200b\ue000 x\u2028y", "\U0001f600"]}),
     ("str_methods_unicode", "{{ s.split() }} {{ s.strip() }} {{ s|trim }} {{ s|length }} {{ s[2:5] }}",
      {"s": "\u3000\u00a0 héllo wörld\u2003\n"}),
     ("list_methods", "{{ l.index(2) }} {{ l.count(1) }} {{ l|length }} {{ l.copy() }}", {"l": [1, 2, 1]}),

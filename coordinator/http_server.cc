@@ -3,6 +3,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <boost/asio.hpp>
@@ -88,19 +89,20 @@ struct HttpServer::Impl {
   std::list<ConnectionBase*> connections;  // I/O thread only
   std::optional<ssl::context> tls;
 
-  // Request threads: slow routes run here.
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;
-  bool stop_jobs = false;
-  std::vector<std::thread> workers;
-
   net::io_context ioc{1};
   // Keeps run() going while no socket operation is pending (every
   // connection in a handler, the acceptor closed): the handlers still post.
   net::executor_work_guard<net::io_context::executor_type> keep_running = net::make_work_guard(ioc);
   tcp::acceptor acceptor{ioc};
   std::thread io_thread;
+
+  // Request threads: slow routes run here. After the io_context, so that a
+  // job never run (and the connection it holds) goes before it.
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::function<void()>> jobs;
+  bool stop_jobs = false;
+  std::vector<std::thread> workers;
 
   void Accept();
   void Register(ConnectionBase* c) {
@@ -117,12 +119,15 @@ struct HttpServer::Impl {
   // oldest idle or still-reading ones past max_connections.
   void EnforceLimits();
   const HttpRoute* Find(const std::string& method, const std::string& path, bool* path_known) const;
-  void Submit(std::function<void()> job) {
+  // False once the request threads are stopping: the caller answers 503.
+  bool Submit(std::function<void()> job) {
     {
       std::lock_guard<std::mutex> lock(mu);
+      if (stop_jobs) return false;
       jobs.push_back(std::move(job));
     }
     cv.notify_one();
+    return true;
   }
   void WorkerLoop() {
     for (;;) {
@@ -177,6 +182,7 @@ void HttpServer::Impl::EnforceLimits() {
 const HttpRoute* HttpServer::Impl::Find(const std::string& method, const std::string& path,
                                         bool* path_known) const {
   *path_known = false;
+  const std::string& as = method == "HEAD" ? std::string("GET") : method;  // HEAD: GET without the body
   for (const HttpRoute& r : routes) {
     const bool prefix = !r.path.empty() && r.path.back() == '*';
     const bool match = prefix
@@ -185,7 +191,7 @@ const HttpRoute* HttpServer::Impl::Find(const std::string& method, const std::st
                            : path == r.path;
     if (!match) continue;
     *path_known = true;
-    if (r.method == method) return &r;
+    if (r.method == as) return &r;
   }
   return nullptr;
 }
@@ -199,7 +205,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   template <class... Args>
   Connection(HttpServer::Impl* server, Args&&... args)
-      : server_(server), stream_(std::forward<Args>(args)...), idle_timer_(server->ioc) {}
+      : server_(server), stream_(std::forward<Args>(args)...) {}
   ~Connection() override { server_->Unregister(this); }
 
   void Start() {
@@ -220,7 +226,6 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   void Close() override {
     if (closed_) return;
     closed_ = true;
-    idle_timer_.cancel();
     beast::error_code ignored;
     Lowest().socket().shutdown(tcp::socket::shutdown_both, ignored);
     Lowest().close();
@@ -236,10 +241,16 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     std::future<bool> result = done->get_future();
     net::post(server_->ioc, [self = Self(), op = std::move(op), done] {
       if (self->closed_ || self->broken_.load()) return done->set_value(false);
-      op([self, done](bool ok) {
-        if (!ok) self->broken_ = true;
-        done->set_value(ok);
-      });
+      try {
+        op([self, done](bool ok) {
+          if (!ok) self->broken_ = true;
+          done->set_value(ok);
+        });
+      } catch (const std::exception& e) {  // e.g. a status Beast cannot write
+        LOG(ERROR) << self->server_->options.flag << ": " << e.what();
+        self->broken_ = true;
+        done->set_value(false);
+      }
     });
     return result.get();
   }
@@ -249,7 +260,6 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     Enter(ConnState::kBusy);
     Lowest().expires_after(server_->options.write_timeout);
     http::async_write(stream_, *res, [res, done](beast::error_code ec, size_t) { done(!ec); });
-    replied_ = true;
   }
 
   void AsyncBeginStream(int status, const std::string& content_type, const HttpHeaders& headers,
@@ -263,29 +273,35 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     head->res.result(static_cast<unsigned>(status));
     head->res.set(http::field::content_type, content_type);
     for (const auto& [k, v] : headers) head->res.insert(k, v);
-    head->res.keep_alive(keep_alive_ && !server_->stopping.load());
-    head->res.chunked(true);
+    head->res.keep_alive(keep_alive_ && !server_->stopping.load() && !http10_);
+    head->res.chunked(!http10_);
     head->sr.emplace(head->res);
     Lowest().expires_after(server_->options.write_timeout);
     http::async_write_header(stream_, *head->sr, [head, done](beast::error_code ec, size_t) { done(!ec); });
-    replied_ = true;
     stream_keep_alive_ = head->res.keep_alive();
   }
 
   void AsyncWriteChunk(std::shared_ptr<std::string> data, std::function<void(bool)> done) {
     Lowest().expires_after(server_->options.write_timeout);
+    if (http10_) {  // no chunking: the bytes as they are, ended by the close
+      net::async_write(stream_, net::buffer(*data),
+                       [data, done](beast::error_code ec, size_t) { done(!ec); });
+      return;
+    }
     net::async_write(stream_, http::make_chunk(net::buffer(*data)),
                      [data, done](beast::error_code ec, size_t) { done(!ec); });
   }
 
   void AsyncEndStream(std::function<void(bool)> done) {
+    if (http10_) return done(true);
     Lowest().expires_after(server_->options.write_timeout);
     net::async_write(stream_, http::make_chunk_last(), [done](beast::error_code ec, size_t) { done(!ec); });
   }
 
   bool ClientGone() const {
     if (broken_.load()) return true;
-    pollfd p{fd_, POLLRDHUP, 0};
+    if (busy_fd_ < 0) return false;
+    pollfd p{busy_fd_, POLLRDHUP, 0};
     return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
   }
 
@@ -293,6 +309,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   // with the connection (or close it).
   void AfterHandler(bool streamed) {
     net::post(server_->ioc, [self = Self(), streamed] {
+      self->EndBusy();
       const bool keep = streamed ? self->stream_keep_alive_ : self->keep_alive_;
       if (self->closed_ || self->broken_.load() || !keep || self->server_->stopping.load()) {
         return self->GracefulClose();
@@ -301,7 +318,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     });
   }
 
-  bool replied() const { return replied_; }
+  // The handler is done with its descriptor (I/O thread).
+  void EndBusy() {
+    if (busy_fd_ >= 0) ::close(busy_fd_);
+    busy_fd_ = -1;
+  }
 
  private:
   std::shared_ptr<Connection> Self() { return this->shared_from_this(); }
@@ -311,22 +332,19 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     since = Clock::now();
   }
 
-  // Waits, holding no thread, for the first byte of the next request.
+  // Waits, holding no thread, for the first bytes of the next request (read
+  // through the stream: with TLS they may already sit decrypted in its
+  // buffer, where the socket would never show them).
   void WaitForRequest() {
     if (closed_) return;
-    fd_ = Lowest().socket().native_handle();
     if (buffer_.size() > 0) return ReadRequest();  // pipelined: already here
     Enter(ConnState::kIdle);
-    Lowest().expires_never();
     server_->EnforceLimits();
     if (closed_) return;
-    idle_timer_.expires_after(server_->options.idle_timeout);
-    idle_timer_.async_wait([self = Self()](beast::error_code ec) {
-      if (!ec) self->Close();
-    });
-    Lowest().socket().async_wait(tcp::socket::wait_read, [self = Self()](beast::error_code ec) {
-      self->idle_timer_.cancel();
-      if (ec || self->closed_) return self->Close();
+    Lowest().expires_after(server_->options.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(4096), [self = Self()](beast::error_code ec, size_t n) {
+      if (ec || self->closed_) return self->Close();  // idle too long, or the client closed
+      self->buffer_.commit(n);
       self->ReadRequest();
     });
   }
@@ -362,11 +380,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   void OnReadError(beast::error_code ec) {
-    if (ec == beast::error::timeout) {
-      return Reply(server_->Error(408, absl::StrCat("the request did not arrive within ",
-                                                    server_->options.request_timeout.count() / 1000.0, " s")),
-                   false);
-    }
+    // A request not whole within request_timeout: Beast has closed the
+    // socket already, so no 408 can go out; Close below tidies up.
     if (ec == http::error::body_limit) {
       return Reply(server_->Error(413, "the request body is too large"), false);
     }
@@ -382,15 +397,33 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
   }
 
   void Dispatch(http::request<http::string_body> req) {
+    if (closed_) return;  // closed (evicted, timed out, shutting down) as the request completed
     auto request = std::make_shared<HttpRequest>();
     request->method = Str(req.method_string());
     const std::string target = Str(req.target());
     request->path = target.substr(0, target.find('?'));
     for (const auto& field : req) request->headers.emplace_back(Str(field.name_string()), Str(field.value()));
     request->body = std::move(req.body());
-    keep_alive_ = req.keep_alive();
+    // HTTP/1.0 gets no chunked stream (the close ends it); a HEAD answer's
+    // body would be taken for the next response, so the connection closes.
+    http10_ = req.version() < 11;
+    head_ = req.method() == http::verb::head;
+    keep_alive_ = req.keep_alive() && req.method() != http::verb::head;
     bool path_known = false;
     const HttpRoute* route = server_->Find(request->method, request->path, &path_known);
+    if (route == nullptr && path_known) {
+      HttpReply reply =
+          server_->Error(405, absl::StrCat("method ", request->method, " is not allowed on ", request->path));
+      std::string allow;
+      for (const HttpRoute& r : server_->routes) {
+        bool known = false;
+        if (server_->Find(r.method, request->path, &known) == &r) {
+          absl::StrAppend(&allow, allow.empty() ? "" : ", ", r.method);
+        }
+      }
+      reply.headers.emplace_back("Allow", allow);
+      return Reply(reply, keep_alive_);
+    }
     if (route == nullptr) {
       return Reply(server_->Error(404, absl::StrCat("no route ", request->method, " ", request->path)),
                    keep_alive_);
@@ -404,9 +437,15 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       }
       return Reply(reply, keep_alive_);
     }
+    if (server_->stopping.load()) return Reply(server_->Error(503, "the server is shutting down"), false);
     Enter(ConnState::kBusy);
-    replied_ = false;
-    server_->Submit([self = Self(), route, request] { self->RunSlow(*route, *request); });
+    // A descriptor of its own for ClientGone: the socket's number cannot be
+    // reused by another connection while the handler polls it.
+    busy_fd_ = ::dup(Lowest().socket().native_handle());
+    if (!server_->Submit([self = Self(), route, request] { self->RunSlow(*route, *request); })) {
+      EndBusy();
+      return Reply(server_->Error(503, "the server is shutting down"), false);
+    }
   }
 
   void RunSlow(const HttpRoute& route, const HttpRequest& request);
@@ -444,20 +483,21 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     res->body() = reply.body;
     res->keep_alive(keep_alive);
     res->prepare_payload();
+    if (head_) res->body().clear();  // Content-Length stays: the size a GET would get
     return res;
   }
 
   HttpServer::Impl* server_;
   Stream stream_;
-  net::steady_timer idle_timer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   bool closed_ = false;
   bool keep_alive_ = false;
   bool stream_keep_alive_ = false;
-  bool replied_ = false;             // the handler has sent (or begun) its answer
+  bool http10_ = false;              // the request was HTTP/1.0
+  bool head_ = false;                // the request was HEAD
   std::atomic<bool> broken_{false};  // a write failed while a handler ran
-  int fd_ = -1;
+  int busy_fd_ = -1;                 // a dup of the socket while a slow handler runs
 };
 
 // The HttpExchange a slow handler writes through.
@@ -603,6 +643,11 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(HttpServerOptions 
 HttpServer::~HttpServer() {
   Impl* s = impl_.get();
   s->stopping = true;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    s->stop_jobs = true;  // queued jobs still run; new ones are refused (503)
+  }
+  s->cv.notify_all();
   // Stop accepting, and close what is not running a handler.
   net::post(s->ioc, [s] {
     beast::error_code ignored;
@@ -613,11 +658,6 @@ HttpServer::~HttpServer() {
     }
     for (ConnectionBase* c : idle) c->Close();
   });
-  {
-    std::lock_guard<std::mutex> lock(s->mu);
-    s->stop_jobs = true;
-  }
-  s->cv.notify_all();
   for (std::thread& t : s->workers) t.join();  // handlers end (their owners cancel them), last writes go out
   net::post(s->ioc, [s] {
     std::vector<ConnectionBase*> all(s->connections.begin(), s->connections.end());

@@ -7,7 +7,7 @@
 //    cost memory, not the request threads.
 //  - A whole request (headers and body) must arrive within `request_timeout`
 //    of its first byte (the clock does not restart per byte, so a client
-//    trickling its headers is cut off); a kept-alive connection may wait
+//    trickling its headers is cut off: closed); a kept-alive connection may wait
 //    `idle_timeout` for its next request; beyond `max_idle_connections` idle
 //    ones, or `max_connections` in all, the oldest idle (then the oldest still
 //    sending a request) is closed.
@@ -94,8 +94,9 @@ struct HttpServerOptions {
   std::chrono::milliseconds write_timeout{30000};    // one write to a client that does not read
   int max_idle_connections = 256;
   int max_connections = 4096;
-  // The body of an error the server itself answers (404 no route, 400 a
-  // malformed request, 408, 413, 431, 500): (status, message) -> reply.
+  // The body of an error the server itself answers (404 no route, 405 a
+  // method the path does not take, 400 a malformed request, 413, 431, 500,
+  // 503 shutting down): (status, message) -> reply.
   std::function<HttpReply(int, const std::string&)> error_reply;
 };
 
@@ -107,8 +108,9 @@ class HttpServer {
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(HttpServerOptions options,
                                                            std::vector<HttpRoute> routes);
   // Stops accepting, closes connections not in a handler, waits for the
-  // request threads' handlers to return (the caller makes them end), then
-  // stops the I/O thread.
+  // request threads' handlers to return (the caller makes them end; a write
+  // to a client that does not read gives up after write_timeout), then stops
+  // the I/O thread.
   ~HttpServer();
 
   int port() const;

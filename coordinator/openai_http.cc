@@ -39,6 +39,8 @@ HttpReply ServerError(int status, const std::string& message) {
       return ErrorReply(ApiError{404, message, "not_found_error", "", ""});
     case 500:
       return ErrorReply(ApiError{500, message, "server_error", "", ""});
+    case 503:
+      return ErrorReply(ApiError{503, message, "service_unavailable_error", "", ""});
     default:
       return ErrorReply(ApiError{status, message, "invalid_request_error", "", ""});
   }

@@ -9,7 +9,7 @@
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
 #include "common/logging.h"
-#include "worker/step_codec.h"
+#include "proto/step_codec.h"
 #include "worker/worker_server.h"
 
 namespace shardlm {

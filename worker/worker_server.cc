@@ -22,11 +22,11 @@
 #include "common/logging.h"
 #include "model/device.h"
 #include "model/fingerprint.h"
+#include "proto/step_codec.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
 #include "worker/compute_thread.h"
 #include "worker/rank_worker.h"
 #include "worker/remote_store.h"
-#include "worker/step_codec.h"
 #include "worker/timed_communicator.h"
 
 namespace shardlm {

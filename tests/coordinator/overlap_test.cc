@@ -21,9 +21,9 @@
 #include "coordinator/engine.h"
 #include "coordinator/engine_loop.h"
 #include "model/tiny_model.h"
+#include "proto/step_codec.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/rank_worker.h"
-#include "worker/step_codec.h"
 
 namespace shardlm {
 namespace {

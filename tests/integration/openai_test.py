@@ -25,8 +25,12 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer and its chat template, `serve
                   and metrics ports accept and /health says ok; then 100 connections trickling
                   their headers a byte at a time, 40 more with a body that never arrives and 60
                   idle kept-alive ones: /health, a completion and /metrics each answer within
-                  1 s; the trickling ones are cut at --http-request-timeout-s (2 s, 408), and
+                  1 s; the trickling ones are closed at --http-request-timeout-s (2 s), and
                   past --http-max-idle-connections 8 the oldest idle ones are closed
+  http_edges      the HTTP server's edges: HEAD answers and closes; a known path with the wrong
+                  method is 405 with Allow; an HTTP/1.0 client gets its stream unchunked, ended
+                  by the close; over TLS (--tls-cert) health and two completions on one
+                  kept-alive connection, the request sent the moment the handshake ends
   chat_template_flag  `--chat-template FILE` replaces the model's template (here Llama 3.2's
                   from the npm fixtures), checked against python3-jinja2 the same way
 
@@ -34,10 +38,12 @@ Usage:
   /usr/bin/python3 tests/integration/openai_test.py --shardlm build/shardlm --workdir DIR [--only a,b]
 """
 
+import http.client
 import json
 import os
 import re
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -74,7 +80,7 @@ class Server:
             f.write(KEY + "\n")
         self.proc = ctx.serve(name, 2, "--http-port", 0, "--api-key-file", keys, "--served-model-name",
                               "tiny,tiny-alias", *extra)
-        m = re.search(r"OpenAI API on http://[^:]+:(\d+)/v1", self.proc.text())
+        m = re.search(r"OpenAI API on https?://[^:]+:(\d+)/v1", self.proc.text())
         if not m:
             raise Failure("no HTTP port in the log: %s" % self.proc.text()[-800:])
         self.http = int(m.group(1))
@@ -516,6 +522,72 @@ def slow_clients(ctx, chk):
         srv.stop()
 
 
+def read_all(sock):
+    got = b""
+    while True:
+        piece = sock.recv(65536)
+        if not piece:
+            return got
+        got += piece
+
+
+def http_edges(ctx, chk):
+    srv = ctx.shared()
+    sock = socket.create_connection(("127.0.0.1", srv.http), timeout=10)
+    sock.sendall(b"HEAD /health HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = read_all(sock)
+    chk.check(got.startswith(b"HTTP/1.1 200"), "HEAD /health: 200, then the connection closes (%r)" % got[:40])
+    sock = socket.create_connection(("127.0.0.1", srv.http), timeout=10)
+    sock.sendall(b"GET /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    got = read_all(sock)
+    chk.check(got.startswith(b"HTTP/1.1 405") and b"Allow: POST" in got,
+              "GET /v1/completions: 405 with Allow: POST (%r)" % got[:120])
+    body = json.dumps({"model": "tiny", "prompt": PROMPT, "max_tokens": 3, "stream": True}).encode()
+    sock = socket.create_connection(("127.0.0.1", srv.http), timeout=30)
+    sock.sendall(b"POST /v1/completions HTTP/1.0\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
+                 KEY.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    got = read_all(sock)
+    chk.check(b" 200 " in got.split(b"\r\n")[0] and b"chunked" not in got.lower() and
+              got.rstrip().endswith(b"data: [DONE]"),
+              "HTTP/1.0: a stream without chunking, ended by the close (%r)" % got[-60:])
+
+    files, d = ops.make_certs(ctx)
+    tls = Server(ctx, "http-tls", "--tls-cert", os.path.join(d, "server.pem"), "--tls-key",
+                 os.path.join(d, "server.key"))
+    try:
+        context = ssl.create_default_context(cafile=os.path.join(d, "ca.pem"))
+        conn = http.client.HTTPSConnection("localhost", tls.http, context=context, timeout=30)
+        conn.request("GET", "/health")
+        r = conn.getresponse()
+        chk.check(r.status == 200 and b"ok" in r.read(), "HTTPS /health: 200")
+        for i in range(2):
+            conn.request("POST", "/v1/completions", json.dumps({"model": "tiny", "prompt": PROMPT, "max_tokens": 2}),
+                         {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+            r = conn.getresponse()
+            out = json.loads(r.read())
+            chk.check(r.status == 200 and out["usage"]["completion_tokens"] == 2,
+                      "HTTPS completion %d on one kept-alive connection: %s" % (i + 1, r.status))
+        conn.close()
+        t0 = time.monotonic()
+        raw = context.wrap_socket(socket.create_connection(("127.0.0.1", tls.http), timeout=10),
+                                  server_hostname="localhost")
+        raw.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        got = b""
+        try:
+            while True:
+                piece = raw.recv(65536)
+                if not piece:
+                    break
+                got += piece
+        except (ssl.SSLError, OSError):
+            pass
+        dt = time.monotonic() - t0
+        chk.check(got.startswith(b"HTTP/1.1 200") and dt < 2,
+                  "HTTPS: a request sent as the handshake ends is answered in %.2f s" % dt)
+    finally:
+        tls.stop()
+
+
 def chat_template_flag(ctx, chk):
     path = os.path.join(NPM, "@lenml", "tokenizer-llama3_2", "models", "tokenizer_config.json")
     with open(path) as f:
@@ -574,7 +646,7 @@ class OpenAiCtx(ops.Ops):
 
 
 CASES = [("completions", completions), ("chat", chat), ("openai_npm", openai_npm), ("errors", errors),
-         ("disconnect", disconnect), ("slow_clients", slow_clients),
+         ("disconnect", disconnect), ("slow_clients", slow_clients), ("http_edges", http_edges),
          ("chat_template_flag", chat_template_flag)]
 
 

@@ -1,4 +1,4 @@
-#include "worker/step_codec.h"
+#include "proto/step_codec.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -12,7 +12,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler grpc-proto
   libtorch-dev libgloo-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libabsl-dev
-  nlohmann-json3-dev libpcre2-dev libboost-dev libcli11-dev libyaml-cpp-dev
+  nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libcli11-dev libyaml-cpp-dev
   libopenblas0-openmp
   python3 python3-venv python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
   openssl procps iproute2

@@ -1,9 +1,6 @@
 #include "coordinator/worker_group.h"
 
 #include <grpcpp/grpcpp.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,19 +14,10 @@
 #include "coordinator/rendezvous_service.h"
 #include "model/fingerprint.h"
 
-extern char** environ;
-
 namespace shardlm {
 namespace {
 
-int64_t NowMs() {
-  return std::chrono::duration_cast<std::chrono::milliseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
 constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
-constexpr int64_t kMaxBackoffMs = 10000;
 
 }  // namespace
 
@@ -84,14 +72,20 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   g->exec_options_.credentials = *client_creds;
   g->exec_options_.metrics = options.metrics;
   if (options.spawn_local) {
-    std::lock_guard<std::mutex> lock(g->children_mu_);
-    g->children_.resize(options.tp);
-    for (int r = 0; r < options.tp; ++r) {
-      g->children_[r].pid = g->SpawnRank(r);
-      g->children_[r].started_ms = NowMs();
-    }
+    LocalWorkerOptions lo;
+    lo.exe = options.exe;
+    lo.coordinator = g->endpoint_;
+    lo.model_dir = options.model_dir;
+    lo.tp = options.tp;
+    lo.log_level = options.worker_log_level;
+    lo.threads = g->options_.worker_threads;
+    lo.device = options.device;
+    lo.cuda_graph_max_batch = options.cuda_graph_max_batch;
+    lo.warmup_tokens = options.warmup_tokens;
+    lo.internal_token = options.internal_token;
+    if (options.metrics) lo.restarted = [m = options.metrics] { m->group_restarts->Add(); };
+    g->local_ = std::make_unique<LocalWorkers>(std::move(lo));
   }
-  if (options.spawn_local) g->reaper_ = std::thread([p = g.get()] { p->Reap(); });
   // A newcomer for a formed group's rank: refused while the holder answers.
   WorkerGroup* self = g.get();
   g->rendezvous_->SetMemberAliveProbe([self](int rank) {
@@ -280,125 +274,9 @@ void WorkerGroup::Supervise() {
   }
 }
 
-pid_t WorkerGroup::SpawnRank(int rank) {
-  const pid_t parent = getpid();
-  std::vector<std::string> args = {options_.exe,
-                                   "worker",
-                                   "--coordinator",
-                                   endpoint_,
-                                   "--model",
-                                   options_.model_dir,
-                                   "--rank",
-                                   std::to_string(rank),
-                                   "--log-level",
-                                   std::to_string(options_.worker_log_level),
-                                   "--threads",
-                                   std::to_string(options_.worker_threads),
-                                   "--device",
-                                   options_.device,
-                                   "--cuda-graph-max-batch",
-                                   std::to_string(options_.cuda_graph_max_batch),
-                                   "--warmup-tokens",
-                                   std::to_string(options_.warmup_tokens)};
-  if (options_.internal_token.empty()) args.push_back("--insecure-internal");
-  // The token travels in the environment: argv is visible to every user.
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "SHARDLM_INTERNAL_TOKEN=", 23) != 0) env_strings.push_back(*e);
-  }
-  if (!options_.internal_token.empty())
-    env_strings.push_back("SHARDLM_INTERNAL_TOKEN=" + options_.internal_token);
-  std::vector<char*> argv, envp;
-  for (auto& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    // Child: die with the parent, whatever kills it.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(1);
-    // A process group of its own: a signal to the coordinator's group (a
-    // terminal's Ctrl-C) reaches the coordinator alone, which drains and then
-    // stops its workers, rather than killing the ranks streams still need.
-    setpgid(0, 0);
-    execve(options_.exe.c_str(), argv.data(), envp.data());
-    _exit(127);
-  }
-  if (pid > 0) LOG(INFO) << "started worker rank " << rank << " (pid " << pid << ")";
-  return pid;
-}
-
-void WorkerGroup::Reap() {
-  // Reap children as they exit so none lingers as a zombie, and start an
-  // exited worker again for its rank (with a growing delay when it keeps
-  // dying young), as a Kubernetes StatefulSet would.
-  while (true) {
-    int status = 0;
-    pid_t pid = waitpid(-1, &status, WNOHANG);
-    std::unique_lock<std::mutex> lock(children_mu_);
-    const bool stopping = stopping_.load();
-    if (pid > 0) {
-      for (size_t r = 0; r < children_.size(); ++r) {
-        Child& c = children_[r];
-        if (c.pid != pid) continue;
-        c.pid = -1;
-        if (stopping) break;
-        if (shutting_down_.load()) {
-          LOG(WARNING) << "worker rank " << r << " (pid " << pid
-                       << ") exited during shutdown; not starting it again";
-          break;
-        }
-        const bool young = NowMs() - c.started_ms < 10000;
-        c.backoff_ms = young ? std::min(kMaxBackoffMs, c.backoff_ms * 2) : 500;
-        c.restart_at_ms = NowMs() + c.backoff_ms;
-        LOG(ERROR) << "worker rank " << r << " (pid " << pid << ") exited ("
-                   << (WIFSIGNALED(status) ? absl::StrCat("signal ", WTERMSIG(status))
-                                           : absl::StrCat("status ", WEXITSTATUS(status)))
-                   << "); starting it again in " << c.backoff_ms << " ms";
-      }
-      continue;  // more may have exited
-    }
-    const bool any_alive =
-        std::any_of(children_.begin(), children_.end(), [](const Child& c) { return c.pid > 0; });
-    if (stopping && !any_alive) return;
-    if (!stopping && !shutting_down_.load()) {
-      for (size_t r = 0; r < children_.size(); ++r) {
-        Child& c = children_[r];
-        if (c.pid < 0 && c.restart_at_ms >= 0 && NowMs() >= c.restart_at_ms) {
-          c.restart_at_ms = -1;
-          c.started_ms = NowMs();
-          c.pid = SpawnRank(static_cast<int>(r));
-          if (exec_options_.metrics) exec_options_.metrics->group_restarts->Add();
-        }
-      }
-    }
-    lock.unlock();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-}
-
-void WorkerGroup::BeginShutdown() { shutting_down_ = true; }
-
-void WorkerGroup::StopChildren() {
-  stopping_ = true;
-  auto signal_all = [&](int sig) {
-    std::lock_guard<std::mutex> lock(children_mu_);
-    bool any = false;
-    for (const Child& c : children_) {
-      if (c.pid > 0) {
-        any = true;
-        if (sig != 0) kill(c.pid, sig);
-      }
-    }
-    return any;
-  };
-  signal_all(SIGTERM);
-  signal_all(SIGCONT);  // a stopped worker must run to see its SIGTERM
-  // Grace period, then SIGKILL whatever is left.
-  for (int i = 0; i < 50 && signal_all(0); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  signal_all(SIGKILL);
-  if (reaper_.joinable()) reaper_.join();
+void WorkerGroup::BeginShutdown() {
+  shutting_down_ = true;
+  if (local_) local_->StopRestarting();
 }
 
 WorkerGroup::~WorkerGroup() {
@@ -410,7 +288,7 @@ WorkerGroup::~WorkerGroup() {
     std::lock_guard<std::mutex> lock(mu_);
     exec_.reset();
   }
-  StopChildren();
+  local_.reset();  // the local workers: SIGTERM, then SIGKILL after 5 s
   if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
 }
 

@@ -14,11 +14,10 @@
 // workers that exited are started again for their rank, and once every rank
 // has registered again and handshaken, the group serves again with a fresh
 // KV pool (the epoch in state() moves on). A supervisor thread also probes
-// the ranks every second, so a failure while idle is found too.
-//
-// Local workers die with their parent (PR_SET_PDEATHSIG), so a crashed
-// coordinator leaves no orphans; a worker whose coordinator is unreachable
-// exits on its own (worker_server.h).
+// the ranks every second, so a failure while idle is found too. Starting,
+// restarting and stopping the local worker processes is LocalWorkers' job
+// (local_workers.h); a worker whose coordinator is unreachable exits on its
+// own (worker_server.h).
 #pragma once
 
 #include <sys/types.h>
@@ -34,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "common/grpc_security.h"
 #include "common/health_service.h"
+#include "coordinator/local_workers.h"
 #include "coordinator/remote_executor.h"
 #include "coordinator/service_metrics.h"
 
@@ -115,9 +115,6 @@ class WorkerGroup final : public StepExecutor {
   // The failure to report after a failed step or probe, or OK when every rank is sound.
   static absl::Status Diagnose(const std::vector<RankProbe>& probes);
   void Supervise();
-  pid_t SpawnRank(int rank);
-  void Reap();
-  void StopChildren();
 
   WorkerGroupOptions options_;
   std::string fingerprint_;
@@ -133,15 +130,7 @@ class WorkerGroup final : public StepExecutor {
   GroupState state_;
   std::atomic<bool> serving_{false};
 
-  std::mutex children_mu_;
-  struct Child {
-    pid_t pid = -1;  // -1 while not running
-    int64_t started_ms = 0;
-    int64_t restart_at_ms = -1;  // when to start it again, or -1
-    int64_t backoff_ms = 500;
-  };
-  std::vector<Child> children_;  // by rank (local workers only)
-  std::thread reaper_;
+  std::unique_ptr<LocalWorkers> local_;  // the worker processes serve started (spawn_local)
   std::thread supervisor_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> shutting_down_{false};  // BeginShutdown: no restarts, no re-forming

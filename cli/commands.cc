@@ -17,6 +17,7 @@
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "model/device.h"
+#include "model/sampling_limits.h"
 #include "model/tiny_model.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/incremental_detokenizer.h"
@@ -190,15 +191,19 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   FlagSet f("generate");
   AddModelFlags(f);
   f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20);
-  f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, 0.0, 100.0);
+  f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, kTemperatureBound.lo,
+          kTemperatureBound.hi);
   f.Int("top-k", "keep the k most likely tokens; 0 is off", 0, 0, 1 << 30);
-  f.Float("top-p", "nucleus sampling mass", 1.0, 0.0, 1.0, /*min_exclusive=*/true);
-  f.Float("min-p", "drop tokens below min-p x the top probability", 0.0, 0.0, 1.0);
-  f.Float("repetition-penalty", "HF repetition penalty; 1 is off", 1.0, 0.0, 10.0, true);
-  f.Float("presence-penalty", "OpenAI presence penalty", 0.0, -2.0, 2.0);
-  f.Float("frequency-penalty", "OpenAI frequency penalty", 0.0, -2.0, 2.0);
+  f.Float("top-p", "nucleus sampling mass", 1.0, kTopPBound.lo, kTopPBound.hi, kTopPBound.lo_open);
+  f.Float("min-p", "drop tokens below min-p x the top probability", 0.0, kMinPBound.lo, kMinPBound.hi);
+  f.Float("repetition-penalty", "HF repetition penalty; 1 is off", 1.0, kRepetitionPenaltyBound.lo,
+          kRepetitionPenaltyBound.hi, kRepetitionPenaltyBound.lo_open);
+  f.Float("presence-penalty", "OpenAI presence penalty", 0.0, kPresencePenaltyBound.lo,
+          kPresencePenaltyBound.hi);
+  f.Float("frequency-penalty", "OpenAI frequency penalty", 0.0, kFrequencyPenaltyBound.lo,
+          kFrequencyPenaltyBound.hi);
   f.Int("seed", "sampling seed (same seed, same output)", 0, 0, INT64_MAX);
-  f.Int("top-logprobs", "alternatives reported per token", 0, 0, 20);
+  f.Int("top-logprobs", "alternatives reported per token", 0, 0, kMaxTopLogprobs);
   f.String("stop-token-ids", "extra stop token ids, comma-separated");
   f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
   f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");

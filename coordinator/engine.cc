@@ -10,6 +10,7 @@
 #include "common/random_token.h"
 #include "coordinator/service_metrics.h"
 #include "model/sampling.h"
+#include "model/sampling_limits.h"
 
 namespace shardlm {
 namespace {
@@ -102,31 +103,30 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
                " max_new_tokens");
   }
   const SamplingParams& s = r.sampling;
-  if (!(s.temperature >= 0.0f && s.temperature <= 100.0f))
-    return bad("temperature must be in [0, 100], got ", s.temperature);
+  const std::pair<const char*, std::pair<double, SamplingBound>> bounded[] = {
+      {"temperature", {s.temperature, kTemperatureBound}},
+      {"top_p", {s.top_p, kTopPBound}},
+      {"min_p", {s.min_p, kMinPBound}},
+      {"repetition_penalty", {s.repetition_penalty, kRepetitionPenaltyBound}},
+      {"presence_penalty", {s.presence_penalty, kPresencePenaltyBound}},
+      {"frequency_penalty", {s.frequency_penalty, kFrequencyPenaltyBound}},
+  };
+  for (const auto& [name, value_bound] : bounded) {
+    const auto& [value, bound] = value_bound;
+    if (!bound.Contains(value)) return bad(name, " must be in ", bound.Text(), ", got ", value);
+  }
   if (s.top_k < 0) return bad("top_k must be >= 0 (0 = off), got ", s.top_k);
-  if (!(s.top_p > 0.0f && s.top_p <= 1.0f)) return bad("top_p must be in (0, 1], got ", s.top_p);
-  if (!(s.min_p >= 0.0f && s.min_p <= 1.0f)) return bad("min_p must be in [0, 1], got ", s.min_p);
-  if (!(s.repetition_penalty > 0.0f && s.repetition_penalty <= 10.0f)) {
-    return bad("repetition_penalty must be in (0, 10], got ", s.repetition_penalty);
+  if (s.num_top_logprobs < 0 || s.num_top_logprobs > kMaxTopLogprobs) {
+    return bad("top logprobs must be in [0, ", kMaxTopLogprobs, "], got ", s.num_top_logprobs);
   }
-  if (!(s.presence_penalty >= -2.0f && s.presence_penalty <= 2.0f)) {
-    return bad("presence_penalty must be in [-2, 2], got ", s.presence_penalty);
-  }
-  if (!(s.frequency_penalty >= -2.0f && s.frequency_penalty <= 2.0f)) {
-    return bad("frequency_penalty must be in [-2, 2], got ", s.frequency_penalty);
-  }
-  if (s.num_top_logprobs < 0 || s.num_top_logprobs > 20) {
-    return bad("top logprobs must be in [0, 20], got ", s.num_top_logprobs);
-  }
-  if (s.logit_bias.size() > 300)
-    return bad("logit_bias holds at most 300 entries, got ", s.logit_bias.size());
+  if (s.logit_bias.size() > kMaxLogitBiasEntries)
+    return bad("logit_bias holds at most ", kMaxLogitBiasEntries, " entries, got ", s.logit_bias.size());
   for (const auto& [id, bias] : s.logit_bias) {
     if (id < 0 || id >= cfg_.vocab_size) {
       return bad("logit_bias token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
     }
-    if (!(bias >= -100.0f && bias <= 100.0f))
-      return bad("logit_bias for token ", id, " must be in [-100, 100], got ", bias);
+    if (!kLogitBiasBound.Contains(bias))
+      return bad("logit_bias for token ", id, " must be in ", kLogitBiasBound.Text(), ", got ", bias);
   }
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= cfg_.vocab_size)

@@ -10,6 +10,7 @@
 #include "absl/strings/str_replace.h"
 #include "chat/chat_template.h"
 #include "coordinator/request_limits.h"
+#include "model/sampling_limits.h"
 #include "tokenizer/utf8.h"
 
 namespace shardlm {
@@ -18,7 +19,7 @@ namespace {
 
 namespace pb = ::shardlm::v1;
 
-constexpr int kMaxLogitBias = 300;
+constexpr int kMaxLogitBias = kMaxLogitBiasEntries;
 
 // A client's value as an error message shows it: scalars as JSON (cut
 // short), lists and objects by kind only.
@@ -77,6 +78,9 @@ class Params {
       return std::nullopt;
     }
     return static_cast<float>(d);
+  }
+  std::optional<float> Bounded(const std::string& key, const SamplingBound& b) {
+    return Number(key, b.lo, b.hi, b.lo_open);
   }
   bool Integer(const std::string& key, int64_t min, int64_t max, int64_t* out) {
     if (!Has(key)) return true;
@@ -140,12 +144,13 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     return false;
   }
   pb::SamplingParams& s = *base.mutable_sampling();
+  // OpenAI documents 0 to 2, narrower than the engine's kTemperatureBound.
   s.set_temperature(p.Number("temperature", 0, 2, false).value_or(1.0f));
-  if (auto v = p.Number("top_p", 0, 1, true)) s.set_top_p(*v);
-  if (auto v = p.Number("presence_penalty", -2, 2, false)) s.set_presence_penalty(*v);
-  if (auto v = p.Number("frequency_penalty", -2, 2, false)) s.set_frequency_penalty(*v);
-  if (auto v = p.Number("min_p", 0, 1, false)) s.set_min_p(*v);
-  if (auto v = p.Number("repetition_penalty", 0, 10, true)) s.set_repetition_penalty(*v);
+  if (auto v = p.Bounded("top_p", kTopPBound)) s.set_top_p(*v);
+  if (auto v = p.Bounded("presence_penalty", kPresencePenaltyBound)) s.set_presence_penalty(*v);
+  if (auto v = p.Bounded("frequency_penalty", kFrequencyPenaltyBound)) s.set_frequency_penalty(*v);
+  if (auto v = p.Bounded("min_p", kMinPBound)) s.set_min_p(*v);
+  if (auto v = p.Bounded("repetition_penalty", kRepetitionPenaltyBound)) s.set_repetition_penalty(*v);
   int64_t i = 0;
   if (p.Integer("top_k", -1, model.vocab_size, &i))
     s.set_top_k(static_cast<int32_t>(std::max<int64_t>(i, 0)));
@@ -206,9 +211,9 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
         return p.Fail("logit_bias", absl::StrCat("logit_bias key '", it.key(), "' must be a token id in [0, ",
                                                  model.vocab_size, ")"));
       }
-      if (!it.value().is_number() || it.value().get<double>() < -100 || it.value().get<double>() > 100) {
-        return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in [-100, 100], got ",
-                                                 Shown(it.value())));
+      if (!it.value().is_number() || !kLogitBiasBound.Contains(it.value().get<double>())) {
+        return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in ",
+                                                 kLogitBiasBound.Text(), ", got ", Shown(it.value())));
       }
       (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
     }
@@ -282,7 +287,7 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
   if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return false;
   if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported");
   int64_t logprobs = -1;
-  if (!p.Integer("logprobs", 0, 20, &logprobs)) return false;
+  if (!p.Integer("logprobs", 0, kMaxTopLogprobs, &logprobs)) return false;
   if (logprobs >= 0) {
     r.logprobs = true;
     r.top_logprobs = static_cast<int>(logprobs);
@@ -330,7 +335,7 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
   pb::GenerateRequest g = common;
   if (!p.Bool("logprobs", &r.logprobs)) return false;
   int64_t top = 0;
-  if (!p.Integer("top_logprobs", 0, 20, &top)) return false;
+  if (!p.Integer("top_logprobs", 0, kMaxTopLogprobs, &top)) return false;
   if (p.Has("top_logprobs") && !r.logprobs)
     return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true");
   r.top_logprobs = static_cast<int>(top);

@@ -1,6 +1,7 @@
 #include "proto/step_codec.h"
 
 #include "absl/strings/str_cat.h"
+#include "model/sampling_limits.h"
 
 namespace shardlm {
 namespace {
@@ -175,7 +176,8 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     row.draw_seed = r.draw_seed();
     if (r.has_params()) {
       const SamplingParams& p = d->params[r.seq()];
-      if (p.num_top_logprobs < 0 || p.num_top_logprobs > 20 || !(p.temperature >= 0) || p.top_k < 0) {
+      if (p.num_top_logprobs < 0 || p.num_top_logprobs > kMaxTopLogprobs ||
+          !kTemperatureBound.Contains(p.temperature) || p.top_k < 0) {
         return Bad(absl::StrCat("sequence ", r.seq(), " has invalid sampling parameters"));
       }
       row.params = &p;

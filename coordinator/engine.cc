@@ -492,7 +492,7 @@ absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(PlannedStep& plan, Pendi
   plan.finished = std::chrono::steady_clock::now();
   if (options_.metrics) {
     // The metrics are atomics: counting here needs no lock.
-    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    const std::chrono::duration<double> took = plan.finished - start;
     options_.metrics->steps->Add();
     options_.metrics->step_tokens->Add(static_cast<double>(plan.input.token_ids.size()));
     options_.metrics->step_duration->Observe(took.count());

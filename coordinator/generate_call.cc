@@ -72,7 +72,7 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
     std::string owner;
     grpc::Status st = service_->Admit(*ctx_, &owner);
     if (st.ok()) st = unparsed;
-    if (!st.ok()) return FinishCall(ClientGoneFirst(*ctx_, st));
+    if (!st.ok()) return FinishCall(st);
     session_ = std::make_unique<GenerateSession>(service_, owner, &call_);
     std::weak_ptr<GenerateReactor> weak = self_;
     st = session_->Start(req, [weak] {

@@ -42,24 +42,34 @@ const std::string* HttpRequest::Header(absl::string_view name) const {
 }
 
 HttpRoute HttpRoute::Quick(std::string method, std::string path, QuickHandler h) {
-  HttpRoute r;
-  r.method = std::move(method);
-  r.path = std::move(path);
-  r.quick = std::move(h);
-  return r;
+  return HttpRoute{std::move(method), std::move(path), std::move(h), nullptr};
 }
 
 HttpRoute HttpRoute::Slow(std::string method, std::string path, SlowHandler h) {
-  HttpRoute r;
-  r.method = std::move(method);
-  r.path = std::move(path);
-  r.slow = std::move(h);
-  return r;
+  return HttpRoute{std::move(method), std::move(path), nullptr, std::move(h)};
 }
 
 namespace {
 
 std::string Str(beast::string_view s) { return std::string(s.data(), s.size()); }
+
+// Whether `route` serves `path` (exactly, or by prefix when it ends in '*').
+bool PathMatches(const HttpRoute& route, const std::string& path) {
+  const std::string& p = route.path;
+  if (p.empty() || p.back() != '*') return path == p;
+  return path.size() >= p.size() && absl::StartsWith(path, absl::string_view(p).substr(0, p.size() - 1));
+}
+
+// The status line and headers every response of this server carries.
+template <class Body>
+void FillHead(http::response<Body>& res, int status, const std::string& content_type,
+              const HttpHeaders& headers, bool keep_alive) {
+  res.version(11);
+  res.result(static_cast<unsigned>(status));
+  res.set(http::field::content_type, content_type);
+  for (const auto& [k, v] : headers) res.insert(k, v);
+  res.keep_alive(keep_alive);
+}
 
 // What a connection is doing, for the limits: only kIdle and kReading
 // connections are ever closed to make room.
@@ -184,12 +194,7 @@ const HttpRoute* HttpServer::Impl::Find(const std::string& method, const std::st
   *path_known = false;
   const std::string& as = method == "HEAD" ? std::string("GET") : method;  // HEAD: GET without the body
   for (const HttpRoute& r : routes) {
-    const bool prefix = !r.path.empty() && r.path.back() == '*';
-    const bool match = prefix
-                           ? absl::StartsWith(path, absl::string_view(r.path).substr(0, r.path.size() - 1)) &&
-                                 path.size() >= r.path.size()
-                           : path == r.path;
-    if (!match) continue;
+    if (!PathMatches(r, path)) continue;
     *path_known = true;
     if (r.method == as) return &r;
   }
@@ -257,7 +262,6 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   void AsyncSend(const HttpReply& reply, std::function<void(bool)> done) {
     auto res = MakeResponse(reply, keep_alive_ && !server_->stopping.load());
-    Enter(ConnState::kBusy);
     Lowest().expires_after(server_->options.write_timeout);
     http::async_write(stream_, *res, [res, done](beast::error_code ec, size_t) { done(!ec); });
   }
@@ -269,11 +273,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
       std::optional<http::response_serializer<http::empty_body>> sr;
     };
     auto head = std::make_shared<Head>();
-    head->res.version(11);
-    head->res.result(static_cast<unsigned>(status));
-    head->res.set(http::field::content_type, content_type);
-    for (const auto& [k, v] : headers) head->res.insert(k, v);
-    head->res.keep_alive(keep_alive_ && !server_->stopping.load() && !http10_);
+    FillHead(head->res, status, content_type, headers, keep_alive_ && !server_->stopping.load() && !http10_);
     head->res.chunked(!http10_);
     head->sr.emplace(head->res);
     Lowest().expires_after(server_->options.write_timeout);
@@ -404,11 +404,11 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     request->path = target.substr(0, target.find('?'));
     for (const auto& field : req) request->headers.emplace_back(Str(field.name_string()), Str(field.value()));
     request->body = std::move(req.body());
-    // HTTP/1.0 gets no chunked stream (the close ends it); a HEAD answer's
-    // body would be taken for the next response, so the connection closes.
+    // HTTP/1.0 gets no chunked stream (the close ends it); a HEAD is
+    // answered without the body and the connection then closes.
     http10_ = req.version() < 11;
     head_ = req.method() == http::verb::head;
-    keep_alive_ = req.keep_alive() && req.method() != http::verb::head;
+    keep_alive_ = req.keep_alive() && !head_;
     bool path_known = false;
     const HttpRoute* route = server_->Find(request->method, request->path, &path_known);
     if (route == nullptr && path_known) {
@@ -416,10 +416,7 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
           server_->Error(405, absl::StrCat("method ", request->method, " is not allowed on ", request->path));
       std::string allow;
       for (const HttpRoute& r : server_->routes) {
-        bool known = false;
-        if (server_->Find(r.method, request->path, &known) == &r) {
-          absl::StrAppend(&allow, allow.empty() ? "" : ", ", r.method);
-        }
+        if (PathMatches(r, request->path)) absl::StrAppend(&allow, allow.empty() ? "" : ", ", r.method);
       }
       reply.headers.emplace_back("Allow", allow);
       return Reply(reply, keep_alive_);
@@ -476,12 +473,8 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
 
   std::shared_ptr<http::response<http::string_body>> MakeResponse(const HttpReply& reply, bool keep_alive) {
     auto res = std::make_shared<http::response<http::string_body>>();
-    res->version(11);
-    res->result(static_cast<unsigned>(reply.status));
-    res->set(http::field::content_type, reply.content_type);
-    for (const auto& [k, v] : reply.headers) res->insert(k, v);
+    FillHead(*res, reply.status, reply.content_type, reply.headers, keep_alive);
     res->body() = reply.body;
-    res->keep_alive(keep_alive);
     res->prepare_payload();
     if (head_) res->body().clear();  // Content-Length stays: the size a GET would get
     return res;

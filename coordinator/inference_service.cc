@@ -40,12 +40,6 @@ absl::Status CallGone(const grpc::ServerContextBase& ctx) {
   return absl::CancelledError("the client cancelled; its work was stopped and its blocks freed");
 }
 
-grpc::Status ClientGoneFirst(const grpc::ServerContextBase& ctx, const grpc::Status& st) {
-  if (st.ok()) return st;
-  absl::Status gone = CallGone(ctx);
-  return gone.ok() ? st : ToGrpcStatus(gone);
-}
-
 grpc::Status InferenceService::Admit(const grpc::ServerContextBase& ctx, std::string* owner) const {
   const auto& md = ctx.client_metadata();
   auto it = md.find("authorization");

@@ -123,11 +123,6 @@ class InferenceService final
 // inference_service.cc).
 absl::Status CallGone(const grpc::ServerContextBase& ctx);
 
-// `st`, unless it is an error and the client has already gone: then why it
-// went (a call cancelled before its request arrived has no request to
-// parse; it is CANCELLED, not the parser's complaint).
-grpc::Status ClientGoneFirst(const grpc::ServerContextBase& ctx, const grpc::Status& st);
-
 // Appends `top` (most likely first) to `out`.
 void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);
 

@@ -73,7 +73,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     const grpc::Status unparsed = TakeParseError(request);  // always taken, so none is left behind
     std::string owner;
     grpc::Status st = service_->Admit(*ctx_, &owner);
-    if (st.ok()) st = ClientGoneFirst(*ctx_, unparsed);
+    if (st.ok()) st = unparsed;
     std::vector<GenerateRequest> requests;
     if (st.ok()) st = prepare(owner, call_, &requests);
     std::lock_guard<std::mutex> lock(mu_);

@@ -1,10 +1,11 @@
 # Entry points the README promises. Everything runs on a fresh Debian 12 machine:
 # `setup` installs what is missing (apt-get as root, npm fixtures), then builds.
 BUILD ?= build
+CUDA_BUILD ?= build-cuda
 JOBS ?= $(shell nproc)
 DEMO_MODEL ?= third_party/models/SmolLM2-135M-Instruct.Q4_1.gguf
 
-.PHONY: setup configure build demo test bench fuzz format clean
+.PHONY: setup configure build demo test test-cuda bench fuzz format clean
 
 setup:
 	bash scripts/setup.sh
@@ -22,6 +23,18 @@ demo: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(MAKE) test-cuda
+
+# The CUDA variant (docs/gpu.md), on this CPU machine: configured against the venv's PyTorch
+# 2.11.0 (CUDA 13) and NVIDIA's CUDA 13 wheels, built (nvcc compiles every .cu file), checked for
+# library clashes, the CPU suite run against it, then packed for a GPU machine and preflighted.
+test-cuda: setup
+	bash scripts/cuda/configure.sh $(CUDA_BUILD) >/dev/null
+	cmake --build $(CUDA_BUILD) -j $(JOBS)
+	bash scripts/cuda/check_build.sh $(CUDA_BUILD)
+	cd $(CUDA_BUILD) && ctest --output-on-failure -j $(JOBS)
+	bash scripts/gpu/pack.sh $(CUDA_BUILD)
+	SHARDLM_PYTHON=.venv/bin/python bash scripts/gpu/preflight.sh
 
 bench: build
 	$(BUILD)/shardlm_kernels_bench
@@ -34,4 +47,4 @@ format:
 	git ls-files '*.cc' '*.h' | xargs clang-format -i
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(CUDA_BUILD)

@@ -30,7 +30,9 @@
 #include "common/random_token.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
+#include "kernels/cuda_fused.h"
 #include "kernels/step_profile.h"
+#include "model/cuda_attention.h"
 #include "model/device.h"
 #include "model/gguf.h"
 #include "model/tiny_model.h"
@@ -77,7 +79,8 @@ struct Row {
 void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
                          const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype) {
   std::printf(
-      "\n| dtype | tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead | "
+      "\n| dtype | tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead "
+      "| "
       "overlapped step ms | overlapped / step | worker RSS MB |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int32_t tp : tps) {
@@ -152,9 +155,9 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
       const double step = median(step_ms), worker = median(worker_ms), coll = median(coll_ms);
       const double over = median(overlapped_ms);
       const double overhead = step - worker;
-      std::printf("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.2f | %.2f | %.0f |\n", dtype.c_str(), tp,
-                  batch, step,
-                  worker - coll, coll, overhead, 100.0 * overhead / step, over, over / step, rss);
+      std::printf("| %s | %d | %d | %.2f | %.2f | %.2f | %.2f | %.1f%% | %.2f | %.2f | %.0f |\n",
+                  dtype.c_str(), tp, batch, step, worker - coll, coll, overhead, 100.0 * overhead / step,
+                  over, over / step, rss);
       std::fflush(stdout);
     }
   }
@@ -230,6 +233,10 @@ int Main(int argc, char** argv) {
            "build/bench-model");
   f.Int("prompt-len", "prompt tokens per sequence for prefill", 128, 1, 8192);
   f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096);
+  f.Int("decode-context",
+        "prompt tokens of each sequence before its timed decode steps (the context decode "
+        "attends over)",
+        16, 1, 131072);
   f.String("batches", "comma-separated batch sizes", false, "1,8,32");
   f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
   f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
@@ -242,6 +249,13 @@ int Main(int argc, char** argv) {
   f.Int("kv-cache-mb", "KV cache budget in MiB", 1024, 1, 1 << 20);
   f.Int("cuda-graph-max-batch", "on a GPU, steps of up to this many tokens run on CUDA graphs; 0: eagerly",
         64, 0, 1024);
+  f.Bool("no-cuda-fused",
+         "on a GPU, the element-wise parts through ATen's operators, not the fused kernels "
+         "(to measure what those save)");
+  f.Int("cuda-attention-max-splits",
+        "on a GPU, at most this many runs of keys per attention row (1: never "
+        "split; to measure what split keys save)",
+        32, 1, 32);
   absl::Status st = f.Parse(argc, argv, 1);
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
@@ -254,6 +268,8 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const bool gpu = !device->is_cpu();
+  kernels::SetCudaFusedKernels(!f.GetBool("no-cuda-fused"));
+  SetCudaAttentionMaxSplits(static_cast<int>(f.GetInt("cuda-attention-max-splits")));
   if (!std::filesystem::exists(dir + "/config.json") && f.GetString("shape") == "llama3-8b") {
     // Llama-3-8B's shapes (GQA 32/8, 128k vocabulary, untied), bf16, random.
     TinyModelOptions o;
@@ -310,6 +326,7 @@ int Main(int argc, char** argv) {
   ParseIdList("batches", f.GetString("batches"), &batches).IgnoreError();
   const int32_t prompt_len = static_cast<int32_t>(f.GetInt("prompt-len"));
   const int32_t steps = static_cast<int32_t>(f.GetInt("decode-steps"));
+  const int32_t decode_context = static_cast<int32_t>(f.GetInt("decode-context"));
   std::string dtypes = f.GetString("dtypes");
   std::vector<Row> rows;
   if (f.GetString("dtypes").empty()) dtypes.clear();
@@ -349,10 +366,17 @@ int Main(int argc, char** argv) {
       const double prefill = static_cast<double>(batch) * prompt_len / prefill_s;
       const kernels::StepProfile prefill_parts = kernels::TakeStepProfile();
       kernels::EnableStepProfile(false);
-      // Decode: short prompts, then time `steps` decode steps.
-      for (int32_t b = 0; b < batch; ++b)
-        engine.Submit(Request(16, steps + 2, b + 1000, vocab)).IgnoreError();
-      engine.Step().IgnoreError();  // prefill of the short prompts, not timed
+      // Decode: prompts of decode_context tokens, then time `steps` decode steps.
+      int32_t prefilled = 0;  // sequences past their prompt (their first token sampled)
+      for (int32_t b = 0; b < batch; ++b) {
+        GenerateRequest r = Request(decode_context, steps + 2, b + 1000, vocab);
+        r.on_token = [&prefilled, first = true](int32_t, float, const std::vector<TopLogprob>&) mutable {
+          if (first) ++prefilled;
+          first = false;
+        };
+        engine.Submit(std::move(r)).IgnoreError();
+      }
+      while (prefilled < batch && !engine.Idle()) engine.Step().IgnoreError();  // their prefill, not timed
       // Nor the first decode step of this batch size: on a GPU it captures
       // the bucket's CUDA graph (model/step_graphs.h).
       engine.Step().IgnoreError();

@@ -58,7 +58,8 @@ absl::Status CheckMode(const FlagSet& f) {
   const bool remote = f.Has("server");
   static const std::vector<const char*> kLocal = {
       "tp",           "dtype",  "device",           "kv-cache-mb",          "max-batch-tokens",
-      "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens"};
+      "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens",
+      "collectives"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {

@@ -71,6 +71,7 @@ void AddModelFlags(FlagSet& f) {
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
+  AddCollectivesFlag(f);
   f.Bool("json", "print one JSON object");
 }
 
@@ -90,16 +91,27 @@ void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
         warmup_tokens, 0, 1 << 16);
 }
 
-absl::Status CheckLocalGpus(const std::string& device, int tp) {
+void AddCollectivesFlag(FlagSet& f) {
+  f.String("collectives",
+           "auto: NCCL between GPU ranks; between CPU ranks shared memory when every rank can map one "
+           "segment (one host), else Gloo. gloo: CPU ranks always use Gloo. host: GPU ranks too use the "
+           "CPU collectives, staged through host memory, so several ranks can share one GPU (slow, no "
+           "CUDA graphs: for tests). nccl: as auto, and a GPU rank alone still runs its collectives "
+           "through NCCL (for tests)",
+           false, "auto", {"auto", "gloo", "host", "nccl"});
+}
+
+absl::Status CheckLocalGpus(const std::string& device, int tp, const std::string& collectives) {
   SHARDLM_ASSIGN_OR_RETURN(c10::Device d, ResolveDevice(device, 0));
   if (!d.is_cuda()) return absl::OkStatus();
   const int gpus = VisibleCudaDevices();
   if (device == "cuda" || device == "auto") {
-    if (tp > gpus) {
+    if (tp > gpus && collectives != "host") {
       return absl::FailedPreconditionError(
-          absl::StrCat("--tp ", tp, " --device ", device, ": one GPU per rank needed, ", gpus, " visible"));
+          absl::StrCat("--tp ", tp, " --device ", device, ": one GPU per rank needed, ", gpus,
+                       " visible (--collectives host shares one GPU between ranks)"));
     }
-  } else if (tp > 1) {
+  } else if (tp > 1 && collectives != "host") {
     return absl::InvalidArgumentError(absl::StrCat("--device ", device, " names one GPU; --tp ", tp,
                                                    " needs one per rank: use --device cuda"));
   }
@@ -119,7 +131,8 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.device = f.GetString("device");
     go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     go.warmup_tokens = f.GetInt("warmup-tokens");
-    SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp));
+    go.collectives = f.GetString("collectives");
+    SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp, go.collectives));
     go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
     go.worker_log_level = 1;  // a one-shot command: warnings and errors only
@@ -472,10 +485,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
   f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
   AddDeviceFlag(f);
-  f.String("collectives",
-           "auto: shared memory when every rank of the group can map one segment (one host), else Gloo; "
-           "gloo: always Gloo",
-           false, "auto", {"auto", "gloo"});
+  AddCollectivesFlag(f);
   AddInternalSecurityFlags(f,
                            /*insecure_flag=*/true);  // the token may also come from $SHARDLM_INTERNAL_TOKEN
   int code = 0;
@@ -489,7 +499,9 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
   o.advertise_host = f.GetString("advertise-host");
   o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
   o.register_timeout_ms = f.GetInt("register-timeout-ms");
-  o.shared_memory_collectives = f.GetString("collectives") == "auto";
+  o.shared_memory_collectives = f.GetString("collectives") != "gloo";
+  o.host_staged_collectives = f.GetString("collectives") == "host";
+  o.nccl_at_world_size_one = f.GetString("collectives") == "nccl";
   o.device = f.GetString("device");
   o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   o.warmup_tokens = f.GetInt("warmup-tokens");

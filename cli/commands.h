@@ -54,7 +54,9 @@ void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens = 256);
 
 // `--device` for `tp` local workers: a CUDA device needs a GPU per rank
 // (rank r takes GPU r), checked before any worker starts.
-absl::Status CheckLocalGpus(const std::string& device, int tp);
+absl::Status CheckLocalGpus(const std::string& device, int tp, const std::string& collectives);
+// --collectives (auto, gloo, host) of worker, serve and the in-process commands with --tp.
+void AddCollectivesFlag(FlagSet& f);
 
 // An engine over a checkpoint, plus its tokenizer when present. Without
 // --tp the model runs in this process; with --tp N on N worker processes.

@@ -139,6 +139,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
            spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
   AddDeviceFlag(f);
+  if (spawn_local) AddCollectivesFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("target-step-ms",
@@ -263,7 +264,8 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   go.warmup_tokens = f.GetInt("warmup-tokens");
   if (spawn_local) {
-    if (absl::Status st = CheckLocalGpus(go.device, tp); !st.ok()) return Fail(st);
+    go.collectives = f.GetString("collectives");
+    if (absl::Status st = CheckLocalGpus(go.device, tp, go.collectives); !st.ok()) return Fail(st);
   }
   go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
   go.collective_timeout_ms = f.GetInt("collective-timeout-ms");

@@ -8,7 +8,7 @@
 //
 //   #include "common/logging.h"
 //   LOG(INFO) << "loaded " << n << " tensors";
-//   CHECK_GE(rank, 0) << "programmer error";
+//   CHECK(rank >= 0) << "programmer error";   // CHECK alone: c10 has no CHECK_EQ/GT/...
 #pragma once
 
 #include <c10/util/Logging.h>

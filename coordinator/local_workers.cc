@@ -62,7 +62,9 @@ pid_t LocalWorkers::Spawn(int rank) {
                                    "--cuda-graph-max-batch",
                                    std::to_string(options_.cuda_graph_max_batch),
                                    "--warmup-tokens",
-                                   std::to_string(options_.warmup_tokens)};
+                                   std::to_string(options_.warmup_tokens),
+                                   "--collectives",
+                                   options_.collectives};
   if (options_.internal_token.empty()) args.push_back("--insecure-internal");
   // The token travels in the environment: argv is visible to every user.
   std::vector<std::string> env_strings;

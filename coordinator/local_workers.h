@@ -38,6 +38,7 @@ struct LocalWorkerOptions {
   int threads = 1;  // compute threads per worker
   std::string device = "auto";
   int64_t cuda_graph_max_batch = 64;
+  std::string collectives = "auto";  // the worker's --collectives
   int64_t warmup_tokens = 256;
   std::string internal_token;       // empty: --insecure-internal
   std::function<void()> restarted;  // called for each rank started again (a metric)

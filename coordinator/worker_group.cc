@@ -81,6 +81,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
     lo.threads = g->options_.worker_threads;
     lo.device = options.device;
     lo.cuda_graph_max_batch = options.cuda_graph_max_batch;
+    lo.collectives = options.collectives;
     lo.warmup_tokens = options.warmup_tokens;
     lo.internal_token = options.internal_token;
     if (options.metrics) lo.restarted = [m = options.metrics] { m->group_restarts->Add(); };

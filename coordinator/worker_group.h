@@ -51,6 +51,7 @@ struct WorkerGroupOptions {
   std::string dtype = "auto";
   std::string device = "auto";           // each local worker's --device (cuda: rank r takes GPU r)
   int64_t cuda_graph_max_batch = 64;     // each local worker's --cuda-graph-max-batch
+  std::string collectives = "auto";      // each local worker's --collectives
   int64_t warmup_tokens = 256;           // each local worker's --warmup-tokens
   int64_t kv_cache_bytes = 256ll << 20;  // per rank
   int64_t block_size = 16;

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda_fused.h"
 #include "kernels/parallel.h"
 
 namespace shardlm::kernels {
@@ -84,7 +85,10 @@ bool WithVectorKernel(const at::Tensor& x, F32Fn f32_kernel, Bf16Fn bf16_kernel,
 at::Tensor RmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.dim() == 2 && x.stride(1) == 1 && weight.is_contiguous() && weight.numel() == x.size(1),
               "rms_norm: x ", x.sizes(), " weight ", weight.sizes());
-  if (UseAtenOps(x)) return RmsNormAten(x, weight, eps);
+  if (UseAtenOps(x)) {
+    if (at::Tensor y = CudaRmsNorm(x, weight, eps); y.defined()) return y;
+    return RmsNormAten(x, weight, eps);
+  }
   at::Tensor out = at::empty(x.sizes(), x.options());
   const int64_t rows = x.size(0), dim = x.size(1), ld = x.stride(0);
   const float feps = static_cast<float>(eps);
@@ -158,6 +162,7 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
                   sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == rows * half &&
                   sin.numel() == rows * half,
               "rotary: x ", x.sizes(), " cos ", cos.sizes());
+  if (UseAtenOps(x) && CudaRotaryInPlace(x, heads, head_dim, cos, sin)) return;
   if (UseAtenOps(x)) {
     // Rotate-half in f32, rounded once to the dtype, as the loop below does.
     at::Tensor heads_view = x.narrow(1, 0, heads * head_dim).view({rows, heads, head_dim});
@@ -243,6 +248,7 @@ at::Tensor SiluMul(const at::Tensor& gate_up) {
               "silu_mul: ", gate_up.sizes());
   const int64_t rows = gate_up.size(0), inter = gate_up.size(1) / 2;
   if (UseAtenOps(gate_up)) {
+    if (at::Tensor y = CudaSiluMul(gate_up); y.defined()) return y;
     // silu rounded to the dtype, then the product (HF: act_fn(gate) * up).
     return at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
   }

@@ -40,12 +40,12 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int32_t n) {
 }
 
 void BlockAllocator::AddRef(int32_t block) {
-  CHECK_GT(ref_counts_.at(block), 0) << "AddRef on free block " << block;
+  CHECK(ref_counts_.at(block) > 0) << "AddRef on free block " << block;
   ++ref_counts_[block];
 }
 
 void BlockAllocator::Release(int32_t block) {
-  CHECK_GT(ref_counts_.at(block), 0) << "double release of block " << block;
+  CHECK(ref_counts_.at(block) > 0) << "double release of block " << block;
   if (--ref_counts_[block] > 0) return;
   if (published_[block]) {
     lru_pos_[block] = lru_.insert(lru_.end(), block);  // most recently used last
@@ -60,7 +60,7 @@ void BlockAllocator::Release(const std::vector<int32_t>& blocks) {
 
 void BlockAllocator::Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens,
                              int32_t count) {
-  CHECK_GT(ref_counts_.at(block), 0) << "publishing free block " << block;
+  CHECK(ref_counts_.at(block) > 0) << "publishing free block " << block;
   if (published_[block] || by_hash_.count(prefix_hash)) return;
   by_hash_[prefix_hash] = block;
   hash_of_[block] = prefix_hash;

@@ -3,12 +3,23 @@
 #include "model/cuda_attention.h"
 
 #include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include <algorithm>
+#include <atomic>
 
 #include "kernels/cuda/paged_attention.h"
 
 namespace shardlm {
+namespace {
+
+std::atomic<int> g_max_splits{kernels::cuda::kMaxSplits};
+
+}  // namespace
+
+void SetCudaAttentionMaxSplits(int n) { g_max_splits.store(std::clamp(n, 1, kernels::cuda::kMaxSplits)); }
 
 bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                         at::Tensor& out, const AttentionBatch& b) {
@@ -22,8 +33,6 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
   // The launch goes to the current device: make it q's.
   const c10::cuda::CUDAGuard guard(q.device());
   const int64_t tokens = q.size(0);
-  // Every row of the step: decode rows and prompt chunks alike.
-  at::Tensor rows = at::arange(tokens, at::TensorOptions().dtype(at::kInt).device(q.device()));
   kc::PagedAttentionParams p;
   p.dtype = t == at::kFloat ? kc::DType::kF32 : kc::DType::kBF16;
   p.q = q.data_ptr();
@@ -32,7 +41,7 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
   p.k = k_layer.data_ptr();
   p.v = v_layer.data_ptr();
   p.out = out.data_ptr();
-  p.rows = rows.data_ptr<int32_t>();
+  p.rows = nullptr;  // every row of the step: decode rows and prompt chunks alike
   p.positions = b.positions_dev.data_ptr<int32_t>();
   p.seq_of_token = b.seq_of_token_dev.data_ptr<int32_t>();
   p.block_tables = b.block_tables_dev.data_ptr<int32_t>();
@@ -47,6 +56,17 @@ bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
   p.sliding_window = static_cast<int32_t>(b.sliding_window);
   p.kv_group = static_cast<int32_t>(b.kv_group);
   p.q_head_offset = static_cast<int32_t>(b.q_head_offset);
+  // Split keys where the rows and heads alone leave multiprocessors idle (a small batch): each
+  // long row's keys spread over several blocks. The workspace comes from libtorch's allocator (a
+  // CUDA graph's pool during capture).
+  p.num_splits =
+      std::min(g_max_splits.load(std::memory_order_relaxed),
+               kc::PagedAttentionSplits(p, at::cuda::getCurrentDeviceProperties()->multiProcessorCount));
+  at::Tensor workspace;
+  if (p.num_splits > 1) {
+    workspace = at::empty({kc::PagedAttentionWorkspaceFloats(p)}, q.options().dtype(at::kFloat));
+    p.split_workspace = workspace.data_ptr<float>();
+  }
   const char* err = kc::LaunchPagedAttention(p, c10::cuda::getCurrentCUDAStream(q.device().index()).stream());
   TORCH_CHECK(err == nullptr, "CUDA paged attention: ", err);
   return true;

@@ -19,6 +19,10 @@ namespace shardlm {
 bool CudaPagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const at::Tensor& v_layer,
                         at::Tensor& out, const AttentionBatch& batch);
 
+// At most n runs of keys per row (split keys, kernels/cuda/paged_attention.h); 1 never splits.
+// kMaxSplits by default; main sets it before any step runs (shardlm_bench measures with it).
+void SetCudaAttentionMaxSplits(int n);
+
 // Whether this build has the CUDA kernels.
 bool HaveCudaKernels();
 // Whether CudaPagedAttention takes a step over this pool (a CUDA tensor of

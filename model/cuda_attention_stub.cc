@@ -8,6 +8,8 @@ bool CudaPagedAttention(const at::Tensor&, const at::Tensor&, const at::Tensor&,
   return false;
 }
 
+void SetCudaAttentionMaxSplits(int) {}
+
 bool HaveCudaKernels() { return false; }
 
 bool CudaPagedAttentionTakes(const at::Tensor&, int64_t) { return false; }

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "model/checkpoint.h"
 #include "model/gguf_model.h"
@@ -36,7 +37,7 @@ absl::StatusOr<std::string> ModelFingerprint(const std::string& dir) {
     SHARDLM_ASSIGN_OR_RETURN(const TensorView* v, ckpt->Get(name));
     std::string desc =
         name + ":" + (v->block == BlockFormat::kNone ? DTypeName(v->dtype) : BlockFormatName(v->block));
-    for (int64_t d : v->shape) desc += "," + std::to_string(d);
+    for (int64_t d : v->shape) absl::StrAppend(&desc, ",", d);
     Mix(&h, desc);
   }
   char hex[17];

@@ -7,7 +7,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 out=build-fuzz
 mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf fuzz/corpus/tokenizer fuzz/corpus/http
-flags=(-std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
+flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 # shellcheck disable=SC2046
 libs=($(pkg-config --cflags --libs absl_status absl_statusor absl_strings))
 clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc model/safetensors.cc model/mapped_file.cc \

@@ -15,7 +15,7 @@ PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libcli11-dev libyaml-cpp-dev
   libopenblas0-openmp
   python3 python3-venv python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
-  openssl procps iproute2
+  openssl procps iproute2 patchelf xz-utils
   clang libclang-rt-14-dev
 
 )

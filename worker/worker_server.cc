@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/cuda_communicator.h"
 #include "collectives/gloo_communicator.h"
+#include "collectives/host_staged_communicator.h"
 #include "collectives/shm_communicator.h"
 #include "common/grpc_security.h"
 #include "common/grpc_status.h"
@@ -429,9 +430,9 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
     LOG(INFO) << "worker rank " << rank.rank << "/" << rank.world_size << " joined epoch " << epoch
               << ", serving on port " << port;
     std::unique_ptr<Communicator> inner;
-    if (rank.world_size == 1) {
+    if (rank.world_size == 1 && !(device->is_cuda() && options.nccl_at_world_size_one)) {
       inner = MakeSingleRankCommunicator();
-    } else if (device->is_cuda()) {
+    } else if (device->is_cuda() && !options.host_staged_collectives) {
       // GPU ranks: NCCL, bootstrapped through the coordinator's store.
       auto store = std::make_shared<RemoteStore>(stub, token, assigned.store_prefix(),
                                                  std::chrono::milliseconds(options.register_timeout_ms));
@@ -472,8 +473,10 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
         shm.timeout = gloo.timeout;
         inner = MaybeUseSharedMemory(rank, *store, std::move(inner), shm);
       }
-      LOG(INFO) << "worker rank " << rank.rank << ": collectives over "
-                << (IsSharedMemory(*inner) ? "shared memory" : "Gloo");
+      const bool shm = IsSharedMemory(*inner);
+      if (device->is_cuda()) inner = MakeHostStagedCommunicator(std::move(inner));
+      LOG(INFO) << "worker rank " << rank.rank << ": collectives over " << (shm ? "shared memory" : "Gloo")
+                << (device->is_cuda() ? ", staged through host memory" : "");
     }
     if (worker == nullptr) {
       auto timed_comm = std::make_unique<TimedCommunicator>(std::move(inner));
@@ -484,7 +487,8 @@ int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
       wo.device = device->str();
-      wo.cuda_graph_max_batch = options.cuda_graph_max_batch;
+      // A host-staged collective copies to the host mid-step: no graph can capture it.
+      wo.cuda_graph_max_batch = options.host_staged_collectives ? 0 : options.cuda_graph_max_batch;
       wo.warmup_tokens = options.warmup_tokens;
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
       service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });

@@ -42,9 +42,16 @@ struct WorkerProcessOptions {
   int64_t coordinator_lost_ms = 5000;     // exit after this long without the coordinator
   int rank = 0;                           // the rank this worker claims
   bool shared_memory_collectives = true;  // shared memory when all ranks are on this host
-  std::string device = "auto";            // --device (model/device.h); "cuda": GPU rank mod count
-  int64_t cuda_graph_max_batch = 64;      // --cuda-graph-max-batch (0: no CUDA graphs)
-  int64_t warmup_tokens = 256;            // --warmup-tokens (RankWorkerOptions; 0: none)
+  // GPU ranks use the CPU collectives above, staged through host memory, not NCCL: several ranks
+  // on one GPU (collectives/host_staged_communicator.h). Turns CUDA graphs off.
+  bool host_staged_collectives = false;
+  // A GPU rank alone (world size 1) still forms an NCCL communicator and runs every collective
+  // through it, where it would otherwise skip them: NCCL's enqueue, capture and watchdog run on a
+  // one-GPU machine.
+  bool nccl_at_world_size_one = false;
+  std::string device = "auto";        // --device (model/device.h); "cuda": GPU rank mod count
+  int64_t cuda_graph_max_batch = 64;  // --cuda-graph-max-batch (0: no CUDA graphs)
+  int64_t warmup_tokens = 256;        // --warmup-tokens (RankWorkerOptions; 0: none)
   // Internal channel security: a shared token every internal call carries
   // (empty: none) and the credentials of this worker's service and of its
   // channel to the coordinator (null: plaintext).

@@ -12,6 +12,14 @@
 // At the end each warp leaves (max, sum, acc) in shared memory and the block
 // merges them into the output.
 //
+// Split keys (flash-decoding): with num_splits > 1 the grid has that many
+// blocks per (row, KV head, pass) along z, and a row with a long context cuts
+// its keys into runs of at least kMinKeysPerSplit, one block each. Such a
+// block leaves its merged but unnormalized (max, sum, acc) in the workspace;
+// MergeSplitsKernel then combines a row's runs the way the warps are
+// combined. A row too short for two runs is finished by its first block as if
+// unsplit, and the merge kernel leaves it alone.
+//
 // Scores are kept in log2 units (q pre-multiplied by scale * log2(e)) so
 // the exponentials are exp2f; the result matches the CPU's exp to f32 rounding.
 
@@ -19,6 +27,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -109,6 +118,27 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
+// How many runs of keys a row of `keys` keys uses when a launch allows `splits`.
+__host__ __device__ __forceinline__ int RunsOf(int keys, int splits) {
+  if (splits <= 1 || keys < 2 * kMinKeysPerSplit) return 1;
+  return min(splits, keys / kMinKeysPerSplit);
+}
+
+// The first key a row at `pos` sees.
+__device__ __forceinline__ int FirstKey(const PagedAttentionParams& p, int pos) {
+  return p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+}
+
+// Where a row's runs leave their partial results: acc f32[rows, heads, splits, D], then
+// (max, sum) f32[rows, heads, splits, 2].
+__device__ __forceinline__ float* RunAcc(const PagedAttentionParams& p, int r, int h, int split) {
+  return p.split_workspace + ((static_cast<int64_t>(r) * p.heads + h) * p.num_splits + split) * p.head_dim;
+}
+__device__ __forceinline__ float* RunStats(const PagedAttentionParams& p, int r, int h, int split) {
+  return p.split_workspace + static_cast<int64_t>(p.num_rows) * p.heads * p.num_splits * p.head_dim +
+         ((static_cast<int64_t>(r) * p.heads + h) * p.num_splits + split) * 2;
+}
+
 // Warps per block: 8, or 4 where a warp's accumulators for G heads of size
 // D would take the merge buffer past 32 KB of shared memory.
 __host__ __device__ constexpr int WarpsFor(int D, int G) { return G * D <= 1024 ? 8 : 4; }
@@ -125,7 +155,7 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   __shared__ float merge_max[W][G], merge_sum[W][G];
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = p.rows[blockIdx.x];
+  const int64_t t = p.rows != nullptr ? p.rows[blockIdx.x] : blockIdx.x;
   const int group = p.kv_group, passes = (group + G - 1) / G;
   const int kvh = blockIdx.y / passes, pass = blockIdx.y % passes;
   // This KV head's query heads [first_head, end_head): a whole group, or part of one at a rank's ends.
@@ -135,7 +165,13 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   const int nh = min(G, end_head - h0);
   if (nh <= 0) return;  // the same for the whole block: a cut group needs fewer passes
   const int seq = p.seq_of_token[t], pos = p.positions[t];
-  const int first_key = p.sliding_window > 0 ? max(0, pos - p.sliding_window + 1) : 0;
+  const int first_key = FirstKey(p, pos);
+  // This block's run of keys [key_begin, key_end]: all of them when unsplit.
+  const int runs = RunsOf(pos - first_key + 1, p.num_splits), split = blockIdx.z;
+  if (split >= runs) return;  // the same for the whole block
+  const int chunk = (pos - first_key + runs) / runs;
+  const int key_begin = first_key + split * chunk;
+  const int key_end = runs == 1 ? pos : min(pos, key_begin + chunk - 1);
   const int64_t table_stride = p.block_table_stride != nullptr ? *p.block_table_stride : p.max_blocks;
   const int32_t* table = p.block_tables + static_cast<int64_t>(seq) * table_stride;
   const int64_t slot_stride = static_cast<int64_t>(p.kv_heads) * D;
@@ -157,13 +193,13 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
     l[g] = 0.0f;
   }
 
-  for (int j0 = first_key + warp * KT; j0 <= pos; j0 += W * KT) {
-    // Keys past pos in the last tile are neither loaded nor weighted.
+  for (int j0 = key_begin + warp * KT; j0 <= key_end; j0 += W * KT) {
+    // Keys past the run's end in the last tile are neither loaded nor weighted.
     float kf[KT][E], vf[KT][E];
 #pragma unroll
     for (int kk = 0; kk < KT; ++kk) {
       const int j = j0 + kk;
-      if (j <= pos) {
+      if (j <= key_end) {
         const int64_t slot = static_cast<int64_t>(table[j / p.block_size]) * p.block_size + j % p.block_size;
         LoadRun(kbase + slot * slot_stride, kf[kk]);
         LoadRun(vbase + slot * slot_stride, vf[kk]);
@@ -181,7 +217,7 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], kf[kk][e], dot);
-        s[kk] = j0 + kk <= pos ? WarpSum(dot) : -INFINITY;
+        s[kk] = j0 + kk <= key_end ? WarpSum(dot) : -INFINITY;
         tile_max = fmaxf(tile_max, s[kk]);
       }
       // tile_max is finite (the tile's first key is in range); exp2f(-inf) = 0 on the first tile.
@@ -224,6 +260,14 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
 #pragma unroll
       for (int e = 0; e < E; ++e) o[e] = fmaf(c, part[e], o[e]);
     }
+    if (runs > 1) {  // this run's part, for MergeSplitsKernel
+      StoreRun(RunAcc(p, blockIdx.x, h0 + g, split) + lane * E, o);
+      if (lane == 0) {
+        RunStats(p, blockIdx.x, h0 + g, split)[0] = mx;
+        RunStats(p, blockIdx.x, h0 + g, split)[1] = sum;
+      }
+      continue;
+    }
     // No keys at all (a negative position) gives zeros rather than NaN.
     const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
 #pragma unroll
@@ -232,12 +276,40 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   }
 }
 
+// One block per (row, query head) of a launch with num_splits > 1: combines the row's runs,
+// each rescaled from its own max to theirs, into the output. Rows of one run are done already.
+template <typename T>
+__global__ void MergeSplitsKernel(const PagedAttentionParams p) {
+  const int r = blockIdx.x, h = blockIdx.y;
+  const int64_t t = p.rows != nullptr ? p.rows[r] : r;
+  const int pos = p.positions[t];
+  const int runs = RunsOf(pos - FirstKey(p, pos) + 1, p.num_splits);
+  if (runs == 1) return;
+  float mx = -INFINITY;
+  for (int s = 0; s < runs; ++s) mx = fmaxf(mx, RunStats(p, r, h, s)[0]);
+  for (int i = threadIdx.x; i < p.head_dim; i += blockDim.x) {
+    float o = 0.0f, sum = 0.0f;
+    for (int s = 0; s < runs; ++s) {
+      const float* stats = RunStats(p, r, h, s);
+      const float c = stats[0] == -INFINITY ? 0.0f : exp2f(stats[0] - mx);
+      sum += c * stats[1];
+      o = fmaf(c, RunAcc(p, r, h, s)[i], o);
+    }
+    static_cast<T*>(p.out)[(t * p.heads + h) * p.head_dim + i] = FromFloat<T>(sum > 0.0f ? o / sum : 0.0f);
+  }
+}
+
 template <typename T, int D, int G>
 const char* Launch(const PagedAttentionParams& p, cudaStream_t stream) {
   const int passes = (p.kv_group + G - 1) / G;
   if (static_cast<int64_t>(p.kv_heads) * passes > 65535) return "paged attention: too many KV heads";
-  const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.kv_heads * passes));
+  const dim3 grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.kv_heads * passes),
+                  static_cast<unsigned>(p.num_splits));
   PagedAttentionKernel<T, D, G><<<grid, WarpsFor(D, G) * 32, 0, stream>>>(p);
+  if (p.num_splits > 1) {
+    const dim3 merge_grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.heads));
+    MergeSplitsKernel<T><<<merge_grid, D < 128 ? D : 128, 0, stream>>>(p);
+  }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
@@ -275,6 +347,20 @@ bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 }  // namespace
 
+int PagedAttentionSplits(const PagedAttentionParams& p, int sm_count) {
+  const int group = p.kv_group > 0 ? p.kv_group : (p.kv_heads > 0 ? std::max(1, p.heads / p.kv_heads) : 1);
+  const int g = group <= 1 ? 1 : group <= 2 ? 2 : group <= 4 ? 4 : kMaxGroup;
+  const int64_t blocks = static_cast<int64_t>(p.num_rows) * p.kv_heads * ((group + g - 1) / g);
+  const int64_t want = 2 * static_cast<int64_t>(sm_count);
+  if (blocks <= 0 || blocks >= want) return 1;
+  return static_cast<int>(std::min<int64_t>(kMaxSplits, (want + blocks - 1) / blocks));
+}
+
+int64_t PagedAttentionWorkspaceFloats(const PagedAttentionParams& p) {
+  if (p.num_splits <= 1) return 0;
+  return static_cast<int64_t>(p.num_rows) * p.heads * p.num_splits * (p.head_dim + 2);
+}
+
 bool PagedAttentionSupports(int head_dim) {
   return head_dim == 32 || head_dim == 64 || head_dim == 96 || head_dim == 128 || head_dim == 256;
 }
@@ -297,14 +383,17 @@ const char* LaunchPagedAttention(const PagedAttentionParams& params, void* strea
   }
   if (p.block_size <= 0 || p.max_blocks <= 0) return "paged attention: bad block_size or max_blocks";
   if (p.sliding_window < 0) return "paged attention: negative sliding_window";
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.rows == nullptr ||
-      p.positions == nullptr || p.seq_of_token == nullptr || p.block_tables == nullptr) {
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.positions == nullptr || p.seq_of_token == nullptr || p.block_tables == nullptr) {
     return "paged attention: null pointer";
   }
   if (!Aligned16(p.k) || !Aligned16(p.v) || !Aligned16(p.out)) {
     return "paged attention: k, v and out must be 16-byte aligned";
   }
   if (!PagedAttentionSupports(p.head_dim)) return "paged attention: unsupported head_dim";
+  if (p.num_splits < 1 || p.num_splits > kMaxSplits) return "paged attention: num_splits outside [1, kMaxSplits]";
+  if (p.num_splits > 1 && (p.split_workspace == nullptr || !Aligned16(p.split_workspace))) {
+    return "paged attention: num_splits > 1 needs a 16-byte aligned split_workspace";
+  }
   const auto s = static_cast<cudaStream_t>(stream);
   return p.dtype == DType::kF32 ? LaunchForType<float>(p, s) : LaunchForType<__nv_bfloat16>(p, s);
 }

@@ -30,8 +30,8 @@ struct PagedAttentionParams {
   // out + (t * heads + h) * head_dim + i.
   void* out = nullptr;
   // Device arrays (int32): the token rows to compute (num_rows of them; only these rows of out
-  // are written), each token's position and sequence index, and the block tables
-  // int32[num_seqs, max_blocks]. Table entries for blocks a row does not see are never read.
+  // are written; null: rows 0 .. num_rows - 1), each token's position and sequence index, and the block
+  // tables int32[num_seqs, max_blocks]. Table entries for blocks a row does not see are never read.
   const int32_t* rows = nullptr;
   const int32_t* positions = nullptr;
   const int32_t* seq_of_token = nullptr;
@@ -49,14 +49,34 @@ struct PagedAttentionParams {
   int32_t kv_group = 0, q_head_offset = 0;
   float scale = 1.0f;          // usually 1/sqrt(head_dim)
   int32_t sliding_window = 0;  // 0 = none; else row at position p sees keys max(0, p-window+1) .. p
+  // Split keys (flash-decoding): a row's keys are cut into up to num_splits runs of at least
+  // kMinKeysPerSplit keys, each run done by a block of its own, and a second kernel merges the
+  // runs' partial softmaxes. A row with too few keys for two runs is done by one block, exactly
+  // as unsplit. 1: unsplit. PagedAttentionSplits chooses it; a CUDA graph keeps the choice, the
+  // cut of each row follows that replay's positions.
+  int32_t num_splits = 1;
+  // With num_splits > 1: device f32[num_rows * heads * num_splits * (head_dim + 2)], 16-byte
+  // aligned (PagedAttentionWorkspaceFloats).
+  float* split_workspace = nullptr;
 };
+
+inline constexpr int kMinKeysPerSplit = 256;
+inline constexpr int kMaxSplits = 32;
+
+// The split count for a launch of p's shape on a GPU of `sm_count` multiprocessors: 1 where the
+// rows and heads alone give every multiprocessor two blocks, else enough runs for that, at most
+// kMaxSplits. The rows' context lengths then decide how many of those runs each row uses.
+int PagedAttentionSplits(const PagedAttentionParams& p, int sm_count);
+
+// Floats of split_workspace for p (0 when p.num_splits is 1).
+int64_t PagedAttentionWorkspaceFloats(const PagedAttentionParams& p);
 
 // True for the head sizes the kernel is built for: 32, 64, 96, 128 and 256.
 bool PagedAttentionSupports(int head_dim);
 
 // Enqueues the kernel on `stream`, a cudaStream_t (void* here to keep this
-// header free of CUDA's). Any group size works; groups above 8 take one block
-// per 8 query heads. Returns nullptr, or a static string
+// header free of CUDA's), and the merge kernel after it when num_splits > 1. Any
+// group size works; groups above 8 take one block per 8 query heads. Returns nullptr, or a static string
 // describing the error: bad params, an unsupported head_dim, or the
 // cudaGetErrorString of the launch error (which may be an earlier
 // asynchronous error that cudaGetLastError reports first).

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 // Validates what deploy/ ships, without a cluster or a Docker engine:
 //
-//   node tests/deploy/validate_manifests.mjs REPO_ROOT [--binary build/shardlm]
+//   node tests/deploy/validate_manifests.mjs REPO_ROOT [--binary build/shardlm [--exclude DIR]...]
 //
 // For every overlay under deploy/k8s/overlays it runs `kubectl kustomize` ($KUBECTL, else
 // kubectl on PATH), validates each object against the Kubernetes OpenAPI schema of its
@@ -10,7 +10,8 @@
 // every reference resolves, GPUs, non-root, and gRPC probes on declared ports. It also
 // reads deploy/docker/Dockerfile.* (multi-stage, non-root, no build tools at run time) and,
 // with --binary, checks the runtime package list deploy/docker/runtime-packages.sh derives
-// from the binary. One line per check; exit status 1 if any failed, 2 on bad usage.
+// from the binary (libraries under each --exclude DIR are the image's own copies, as
+// Dockerfile.cuda copies PyTorch's and CUDA's). One line per check; exit status 1 if any failed, 2 on bad usage.
 //
 // Dependencies: `npm ci` in tests/deploy (scripts/setup.sh does it).
 
@@ -35,12 +36,14 @@ try {
 const argv = process.argv.slice(2);
 let root = null;
 let binary = null;
+const excludes = [];
 for (let i = 0; i < argv.length; i++) {
   if (argv[i] === "--binary" && i + 1 < argv.length) binary = argv[++i];
+  else if (argv[i] === "--exclude" && i + 1 < argv.length) excludes.push(argv[++i]);
   else if (argv[i].startsWith("--binary=")) binary = argv[i].slice("--binary=".length);
   else if (!argv[i].startsWith("-") && root === null) root = argv[i];
   else {
-    console.error("usage: validate_manifests.mjs REPO_ROOT [--binary PATH]");
+    console.error("usage: validate_manifests.mjs REPO_ROOT [--binary PATH [--exclude DIR]...]");
     process.exit(2);
   }
 }
@@ -56,7 +59,7 @@ const dockerfiles = fs.existsSync(dockerDir)
 check(`deploy/docker: Dockerfiles found (${dockerfiles.map((f) => path.basename(f)).join(", ")})`,
   dockerfiles.length ? [] : ["no deploy/docker/Dockerfile.*"]);
 for (const f of dockerfiles) checkDockerfile(f, root);
-if (binary) checkRuntimePackages(path.resolve(binary), root);
+if (binary) checkRuntimePackages(path.resolve(binary), root, excludes);
 
 const overlaysDir = path.join(root, "deploy/k8s/overlays");
 const overlays = fs.existsSync(overlaysDir)

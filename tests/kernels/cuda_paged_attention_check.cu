@@ -6,6 +6,8 @@
 // slot no row may read holds NaN, so a wrong slot shows as a NaN output.
 // Some tokens are not in `rows`: their output must stay untouched. Passing:
 // max abs error 1e-4 for f32, 2e-2 of the largest reference output for bf16.
+// Split-key cases run the kernel unsplit and split: both against the
+// reference, and split against unsplit within f32 rounding.
 //
 //   nvcc -std=c++17 -O2 -arch=sm_90 -I. -o pa_check
 //     tests/kernels/cuda_paged_attention_check.cu kernels/cuda/paged_attention.cu
@@ -96,6 +98,8 @@ void* Upload(const void* data, size_t bytes) {
 struct Case {
   DType dtype;
   int head_dim, heads, kv_heads, window;
+  int splits = 1;  // > 1: also run with split keys, against the reference and the unsplit output
+  bool all_rows = false;  // every token, in order, given as rows = null
 };
 
 // A sequence in this step: `cached` earlier positions, then `fresh` new tokens
@@ -160,9 +164,9 @@ bool RunCase(const Case& c, uint32_t seed) {
   // Rows to compute, in shuffled order; every fourth token of a chunk is left out.
   std::vector<int32_t> rows;
   for (int t = 0; t < tokens; ++t) {
-    if (seqs[seq_of_token[t]].fresh == 1 || t % 4 != 3) rows.push_back(t);
+    if (c.all_rows || seqs[seq_of_token[t]].fresh == 1 || t % 4 != 3) rows.push_back(t);
   }
-  std::shuffle(rows.begin(), rows.end(), rng);
+  if (!c.all_rows) std::shuffle(rows.begin(), rows.end(), rng);
   Stored out(c.dtype, static_cast<size_t>(tokens) * heads * d);
   for (size_t i = 0; i < out.f.size(); ++i) out.Set(i, 1234.5f);  // sentinel for rows not computed
 
@@ -174,7 +178,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   p.k = Upload(k.bytes.data(), k.bytes.size());
   p.v = Upload(v.bytes.data(), v.bytes.size());
   p.out = Upload(out.bytes.data(), out.bytes.size());
-  p.rows = static_cast<const int32_t*>(Upload(rows.data(), rows.size() * 4));
+  p.rows = c.all_rows ? nullptr : static_cast<const int32_t*>(Upload(rows.data(), rows.size() * 4));
   p.positions = static_cast<const int32_t*>(Upload(positions.data(), positions.size() * 4));
   p.seq_of_token = static_cast<const int32_t*>(Upload(seq_of_token.data(), seq_of_token.size() * 4));
   p.block_tables = static_cast<const int32_t*>(Upload(tables.data(), tables.size() * 4));
@@ -194,13 +198,23 @@ bool RunCase(const Case& c, uint32_t seed) {
   p.head_dim = d;
   p.scale = 1.0f / std::sqrt(static_cast<float>(d));
   p.sliding_window = c.window;
-  if (const char* err = LaunchPagedAttention(p, nullptr)) {
-    std::printf("launch failed: %s\n", err);
-    return false;
-  }
-  CHECK_CUDA(cudaDeviceSynchronize());
-  std::vector<uint8_t> got(out.bytes.size());
-  CHECK_CUDA(cudaMemcpy(got.data(), p.out, got.size(), cudaMemcpyDeviceToHost));
+  // One launch with `splits` (a fresh sentinel-filled output each time); its output bytes.
+  auto launch = [&](int splits, std::vector<uint8_t>& got) {
+    CHECK_CUDA(cudaMemcpy(p.out, out.bytes.data(), out.bytes.size(), cudaMemcpyHostToDevice));
+    p.num_splits = splits;
+    p.split_workspace = nullptr;
+    const int64_t ws = shardlm::kernels::cuda::PagedAttentionWorkspaceFloats(p);
+    if (ws > 0) CHECK_CUDA(cudaMalloc(&p.split_workspace, ws * sizeof(float)));
+    const char* err = LaunchPagedAttention(p, nullptr);
+    if (err != nullptr) std::printf("launch failed (num_splits %d): %s\n", splits, err);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    if (p.split_workspace != nullptr) CHECK_CUDA(cudaFree(p.split_workspace));
+    got.resize(out.bytes.size());
+    CHECK_CUDA(cudaMemcpy(got.data(), p.out, got.size(), cudaMemcpyDeviceToHost));
+    return err == nullptr;
+  };
+  std::vector<uint8_t> got, split_got;
+  if (!launch(1, got) || (c.splits > 1 && !launch(c.splits, split_got))) return false;
   for (const void* ptr : {p.q, p.k, p.v, static_cast<const void*>(p.out), static_cast<const void*>(p.rows),
                           static_cast<const void*>(p.positions), static_cast<const void*>(p.seq_of_token),
                           static_cast<const void*>(p.block_tables)}) {
@@ -209,7 +223,7 @@ bool RunCase(const Case& c, uint32_t seed) {
   if (p.block_table_stride != nullptr) CHECK_CUDA(cudaFree(const_cast<int32_t*>(p.block_table_stride)));
 
   // Reference: softmax in double over the row's keys, from the stored values.
-  double max_err = 0.0, max_ref = 0.0;
+  double max_err = 0.0, max_ref = 0.0, split_diff = 0.0;
   std::vector<double> w;
   std::vector<bool> computed(tokens, false);
   for (int32_t t : rows) computed[t] = true;
@@ -233,9 +247,16 @@ bool RunCase(const Case& c, uint32_t seed) {
         double ref = 0.0;
         for (int j = first; j <= pos; ++j) ref += w[j - first] * v.f[(slot_of(s, j) * kvh + g) * d + i];
         ref /= sum;
-        const double o = out.Get(got, (static_cast<size_t>(t) * heads + h) * d + i);
+        const size_t at = (static_cast<size_t>(t) * heads + h) * d + i;
+        const double o = out.Get(got, at);
         const double err = std::fabs(o - ref);
         max_err = std::isnan(err) ? INFINITY : std::max(max_err, err);
+        if (c.splits > 1) {
+          const double so = out.Get(split_got, at);
+          const double serr = std::fabs(so - ref), sdiff = std::fabs(so - o);
+          max_err = std::isnan(serr) ? INFINITY : std::max(max_err, serr);
+          split_diff = std::isnan(sdiff) ? INFINITY : std::max(split_diff, sdiff);
+        }
         max_ref = std::max(max_ref, std::fabs(ref));
       }
     }
@@ -246,14 +267,21 @@ bool RunCase(const Case& c, uint32_t seed) {
   for (int t = 0; t < tokens; ++t) {
     const size_t at = t * row_bytes;
     if (!computed[t] && std::memcmp(got.data() + at, out.bytes.data() + at, row_bytes) != 0) ++touched;
+    if (!computed[t] && c.splits > 1 && std::memcmp(split_got.data() + at, out.bytes.data() + at, row_bytes) != 0) {
+      ++touched;
+    }
   }
   const bool f32 = c.dtype == DType::kF32;
   const double tol = f32 ? 1e-4 : 2e-2 * max_ref;
-  const bool ok = max_err <= tol && touched == 0;
-  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-2d rows=%zu%s  max abs err %.3g (tol %.3g)%s\n",
-              ok ? "ok  " : "FAIL", f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(),
-              seed % 2 == 1 ? " stride on device" : "", max_err, tol,
-              touched ? "  rows outside `rows` written" : "");
+  // Split and unsplit differ by f32 rounding alone: far below 1e-5 in f32; in bf16, one rounding
+  // of the output (2^-8 relative) where the f32 values straddle a bf16 boundary.
+  const double split_tol = f32 ? 1e-5 : std::ldexp(max_ref, -7);
+  const bool ok = max_err <= tol && touched == 0 && split_diff <= split_tol;
+  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-4d rows=%zu%s%s  max abs err %.3g (tol %.3g)", ok ? "ok  " : "FAIL",
+              f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(), c.all_rows ? " (null)" : "",
+              seed % 2 == 1 ? " stride on device" : "", max_err, tol);
+  if (c.splits > 1) std::printf("  splits %d: |split - unsplit| %.3g (tol %.3g)", c.splits, split_diff, split_tol);
+  std::printf("%s\n", touched ? "  rows outside `rows` written" : "");
   return ok;
 }
 
@@ -285,6 +313,13 @@ int main() {
     cases.push_back({dt, 128, 16, 1, 0});  // group 16: two passes of 8 heads
     cases.push_back({dt, 64, 12, 2, 50});  // group 6: heads past the group in a block of 8
     cases.push_back({dt, 64, 4, 4, 1});    // window 1: each row sees only itself
+    // Split keys: the 3000-key row in 8 and in 32 runs (GQA 1, 4 and 8), with a window of 1000
+    // (runs start past the window), and with every row too short to split but one.
+    for (int ratio : {1, 4, 8}) cases.push_back({dt, 128, 2 * ratio, 2, 0, 8});
+    cases.push_back({dt, 128, 8, 2, 0, 32});
+    cases.push_back({dt, 64, 8, 2, 1000, 8});
+    cases.push_back({dt, 128, 16, 1, 0, 5});  // group 16: two passes, 5 runs (600 keys each)
+    cases.push_back({dt, 128, 8, 2, 0, 8, /*all_rows=*/true});  // rows = null: every token
   }
   uint32_t seed = 1;
   for (const Case& c : cases) ok = RunCase(c, seed++) && ok;

@@ -1,0 +1,11 @@
+// The CPU build: no CUDA kernels (kernels/cuda_fused.h).
+#include "kernels/cuda_fused.h"
+
+namespace shardlm::kernels {
+
+void SetCudaFusedKernels(bool) {}
+at::Tensor CudaRmsNorm(const at::Tensor&, const at::Tensor&, double) { return at::Tensor(); }
+bool CudaRotaryInPlace(at::Tensor&, int64_t, int64_t, const at::Tensor&, const at::Tensor&) { return false; }
+at::Tensor CudaSiluMul(const at::Tensor&) { return at::Tensor(); }
+
+}  // namespace shardlm::kernels

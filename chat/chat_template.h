@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {

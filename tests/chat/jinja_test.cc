@@ -1,8 +1,8 @@
-// Unit tests of the Jinja engine (chat/jinja.h) and ChatTemplate
+// Unit tests of the Jinja engine (jinja/jinja.h) and ChatTemplate
 // (chat/chat_template.h). Expected strings are what Python Jinja2 3.1 renders
 // in transformers' environment; tests/chat/check_chat_templates.py compares
 // against Jinja2 itself on the real chat templates.
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

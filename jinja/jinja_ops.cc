@@ -1,13 +1,13 @@
-#include "chat/jinja_ops.h"
+#include "jinja/jinja_ops.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "chat/jinja_methods.h"
-#include "chat/py_string.h"
 #include "common/status.h"
+#include "jinja/jinja_methods.h"
+#include "jinja/py_string.h"
 
 namespace shardlm::jinja {
 namespace {

@@ -1,4 +1,4 @@
-#include "chat/py_string.h"
+#include "jinja/py_string.h"
 
 #include <unicode/locid.h>
 #include <unicode/uchar.h>

@@ -1,13 +1,13 @@
-#include "chat/jinja_methods.h"
+#include "jinja/jinja_methods.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "chat/jinja_ops.h"
-#include "chat/py_string.h"
 #include "common/status.h"
+#include "jinja/jinja_ops.h"
+#include "jinja/py_string.h"
 
 namespace shardlm::jinja {
 namespace {

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "chat/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace shardlm::jinja {
 

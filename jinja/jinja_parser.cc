@@ -1,12 +1,12 @@
-#include "chat/jinja_parser.h"
+#include "jinja/jinja_parser.h"
 
 #include <algorithm>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "chat/jinja_builtins.h"
 #include "common/status.h"
+#include "jinja/jinja_builtins.h"
 
 namespace shardlm::jinja {
 namespace {

@@ -14,7 +14,7 @@
 // unpacking, an `if` filter, else, break/continue), set (also `ns.attr` and
 // block form), macro, call blocks, filter blocks, with, generation; Python expressions,
 // literals, slicing, calls with keyword arguments, filters and tests
-// (chat/jinja_builtins.h), str/dict/list methods (chat/jinja_methods.h); the
+// (jinja/jinja_builtins.h), str/dict/list methods (jinja/jinja_methods.h); the
 // globals range, namespace, dict, raise_exception and strftime_now.
 // Not supported: template inheritance and includes, recursive loops.
 //
@@ -37,7 +37,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "chat/jinja_value.h"
+#include "jinja/jinja_value.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm::jinja {

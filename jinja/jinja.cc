@@ -1,7 +1,7 @@
 // Template parsing and the renderer: a tree walk over the syntax tree with
 // Jinja2's scoping (a for-loop iteration, a macro call and a `with` block each
 // get a fresh scope; `if` does not; `set` writes the innermost scope).
-#include "chat/jinja.h"
+#include "jinja/jinja.h"
 
 #include <algorithm>
 #include <memory>
@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "chat/jinja_ast.h"
-#include "chat/jinja_builtins.h"
-#include "chat/jinja_lexer.h"
-#include "chat/jinja_ops.h"
-#include "chat/jinja_parser.h"
 #include "common/status.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_builtins.h"
+#include "jinja/jinja_lexer.h"
+#include "jinja/jinja_ops.h"
+#include "jinja/jinja_parser.h"
 
 namespace shardlm::jinja {
 

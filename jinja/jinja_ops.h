@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "chat/jinja_ast.h"
-#include "chat/jinja_value.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_value.h"
 
 namespace shardlm::jinja {
 

@@ -1,4 +1,4 @@
-#include "chat/jinja_lexer.h"
+#include "jinja/jinja_lexer.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "chat/py_string.h"
+#include "jinja/py_string.h"
 
 namespace shardlm::jinja {
 namespace {

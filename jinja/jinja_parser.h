@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "chat/jinja_ast.h"
-#include "chat/jinja_lexer.h"
+#include "jinja/jinja_ast.h"
+#include "jinja/jinja_lexer.h"
 
 namespace shardlm::jinja {
 

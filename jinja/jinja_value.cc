@@ -1,12 +1,12 @@
-#include "chat/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "chat/py_string.h"
 #include "common/status.h"
+#include "jinja/py_string.h"
 
 namespace shardlm::jinja {
 namespace {

@@ -17,7 +17,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "chat/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace shardlm::jinja {
 

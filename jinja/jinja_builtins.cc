@@ -1,5 +1,5 @@
 // Jinja's tests and global functions (the filters are in jinja_filters.cc).
-#include "chat/jinja_builtins.h"
+#include "jinja/jinja_builtins.h"
 
 #include <sys/time.h>
 
@@ -8,9 +8,9 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "chat/jinja_methods.h"
-#include "chat/jinja_ops.h"
 #include "common/status.h"
+#include "jinja/jinja_methods.h"
+#include "jinja/jinja_ops.h"
 
 namespace shardlm::jinja {
 namespace {

@@ -1,4 +1,4 @@
-// Python `str` semantics on UTF-8 text, for the Jinja engine (chat/jinja.h).
+// Python `str` semantics on UTF-8 text, for the Jinja engine (jinja/jinja.h).
 //
 // Chat templates index, slice, strip and split strings exactly as Python does:
 // by code point, with Python's idea of whitespace and line breaks. Strings stay

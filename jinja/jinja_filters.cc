@@ -8,11 +8,11 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "chat/jinja_builtins.h"
-#include "chat/jinja_methods.h"
-#include "chat/jinja_ops.h"
-#include "chat/py_string.h"
 #include "common/status.h"
+#include "jinja/jinja_builtins.h"
+#include "jinja/jinja_methods.h"
+#include "jinja/jinja_ops.h"
+#include "jinja/py_string.h"
 
 namespace shardlm::jinja {
 namespace {

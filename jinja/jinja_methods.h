@@ -10,7 +10,7 @@
 #include <optional>
 #include <string>
 
-#include "chat/jinja_value.h"
+#include "jinja/jinja_value.h"
 
 namespace shardlm::jinja {
 

@@ -58,8 +58,4 @@ std::unique_ptr<Communicator> MakeHostStagedCommunicator(std::unique_ptr<Communi
   return std::make_unique<HostStagedCommunicator>(std::move(host));
 }
 
-bool IsHostStaged(const Communicator& comm) {
-  return dynamic_cast<const HostStagedCommunicator*>(&comm) != nullptr;
-}
-
 }  // namespace shardlm

@@ -21,7 +21,4 @@ namespace shardlm {
 
 std::unique_ptr<Communicator> MakeHostStagedCommunicator(std::unique_ptr<Communicator> host);
 
-// True for a communicator made by MakeHostStagedCommunicator.
-bool IsHostStaged(const Communicator& comm);
-
 }  // namespace shardlm

@@ -162,8 +162,8 @@ void RotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Ten
                   sin.is_contiguous() && cos.scalar_type() == at::kFloat && cos.numel() == rows * half &&
                   sin.numel() == rows * half,
               "rotary: x ", x.sizes(), " cos ", cos.sizes());
-  if (UseAtenOps(x) && CudaRotaryInPlace(x, heads, head_dim, cos, sin)) return;
   if (UseAtenOps(x)) {
+    if (CudaRotaryInPlace(x, heads, head_dim, cos, sin)) return;
     // Rotate-half in f32, rounded once to the dtype, as the loop below does.
     at::Tensor heads_view = x.narrow(1, 0, heads * head_dim).view({rows, heads, head_dim});
     at::Tensor xf = heads_view.to(at::kFloat);

@@ -15,13 +15,9 @@ debian_headers="$(ninja -C "$build" -t deps | awk '/^[^ ].*: #deps/ {obj = $1}
   /\/usr\/include\/(c10|ATen|torch)\// {print obj}' | sort -u)"
 [ -z "$debian_headers" ] || fail "these saw Debian's libtorch headers: $debian_headers"
 
-ldd_out="$(ldd "$build/shardlm")"
-! grep -q "not found" <<<"$ldd_out" || fail "$(grep "not found" <<<"$ldd_out")"
-for lib in libcudart.so libcublas.so libnccl.so libtorch_cuda.so libtorch_cpu.so; do
-  sources="$(awk -v l="$lib" 'index($1, l) == 1 {print $3}' <<<"$ldd_out" | xargs -r -n1 readlink -f | sort -u)"
-  [ "$(wc -l <<<"$sources")" = 1 ] && [ -n "$sources" ] || fail "$lib from several files or none: $sources"
-  case "$sources" in */site-packages/*) ;; *) fail "$lib from $sources, not the wheels" ;; esac
-done
+# shellcheck disable=SC1091
+source "$(dirname "${BASH_SOURCE[0]}")/../gpu/ldd_checks.sh"
+ldd_checks "$(ldd "$build/shardlm")" "*/site-packages/*" >/dev/null
 
 needed="$(readelf -d "$build/shardlm" | awk '/NEEDED/ {gsub(/[][]/, "", $5); print $5}')"
 line() { grep -n -m1 "^$1" <<<"$needed" | cut -d: -f1; }

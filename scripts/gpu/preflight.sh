@@ -50,17 +50,9 @@ echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" > "$d
 # shellcheck disable=SC1091
 source "$dest/env.sh"
 
-ldd_all="$(for f in "$dest"/shardlm* "$dest"/tests/*; do ldd "$f"; done)"
-if grep -q "not found" <<<"$ldd_all"; then
-  grep "not found" <<<"$ldd_all" | sort -u
-  fail "libraries not found"
-fi
-for lib in libcudart.so libcublas.so libnccl.so libtorch_cuda.so libc10_cuda.so; do
-  sources="$(awk -v l="$lib" 'index($1, l) == 1 {print $3}' <<<"$ldd_all" | xargs -r -n1 readlink -f | sort -u)"
-  [ "$(wc -l <<<"$sources")" = 1 ] && [ -n "$sources" ] || fail "$lib from several files or none: $sources"
-  case "$sources" in "$site"/*) ;; *) fail "$lib from $sources, not this machine's torch ($site)" ;; esac
-  echo "$lib: $sources"
-done
+# shellcheck disable=SC1091
+source "$here/scripts/gpu/ldd_checks.sh"
+ldd_checks "$(for f in "$dest"/shardlm* "$dest"/tests/*; do ldd "$f"; done)" "$site/*"
 "$dest/shardlm" --help >/dev/null || fail "shardlm does not start"
 if [ "$gpu" = 1 ]; then
   "$py" -c 'import torch; assert torch.cuda.is_available(); print("cuda devices:", torch.cuda.device_count())'

@@ -252,6 +252,10 @@ int Main(int argc, char** argv) {
   f.Bool("no-cuda-fused",
          "on a GPU, the element-wise parts through ATen's operators, not the fused kernels "
          "(to measure what those save)");
+  f.Int("cuda-gemv-max-rows",
+        "on a GPU, products of up to this many rows through the few-row kernel, the rest through cuBLAS "
+        "(0: all through cuBLAS; to measure what the kernel saves)",
+        kernels::kDefaultCudaGemvMaxRows, 0, 8);
   f.Int("cuda-attention-max-splits",
         "on a GPU, at most this many runs of keys per attention row (1: never "
         "split; to measure what split keys save)",
@@ -269,6 +273,7 @@ int Main(int argc, char** argv) {
   }
   const bool gpu = !device->is_cpu();
   kernels::SetCudaFusedKernels(!f.GetBool("no-cuda-fused"));
+  kernels::SetCudaGemvMaxRows(f.GetInt("cuda-gemv-max-rows"));
   SetCudaAttentionMaxSplits(static_cast<int>(f.GetInt("cuda-attention-max-splits")));
   if (!std::filesystem::exists(dir + "/config.json") && f.GetString("shape") == "llama3-8b") {
     // Llama-3-8B's shapes (GQA 32/8, 128k vocabulary, untied), bf16, random.

@@ -1,14 +1,16 @@
-// The CUDA variant: fused.h's device path launches kernels/cuda/elementwise.cu
-// on libtorch's current stream.
+// The CUDA variant: fused.h's and linear.h's device paths launch
+// kernels/cuda/elementwise.cu and kernels/cuda/gemv.cu on libtorch's current stream.
 #include "kernels/cuda_fused.h"
 
 #include <ATen/ATen.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <atomic>
 
 #include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemv.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -16,6 +18,7 @@ namespace {
 namespace kc = cuda;
 
 std::atomic<bool> g_enabled{true};
+std::atomic<int64_t> g_gemv_max_rows{kDefaultCudaGemvMaxRows};
 
 bool Enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
@@ -29,9 +32,85 @@ kc::DType DTypeOf(const at::Tensor& t) {
 
 void* StreamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
+// The few-row kernel takes x, w (and bias, y) when all are CUDA tensors of one
+// dtype on one device, w contiguous, and gemv.h's shape and alignment hold.
+bool GemvTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (!x.is_cuda() || x.dim() != 2 || x.size(0) > g_gemv_max_rows.load(std::memory_order_relaxed) ||
+      w.dim() != 2 || x.stride(1) != 1 ||
+      (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
+      w.scalar_type() != x.scalar_type() || w.device() != x.device() || !w.is_contiguous() ||
+      w.size(1) != x.size(1)) {
+    return false;
+  }
+  if (bias.defined() && (bias.scalar_type() != x.scalar_type() || bias.device() != x.device() ||
+                         !bias.is_contiguous() || bias.numel() != w.size(0))) {
+    return false;
+  }
+  return kc::GemvTakes(DTypeOf(x), x.size(0), x.size(1), x.data_ptr(), x.stride(0), w.data_ptr());
+}
+
+void RunGemv(kc::GemvEpilogue e, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias,
+             at::Tensor& y, int64_t n) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const char* err = kc::LaunchGemv(DTypeOf(x), e, x.data_ptr(), x.stride(0), w.data_ptr(),
+                                   bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(), y.stride(0),
+                                   x.size(0), n, x.size(1), StreamOf(x));
+  TORCH_CHECK(err == nullptr, "CUDA gemv: ", err);
+}
+
 }  // namespace
 
 void SetCudaFusedKernels(bool on) { g_enabled.store(on); }
+void SetCudaGemvMaxRows(int64_t n) { g_gemv_max_rows.store(std::clamp<int64_t>(n, 0, kc::kGemvMaxRows)); }
+int64_t CudaGemvMaxRows() { return g_gemv_max_rows.load(); }
+
+at::Tensor CudaLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (!GemvTakes(x, w, bias)) return at::Tensor();
+  at::Tensor y = at::empty({x.size(0), w.size(0)}, x.options());
+  RunGemv(kc::GemvEpilogue::kStore, x, w, bias, y, w.size(0));
+  return y;
+}
+
+at::Tensor CudaLinearSwiGlu(const at::Tensor& x, const at::Tensor& gate_up) {
+  if (!GemvTakes(x, gate_up, at::Tensor()) || gate_up.size(0) % 2 != 0) return at::Tensor();
+  const int64_t inter = gate_up.size(0) / 2;
+  at::Tensor y = at::empty({x.size(0), inter}, x.options());
+  RunGemv(kc::GemvEpilogue::kSwiGlu, x, gate_up, at::Tensor(), y, inter);
+  return y;
+}
+
+bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  if (!GemvTakes(x, w, bias) || y.dim() != 2 || !y.is_contiguous() || y.scalar_type() != x.scalar_type() ||
+      y.device() != x.device() || y.size(0) != x.size(0) || y.size(1) != w.size(0)) {
+    return false;
+  }
+  RunGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.size(0));
+  return true;
+}
+
+bool CudaRotaryKvInPlace(at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                         const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
+                         at::Tensor& k_layer, at::Tensor& v_layer) {
+  if (!Takes(qkv) || qkv.dim() != 2 || qkv.stride(1) != 1 ||
+      qkv.size(1) < (heads + 2 * kv_heads) * head_dim || cos.device() != qkv.device() ||
+      sin.device() != qkv.device() || !slots.defined() || slots.device() != qkv.device() ||
+      slots.scalar_type() != at::kLong || !slots.is_contiguous() || slots.numel() != qkv.size(0)) {
+    return false;
+  }
+  for (const at::Tensor* c : {&k_layer, &v_layer}) {
+    if (c->scalar_type() != qkv.scalar_type() || c->device() != qkv.device() || !c->is_contiguous() ||
+        c->dim() != 4 || c->size(2) != kv_heads || c->size(3) != head_dim) {
+      return false;
+    }
+  }
+  const c10::cuda::CUDAGuard guard(qkv.device());
+  const char* err =
+      kc::LaunchRotaryKv(DTypeOf(qkv), qkv.data_ptr(), qkv.stride(0), qkv.size(0), heads, kv_heads, head_dim,
+                         cos.data_ptr<float>(), sin.data_ptr<float>(), slots.data_ptr<int64_t>(),
+                         k_layer.data_ptr(), v_layer.data_ptr(), StreamOf(qkv));
+  TORCH_CHECK(err == nullptr, "CUDA rotary_kv: ", err);
+  return true;
+}
 
 at::Tensor CudaRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   if (!Takes(x) || x.dim() != 2 || x.stride(1) != 1 || weight.scalar_type() != x.scalar_type() ||

@@ -1,11 +1,13 @@
-// The CUDA element-wise kernels (kernels/cuda/elementwise.h) behind fused.h's
-// device path, for CUDA tensors of f32 or bf16.
+// The CUDA kernels behind fused.h's and linear.h's device paths, for CUDA
+// tensors of f32 or bf16: the element-wise kernels (kernels/cuda/elementwise.h)
+// and the few-row products (kernels/cuda/gemv.h).
 //
 // A CUDA build (SHARDLM_CUDA) compiles cuda_fused.cc; the CPU build
 // cuda_fused_stub.cc, which handles nothing. An undefined result (or false)
 // means "not handled here": fused.cc then uses its ATen operators, as it does
-// for every call after SetCudaFusedKernels(false) (shardlm_bench --no-cuda-fused
-// measures what the kernels save, docs/gpu.md).
+// for every call after SetCudaFusedKernels(false), and linear.cc uses cuBLAS
+// for products of more rows than SetCudaGemvMaxRows allows (shardlm_bench
+// --no-cuda-fused and --cuda-gemv-max-rows measure what the kernels save, docs/gpu.md).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -14,10 +16,31 @@ namespace shardlm::kernels {
 
 // On by default; main sets it before any step runs.
 void SetCudaFusedKernels(bool on);
+// Products of up to n rows (0 to 8; 0: none) go to the few-row kernel, the
+// rest to cuBLAS. kDefaultCudaGemvMaxRows by default: at more rows the
+// kernel, which reads the weight once but unpacks x once per column, loses to
+// cuBLAS (docs/gpu.md has the measurements).
+inline constexpr int64_t kDefaultCudaGemvMaxRows = 4;
+void SetCudaGemvMaxRows(int64_t n);
+int64_t CudaGemvMaxRows();
 
 at::Tensor CudaRmsNorm(const at::Tensor& x, const at::Tensor& weight, double eps);
 bool CudaRotaryInPlace(at::Tensor& x, int64_t heads, int64_t head_dim, const at::Tensor& cos,
                        const at::Tensor& sin);
 at::Tensor CudaSiluMul(const at::Tensor& gate_up);
+
+// RotaryInPlace over qkv's first heads + kv_heads heads, and row r's rotated k
+// and its v (the kv_heads heads after them) written to slot slots[r] of
+// k_layer and v_layer (dtype[blocks, block_size, kv_heads, head_dim]), in one
+// kernel; false (nothing done) where that kernel does not take the operands.
+bool CudaRotaryKvInPlace(at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                         const at::Tensor& cos, const at::Tensor& sin, const at::Tensor& slots,
+                         at::Tensor& k_layer, at::Tensor& v_layer);
+
+// linear.h's Linear, LinearSwiGlu (gate_up unpacked: [gate; up]) and
+// LinearAddTo for up to CudaGemvMaxRows() rows (kernels/cuda/gemv.h).
+at::Tensor CudaLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+at::Tensor CudaLinearSwiGlu(const at::Tensor& x, const at::Tensor& gate_up);
+bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
 }  // namespace shardlm::kernels

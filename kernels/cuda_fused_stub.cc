@@ -7,5 +7,14 @@ void SetCudaFusedKernels(bool) {}
 at::Tensor CudaRmsNorm(const at::Tensor&, const at::Tensor&, double) { return at::Tensor(); }
 bool CudaRotaryInPlace(at::Tensor&, int64_t, int64_t, const at::Tensor&, const at::Tensor&) { return false; }
 at::Tensor CudaSiluMul(const at::Tensor&) { return at::Tensor(); }
+void SetCudaGemvMaxRows(int64_t) {}
+int64_t CudaGemvMaxRows() { return 0; }
+bool CudaRotaryKvInPlace(at::Tensor&, int64_t, int64_t, int64_t, const at::Tensor&, const at::Tensor&,
+                         const at::Tensor&, at::Tensor&, at::Tensor&) {
+  return false;
+}
+at::Tensor CudaLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return at::Tensor(); }
+at::Tensor CudaLinearSwiGlu(const at::Tensor&, const at::Tensor&) { return at::Tensor(); }
+bool CudaLinearAddTo(at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
 
 }  // namespace shardlm::kernels

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cuda_fused.h"
 #include "kernels/fused.h"
 #include "kernels/parallel.h"
 #include "kernels/step_profile.h"
@@ -187,7 +188,8 @@ LinearWeight LinearWeight::Prepare(at::Tensor w) {
 
 LinearWeight LinearWeight::PrepareGated(at::Tensor gate_up) {
   TORCH_CHECK(gate_up.dim() == 2 && gate_up.size(0) % 2 == 0,
-              "LinearWeight: a gate/up weight must be 2-D with an even number of rows, got ", gate_up.sizes());
+              "LinearWeight: a gate/up weight must be 2-D with an even number of rows, got ",
+              gate_up.sizes());
   if (!Packable(gate_up) || !FusionWanted()) return Prepare(std::move(gate_up));
   LinearWeight lw;
   lw.out_ = gate_up.size(0);
@@ -219,6 +221,10 @@ at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tenso
 
 at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
   if (!gate_up.gated()) {
+    if (x_in.is_cuda()) {
+      StepPartTimer timer(StepPart::kProjections);
+      if (at::Tensor y = CudaLinearSwiGlu(x_in, gate_up.plain()); y.defined()) return y;
+    }
     at::Tensor gu = Linear(x_in, gate_up);
     StepPartTimer timer(StepPart::kElementwise);
     return SiluMul(gu.contiguous());
@@ -232,6 +238,10 @@ at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
 
 void LinearAddTo(at::Tensor& y, const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
   if (!w.packed() || w.gated() || !FusionWanted()) {
+    if (x_in.is_cuda() && !w.packed()) {
+      StepPartTimer timer(StepPart::kProjections);
+      if (CudaLinearAddTo(y, x_in, w.plain(), bias_in)) return;
+    }
     at::Tensor partial = Linear(x_in, w, bias_in);
     StepPartTimer timer(StepPart::kElementwise);
     AddInPlace(y, partial);
@@ -239,8 +249,8 @@ void LinearAddTo(at::Tensor& y, const at::Tensor& x_in, const LinearWeight& w, c
   }
   StepPartTimer timer(StepPart::kProjections);
   const PackedInputs in = PackedOperands(x_in, w, bias_in);
-  TORCH_CHECK(y.dim() == 2 && y.is_contiguous() && y.size(0) == in.x.size(0) && y.size(1) == w.out_features() &&
-                  y.scalar_type() == w.dtype(),
+  TORCH_CHECK(y.dim() == 2 && y.is_contiguous() && y.size(0) == in.x.size(0) &&
+                  y.size(1) == w.out_features() && y.scalar_type() == w.dtype(),
               "linear_add_to: y ", y.sizes(), " for x ", in.x.sizes(), " and ", w.out_features(), " outputs");
   RunPackedAny(in.x, w, in.bias, y, PackedEpilogue::kAddTo);
 }
@@ -273,7 +283,10 @@ at::Tensor LinearImpl(const at::Tensor& x, const at::Tensor& w, const at::Tensor
               w.sizes(), " do not match");
   const at::ScalarType dtype = x.scalar_type();
   const Isa isa = ActiveIsa();
-  // Off the CPU (CUDA) the product is ATen's (cuBLAS).
+  // Off the CPU (CUDA), a few rows go to kernels/cuda/gemv.cu, the rest to ATen (cuBLAS).
+  if (x.is_cuda()) {
+    if (at::Tensor y = CudaLinear(x, w, bias); y.defined()) return y;
+  }
   const bool gemv = x.device().is_cpu() && x.size(0) <= GemvMaxRows(dtype) && isa != Isa::kScalar &&
                     w.scalar_type() == dtype &&
                     (!bias.defined() || (bias.scalar_type() == dtype && bias.is_contiguous())) &&

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/uneven.h"
 #include "common/status.h"
+#include "kernels/cuda_fused.h"
 #include "kernels/fused.h"
 #include "kernels/linear.h"
 #include "kernels/step_profile.h"
@@ -283,16 +284,23 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
       // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
       // normed (Qwen3) and rotated in place, then attended from where they are.
       at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
+      bool kv_written = false;
       {
         kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
         if (L.q_norm.defined()) {
           kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, eps);
           kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, eps);
         }
-        kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
+        // On a GPU one kernel rotates q and k and writes k and v to their slots.
+        if (qkv.is_cuda()) {
+          at::Tensor k_layer = pool.k().select(0, static_cast<int64_t>(li));
+          at::Tensor v_layer = pool.v().select(0, static_cast<int64_t>(li));
+          kv_written = kernels::CudaRotaryKvInPlace(qkv, hq, hkv, d, cos, sin, batch.slots, k_layer, v_layer);
+        }
+        if (!kv_written) kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
       }
       at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
-        return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch);
+        return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch, kv_written);
       });
       // With one rank nothing is reduced between a projection and its
       // residual add, so the product adds into x itself.

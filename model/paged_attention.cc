@@ -417,13 +417,14 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
 }
 
 at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch) {
+                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch,
+                       bool kv_written) {
   const int64_t tokens = qkv.size(0), d = head_dim;
   const bool f32 = qkv.scalar_type() == at::kFloat;
   const bool vector_kernel = f32 ? FastKernel<float>(d) != nullptr
                                  : qkv.scalar_type() == at::kBFloat16 && FastKernel<uint16_t>(d) != nullptr;
-  const bool direct = vector_kernel && !kernels::UseAtenOps(qkv) && qkv.dim() == 2 && qkv.stride(1) == 1 &&
-                      k_pool.scalar_type() == qkv.scalar_type() &&
+  const bool direct = vector_kernel && !kv_written && !kernels::UseAtenOps(qkv) && qkv.dim() == 2 &&
+                      qkv.stride(1) == 1 && k_pool.scalar_type() == qkv.scalar_type() &&
                       v_pool.scalar_type() == qkv.scalar_type() && k_pool.is_contiguous() &&
                       v_pool.is_contiguous() && k_pool.size(3) == kv_heads && k_pool.size(4) == d;
   if (!direct) {
@@ -433,7 +434,7 @@ at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, i
     at::Tensor k = qkv.narrow(1, heads * d, kv_heads * d).view({tokens, kv_heads, d});
     at::Tensor v = qkv.narrow(1, (heads + kv_heads) * d, kv_heads * d).view({tokens, kv_heads, d});
     at::Tensor k_layer = k_pool.select(0, layer), v_layer = v_pool.select(0, layer);
-    WriteKv(k, v, k_layer, v_layer, batch);
+    if (!kv_written) WriteKv(k, v, k_layer, v_layer, batch);
     return PagedAttention(q, k_layer, v_layer, batch).view({tokens, heads * d});
   }
   at::Tensor out = at::empty({tokens, heads * d}, qkv.options());

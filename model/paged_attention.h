@@ -81,8 +81,10 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
 // kv_heads, head_dim]) and returns dtype[tokens, heads * head_dim]. On the
 // CPU with the vector kernel it works on pointers: the dozen tensor views a
 // layer would make otherwise cost about 0.1 ms of a step. Elsewhere it is
-// WriteKv and PagedAttention on views.
+// WriteKv and PagedAttention on views; `kv_written` says the K and V heads are
+// in the pool already (a device's rotary wrote them: kernels::CudaRotaryKvInPlace).
 at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch);
+                       at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch,
+                       bool kv_written = false);
 
 }  // namespace shardlm

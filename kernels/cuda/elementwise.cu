@@ -21,8 +21,8 @@ constexpr int kThreads = 256;
 
 // One block per row: the sum of squares by a block reduction, then the row scaled.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) RmsNormKernel(const T* x, int64_t x_stride, const T* w, T* out,
-                                                          int64_t n, float eps) {
+__global__ void __launch_bounds__(kThreads)
+    RmsNormKernel(const T* x, int64_t x_stride, const T* w, T* out, int64_t n, float eps) {
   __shared__ float partial[kThreads / 32];
   const T* row = x + blockIdx.x * x_stride;
   float ss = 0.0f;
@@ -47,8 +47,8 @@ __global__ void __launch_bounds__(kThreads) RmsNormKernel(const T* x, int64_t x_
 
 // One block per row; thread i of a head takes the pair (i, i + half).
 template <typename T>
-__global__ void __launch_bounds__(kThreads) RotaryKernel(T* x, int64_t ld, int64_t heads, int64_t head_dim,
-                                                         const float* cos, const float* sin) {
+__global__ void __launch_bounds__(kThreads)
+    RotaryKernel(T* x, int64_t ld, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
   const int64_t half = head_dim / 2;
   T* row = x + blockIdx.x * ld;
   const float* c = cos + blockIdx.x * half;
@@ -62,8 +62,39 @@ __global__ void __launch_bounds__(kThreads) RotaryKernel(T* x, int64_t ld, int64
   }
 }
 
+// RotaryKernel's rotation of the q and k heads, and each row's rotated k and
+// its v written to the row's KV slot: one block per row.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) SiluMulKernel(const T* gate_up, T* out, int64_t rows, int64_t inter) {
+__global__ void __launch_bounds__(kThreads)
+    RotaryKvKernel(T* x, int64_t ld, int64_t heads, int64_t kv_heads, int64_t head_dim, const float* cos,
+                   const float* sin, const int64_t* slots, T* k_cache, T* v_cache) {
+  const int64_t half = head_dim / 2, slot_elems = kv_heads * head_dim;
+  T* row = x + blockIdx.x * ld;
+  const float* c = cos + blockIdx.x * half;
+  const float* s = sin + blockIdx.x * half;
+  T* k_slot = k_cache + slots[blockIdx.x] * slot_elems;
+  T* v_slot = v_cache + slots[blockIdx.x] * slot_elems;
+  for (int64_t k = threadIdx.x; k < (heads + kv_heads) * half; k += kThreads) {
+    const int64_t h = k / half, i = k % half;
+    T* v = row + h * head_dim;
+    const float x1 = Load(v, i), x2 = Load(v, i + half);
+    const float y1 = __fsub_rn(__fmul_rn(x1, c[i]), __fmul_rn(x2, s[i]));
+    const float y2 = __fadd_rn(__fmul_rn(x2, c[i]), __fmul_rn(x1, s[i]));
+    Store(v, i, y1);
+    Store(v, i + half, y2);
+    if (h >= heads) {
+      T* out = k_slot + (h - heads) * head_dim;
+      Store(out, i, y1);
+      Store(out, i + half, y2);
+    }
+  }
+  const T* vs = row + (heads + kv_heads) * head_dim;
+  for (int64_t k = threadIdx.x; k < slot_elems; k += kThreads) v_slot[k] = vs[k];
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    SiluMulKernel(const T* gate_up, T* out, int64_t rows, int64_t inter) {
   const int64_t total = rows * inter;
   for (int64_t k = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; k < total;
        k += static_cast<int64_t>(gridDim.x) * kThreads) {
@@ -86,14 +117,15 @@ unsigned Blocks(int64_t work) {
 
 }  // namespace
 
-const char* LaunchRmsNorm(DType dtype, const void* x, int64_t x_stride, const void* w, void* out, int64_t rows,
-                          int64_t n, float eps, void* stream) {
+const char* LaunchRmsNorm(DType dtype, const void* x, int64_t x_stride, const void* w, void* out,
+                          int64_t rows, int64_t n, float eps, void* stream) {
   if (rows <= 0) return nullptr;
   if (n <= 0 || x_stride < n || rows > 0x7fffffff) return "rms norm: bad shape";
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kF32) {
     RmsNormKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        static_cast<const float*>(x), x_stride, static_cast<const float*>(w), static_cast<float*>(out), n, eps);
+        static_cast<const float*>(x), x_stride, static_cast<const float*>(w), static_cast<float*>(out), n,
+        eps);
   } else {
     RmsNormKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
         static_cast<const __nv_bfloat16*>(x), x_stride, static_cast<const __nv_bfloat16*>(w),
@@ -105,7 +137,8 @@ const char* LaunchRmsNorm(DType dtype, const void* x, int64_t x_stride, const vo
 const char* LaunchRotary(DType dtype, void* x, int64_t ld, int64_t rows, int64_t heads, int64_t head_dim,
                          const float* cos, const float* sin, void* stream) {
   if (rows <= 0 || heads <= 0) return nullptr;
-  if (head_dim <= 0 || head_dim % 2 != 0 || ld < heads * head_dim || rows > 0x7fffffff) return "rotary: bad shape";
+  if (head_dim <= 0 || head_dim % 2 != 0 || ld < heads * head_dim || rows > 0x7fffffff)
+    return "rotary: bad shape";
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kF32) {
     RotaryKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<float*>(x), ld, heads,
@@ -117,14 +150,36 @@ const char* LaunchRotary(DType dtype, void* x, int64_t ld, int64_t rows, int64_t
   return LastError();
 }
 
-const char* LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t inter, void* stream) {
+const char* LaunchRotaryKv(DType dtype, void* x, int64_t ld, int64_t rows, int64_t heads, int64_t kv_heads,
+                           int64_t head_dim, const float* cos, const float* sin, const int64_t* slots,
+                           void* k_cache, void* v_cache, void* stream) {
+  if (rows <= 0) return nullptr;
+  if (head_dim <= 0 || head_dim % 2 != 0 || heads < 0 || kv_heads <= 0 ||
+      ld < (heads + 2 * kv_heads) * head_dim || rows > 0x7fffffff) {
+    return "rotary_kv: bad shape";
+  }
+  const auto s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kF32) {
+    RotaryKvKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+        static_cast<float*>(x), ld, heads, kv_heads, head_dim, cos, sin, slots, static_cast<float*>(k_cache),
+        static_cast<float*>(v_cache));
+  } else {
+    RotaryKvKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+        static_cast<__nv_bfloat16*>(x), ld, heads, kv_heads, head_dim, cos, sin, slots,
+        static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
+  }
+  return LastError();
+}
+
+const char* LaunchSiluMul(DType dtype, const void* gate_up, void* out, int64_t rows, int64_t inter,
+                          void* stream) {
   if (rows <= 0) return nullptr;
   if (inter <= 0) return "silu_mul: bad shape";
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned blocks = Blocks(rows * inter);
   if (dtype == DType::kF32) {
-    SiluMulKernel<float><<<blocks, kThreads, 0, s>>>(static_cast<const float*>(gate_up), static_cast<float*>(out),
-                                                     rows, inter);
+    SiluMulKernel<float><<<blocks, kThreads, 0, s>>>(static_cast<const float*>(gate_up),
+                                                     static_cast<float*>(out), rows, inter);
   } else {
     SiluMulKernel<__nv_bfloat16><<<blocks, kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(gate_up),
                                                              static_cast<__nv_bfloat16*>(out), rows, inter);

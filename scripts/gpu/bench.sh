@@ -5,7 +5,8 @@
 # read bandwidth of a device-to-device copy) and cuBLAS' GEMM rate; bench/gpu_eager.py adds
 # transformers' generate on the same weights; bench/seed001.sh runs seed 001's workload
 # (continuous against static, issue 9's 2.5x) on one GPU when SEED001=1. Output also in
-# $OUT/bench.txt.
+# $OUT/bench.txt. QUICK=1 leaves out what an earlier run measured and nothing since changed:
+# graphs off, the long contexts, transformers at batch 8.
 #   scripts/gpu/bench.sh [DIR]     (the unpacked bundle or a build folder; default /tmp/shardlm-cuda)
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -17,19 +18,32 @@ mkdir -p "$out"
 source "$build/env.sh"
 "$build/shardlm_bench" --model-dir "$model" --shape llama3-8b --device cuda --dtypes bf16 \
   --batches 1,8,32,64 --decode-steps 64 --kv-cache-mb 16384 | tee "$out/bench.txt"
+quick="${QUICK:-0}"
+# What the few-row product kernel saves (kernels/cuda/gemv.h), and where cuBLAS takes over: the
+# kernel for every batch it has, then cuBLAS alone.
+for rows in 8 0; do
+  "$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,2,3,4,6,8 \
+    --decode-steps 64 --kv-cache-mb 16384 --cuda-gemv-max-rows "$rows" | tee -a "$out/bench.txt"
+done
 # The same decode without CUDA graphs, for the graphs' share.
-"$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-steps 64 \
-  --kv-cache-mb 16384 --cuda-graph-max-batch 0 | tee -a "$out/bench.txt"
+if [ "$quick" != 1 ]; then
+  "$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-steps 64 \
+    --kv-cache-mb 16384 --cuda-graph-max-batch 0 | tee -a "$out/bench.txt"
+fi
 # What the fused element-wise kernels save (kernels/cuda/elementwise.h): the same decode with
 # ATen's operators instead.
 "$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-steps 64 \
   --kv-cache-mb 16384 --no-cuda-fused | tee -a "$out/bench.txt"
 # Decode over 4096-token contexts, with split keys and without (kernels/cuda/paged_attention.h).
-"$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-context 4096 \
-  --decode-steps 64 --kv-cache-mb 16384 | tee -a "$out/bench.txt"
-"$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-context 4096 \
-  --decode-steps 64 --kv-cache-mb 16384 --cuda-attention-max-splits 1 | tee -a "$out/bench.txt"
-python3 "$here/bench/gpu_eager.py" --model "$model" --batches 1,8 --steps 64 | tee -a "$out/bench.txt"
+if [ "$quick" != 1 ]; then
+  "$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-context 4096 \
+    --decode-steps 64 --kv-cache-mb 16384 | tee -a "$out/bench.txt"
+  "$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --batches 1,8 --decode-context 4096 \
+    --decode-steps 64 --kv-cache-mb 16384 --cuda-attention-max-splits 1 | tee -a "$out/bench.txt"
+fi
+eager_batches=1,8
+[ "$quick" = 1 ] && eager_batches=1
+python3 "$here/bench/gpu_eager.py" --model "$model" --batches "$eager_batches" --steps 64 | tee -a "$out/bench.txt"
 if [ "${SEED001:-0}" = 1 ]; then
   TPS=1 DEVICE=cuda "$here/bench/seed001.sh" "$build/shardlm" "$model" bf16 | tee -a "$out/bench.txt"
 fi

@@ -1,8 +1,12 @@
-// kernels/fused.h on CUDA tensors (the CUDA variant's element-wise kernels,
-// kernels/cuda/elementwise.cu) against the ATen operators they replace, on the
-// same GPU: RMSNorm over strided rows, rotary in place on a view into a qkv
-// projection, SiLU x up, in f32 and bf16. Skipped without a GPU; in the CPU
-// build the same calls take the ATen path and the test still holds.
+// kernels/fused.h and kernels/linear.h on CUDA tensors (the CUDA variant's
+// element-wise kernels, kernels/cuda/elementwise.cu, and few-row products,
+// kernels/cuda/gemv.cu) against the ATen operators they replace, on the same
+// GPU: RMSNorm over strided rows, rotary in place on a view into a qkv
+// projection, rotary with the KV write, SiLU x up, and products of 1 to 9 rows
+// (stored, added to a residual, SwiGLU), in f32 and bf16. Skipped without a
+// GPU; in the CPU build the same calls take the ATen path and the test still holds.
+#include "kernels/cuda_fused.h"
+
 #include <ATen/ATen.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <gtest/gtest.h>
@@ -10,6 +14,7 @@
 #include <cmath>
 
 #include "kernels/fused.h"
+#include "kernels/linear.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -18,7 +23,9 @@ class CudaFusedTest : public ::testing::TestWithParam<at::ScalarType> {
  protected:
   void SetUp() override {
     if (at::detail::getCUDAHooks().getNumGPUs() == 0) GTEST_SKIP() << "no GPU";
+    SetCudaGemvMaxRows(8);  // every row count the kernel has
   }
+  void TearDown() override { SetCudaGemvMaxRows(kDefaultCudaGemvMaxRows); }
   at::TensorOptions Opts() const { return at::TensorOptions().dtype(GetParam()).device(at::kCUDA); }
   // f32: a few ulps of the largest value; bf16: one rounding of the output (2^-8 relative).
   void ExpectClose(const at::Tensor& got, const at::Tensor& want, const char* what) const {
@@ -62,6 +69,93 @@ TEST_P(CudaFusedTest, SiluMulEqualsAten) {
   at::Tensor gate_up = at::randn({rows, 2 * inter}, Opts()) * 4;
   at::Tensor want = at::silu(gate_up.narrow(1, 0, inter)) * gate_up.narrow(1, inter, inter);
   ExpectClose(SiluMul(gate_up), want, "silu mul");
+}
+
+TEST_P(CudaFusedTest, RotaryKvWritesSlots) {
+  at::manual_seed(4);
+  const int64_t rows = 3, heads = 4, kv_heads = 2, d = 64, half = d / 2;
+  at::Tensor qkv =
+      at::randn({rows, (heads + 2 * kv_heads) * d + 8}, Opts()).narrow(1, 0, (heads + 2 * kv_heads) * d);
+  at::Tensor cos = at::rand({rows, half}, Opts().dtype(at::kFloat)),
+             sin = at::rand({rows, half}, Opts().dtype(at::kFloat));
+  at::Tensor k_layer = at::zeros({4, 4, kv_heads, d}, Opts()),
+             v_layer = at::zeros({4, 4, kv_heads, d}, Opts());
+  at::Tensor slots =
+      at::tensor(std::vector<int64_t>{5, 0, 13}, at::TensorOptions().dtype(at::kLong)).to(at::kCUDA);
+  at::Tensor want = qkv.clone();
+  RotaryInPlace(want, heads + kv_heads, d, cos, sin);
+  ASSERT_TRUE(CudaRotaryKvInPlace(qkv, heads, kv_heads, d, cos, sin, slots, k_layer, v_layer));
+  EXPECT_TRUE(at::equal(qkv, want)) << "q, k rotated as RotaryInPlace rotates them; v untouched";
+  at::Tensor k_rows = k_layer.view({16, kv_heads * d}), v_rows = v_layer.view({16, kv_heads * d});
+  EXPECT_TRUE(at::equal(k_rows.index_select(0, slots), want.narrow(1, heads * d, kv_heads * d)));
+  EXPECT_TRUE(at::equal(v_rows.index_select(0, slots), want.narrow(1, (heads + kv_heads) * d, kv_heads * d)));
+  EXPECT_EQ(k_rows.abs().sum(1).ne(0).sum().item<int64_t>(), 3) << "only the three slots written";
+  EXPECT_EQ(v_rows.abs().sum(1).ne(0).sum().item<int64_t>(), 3);
+}
+
+// x @ w^T in f64 from the same (rounded) values, then rounded to the dtype; and
+// the bound on the f32 sum's rounding: a few ulps of sum |x| |w|.
+struct Reference {
+  at::Tensor value, bound;
+};
+Reference LinearReference(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
+  at::Tensor xd = x.to(at::kDouble), wd = w.to(at::kDouble);
+  at::Tensor v = at::linear(xd, wd, bias.defined() ? bias.to(at::kDouble) : at::Tensor());
+  return {v, at::linear(xd.abs(), wd.abs()) * 1e-6};
+}
+
+TEST_P(CudaFusedTest, FewRowProductsEqualF64) {
+  at::manual_seed(5);
+  const int64_t n = 37;                       // not a whole number of blocks
+  for (const int64_t k : {64, 4096, 1004}) {  // 1004: whole 16-byte vectors in f32, not in bf16
+    for (int64_t rows = 1; rows <= 9; ++rows) {
+      SCOPED_TRACE(testing::Message() << "k " << k << " rows " << rows);
+      at::Tensor x = at::randn({rows, k}, Opts()), w = at::randn({n, k}, Opts()),
+                 bias = at::randn({n}, Opts());
+      // The kernel runs for 1 to 8 rows of whole 16-byte vectors, bias or not; cuBLAS
+      // (which may reduce in bf16) takes the rest.
+      const bool taken = rows <= 8 && (k * x.element_size()) % 16 == 0;
+      EXPECT_EQ(CudaLinear(x, w, bias).defined(), taken);
+      if (!taken) continue;
+      const Reference ref = LinearReference(x, w, bias);
+      at::Tensor got = Linear(x, w, bias).to(at::kDouble);
+      at::Tensor err = (got - ref.value).abs();
+      // bf16: the output's rounding (half an ulp, 2^-9 relative) plus the sum's.
+      at::Tensor tol =
+          GetParam() == at::kFloat ? ref.bound : ref.value.abs() * std::ldexp(1.0, -8) + ref.bound;
+      EXPECT_TRUE(err.le(tol).all().item<bool>()) << "max |diff| " << err.max().item<double>();
+
+      // y += x @ w^T, the product rounded first.
+      at::Tensor y = at::randn({rows, n}, Opts()), y0 = y.clone();
+      LinearAddTo(y, x, LinearWeight::Prepare(w), bias);
+      at::Tensor want = y0.to(at::kDouble) + Linear(x, w, bias).to(at::kDouble);
+      at::Tensor add_err = (y.to(at::kDouble) - want).abs();
+      at::Tensor add_tol =
+          GetParam() == at::kFloat ? tol * 2 + 1e-6 * want.abs() : tol + want.abs() * std::ldexp(1.0, -8);
+      EXPECT_TRUE(add_err.le(add_tol).all().item<bool>())
+          << "add: max |diff| " << add_err.max().item<double>();
+    }
+  }
+}
+
+TEST_P(CudaFusedTest, FewRowSwiGluEqualsAten) {
+  at::manual_seed(6);
+  const int64_t inter = 300, k = 512;
+  for (int64_t rows = 1; rows <= 9; ++rows) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows);
+    at::Tensor x = at::randn({rows, k}, Opts()) * 0.2, gate_up = at::randn({2 * inter, k}, Opts()) * 0.2;
+    EXPECT_EQ(CudaLinearSwiGlu(x, gate_up).defined(), rows <= 8);
+    if (rows > 8) continue;
+    at::Tensor got = LinearSwiGlu(x, LinearWeight::PrepareGated(gate_up)).to(at::kDouble);
+    // silu(g) * u from f64 products: within the products' roundings and the two after them.
+    const Reference ref = LinearReference(x, gate_up, at::Tensor());
+    at::Tensor g = ref.value.narrow(1, 0, inter), u = ref.value.narrow(1, inter, inter);
+    at::Tensor want = g * at::sigmoid(g) * u;
+    at::Tensor err = (got - want).abs();
+    const double rel = GetParam() == at::kFloat ? 1e-5 : std::ldexp(1.0, -6);
+    at::Tensor tol = want.abs() * rel + (u.abs() + g.abs()) * ref.bound.narrow(1, 0, inter) * 4 + 1e-6;
+    EXPECT_TRUE(err.le(tol).all().item<bool>()) << "max |diff| " << err.max().item<double>();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedTest, ::testing::Values(at::kFloat, at::kBFloat16),

@@ -173,6 +173,10 @@ absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {
     seq->result.prompt_top.resize(request.prompt.size());
   }
   seq->request = std::move(request);
+  if (seq->request.constraint) {
+    seq->matcher = seq->request.constraint->Clone();
+    if (!seq->matcher) return absl::InternalError("constraint: the matcher could not be copied");
+  }
   // Scoring rows carry a full-vocabulary distribution each: keep chunks small.
   if (seq->request.score_prompt) seq->max_chunk = kMaxScoredRowsPerStep;
   seq->arrival = seq->request.arrival != std::chrono::steady_clock::time_point{}
@@ -369,7 +373,35 @@ bool Engine::IsStop(const Sequence& seq, int32_t token) const {
   return std::find(cfg_.eos_token_ids.begin(), cfg_.eos_token_ids.end(), token) != cfg_.eos_token_ids.end();
 }
 
+bool Engine::AnyConstrained() const {
+  for (const auto& [id, seq] : seqs_) {
+    if (seq->matcher) return true;
+  }
+  return false;
+}
+
+void Engine::MaskRow(Sequence& seq, SampleRow& row) {
+  if (!seq.matcher) return;
+  absl::Status st = seq.matcher->ComputeMask(seq.mask);
+  if (!st.ok()) {
+    RequestEnd(seq, FinishReason::kNone, st);
+    return;
+  }
+  row.allowed = seq.mask.data();
+  row.allowed_words = static_cast<int64_t>(seq.mask.size());
+}
+
+void Engine::Constrain(Sequence& seq, int32_t token) {
+  if (!seq.matcher) return;
+  if (absl::Status st = seq.matcher->Consume(token); !st.ok()) {
+    RequestEnd(seq, FinishReason::kNone, st);
+    return;
+  }
+  if (seq.matcher->stopped()) seq.result.finish_reason = FinishReason::kStop;
+}
+
 std::unique_ptr<Engine::PlannedStep> Engine::PlanStep(bool ahead) {
+  if (ahead && AnyConstrained()) return nullptr;
   ExpireHandles();
   const int64_t preemptions_before = scheduler_.preemptions();
   const std::vector<Scheduler::Work> work = scheduler_.Schedule(*this);
@@ -447,6 +479,7 @@ std::unique_ptr<Engine::PlannedStep> Engine::PlanStep(bool ahead) {
       row.prompt = &seq->context;
       row.generated = &seq->result.tokens;
       row.draw_seed = DrawSeed(seq->request.sampling.seed, seq->result.tokens.size() + seq->pending);
+      MaskRow(*seq, row);
       seq->pending_row = static_cast<int32_t>(step.rows.size());
       step.rows.push_back(row);
       plan->owners.push_back({seq, -1});
@@ -597,10 +630,13 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
     seq->result.logprobs.push_back(r.logprob);
     if (seq->request.on_token) seq->request.on_token(r.token, r.logprob, top);
     seq->result.top_logprobs.push_back(std::move(top));
+    Constrain(*seq, r.token);
     if (IsStop(*seq, r.token)) {
       seq->result.finish_reason = FinishReason::kStop;
-    } else if (static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
+    } else if (seq->result.finish_reason == FinishReason::kNone &&
+               static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
       seq->result.finish_reason = FinishReason::kLength;
+      seq->result.constraint_unfinished = seq->matcher && !seq->matcher->accepting();
     }
   }
   // Retire what ended: cancelled or stopped meanwhile, generation done, or a

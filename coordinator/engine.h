@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "constraints/matcher.h"
 #include "coordinator/scheduler.h"
 #include "kv/block_allocator.h"
 #include "model/model_config.h"
@@ -73,6 +74,10 @@ struct GenerateRequest {
   std::string request_id;
   // When the call arrived (time to first token counts from here); unset: at Submit.
   std::chrono::steady_clock::time_point arrival{};
+  // Decoding constrained to a language (docs/structured_outputs.md): a matcher
+  // in its start state, compiled by the front end; each sequence decodes
+  // with its own clone. Null: unconstrained.
+  std::shared_ptr<const Matcher> constraint;
   // Called for each generated token as soon as it is sampled, with its
   // top-n alternatives when asked for.
   std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
@@ -91,6 +96,8 @@ struct GenerateResult {
   std::string handle;            // when keep_handle: the KV handle of prefix + prompt + tokens
   int64_t handle_expiry_ms = 0;  // unix time in ms
   FinishReason finish_reason = FinishReason::kNone;
+  // With a constraint: it had not accepted the output when max_new_tokens ended it.
+  bool constraint_unfinished = false;
   absl::Status status;
 };
 
@@ -232,6 +239,9 @@ class Engine : private KvSpace {
     int32_t pending_row = -1;
     std::chrono::steady_clock::time_point arrival, first_token;
     GenerateResult result;
+    // The request's constraint: its own matcher, and the mask of its next token.
+    std::unique_ptr<Matcher> matcher;
+    std::vector<uint32_t> mask;
   };
   struct Handle {
     std::string owner;
@@ -284,6 +294,15 @@ class Engine : private KvSpace {
   // its last step is applied, unless an end was already asked for.
   static void RequestEnd(Sequence& seq, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
+  // Whether a queued or running request is constrained: its next mask needs
+  // the token the step in flight samples, so no step is planned ahead.
+  bool AnyConstrained() const;
+  // Points `row` at `seq`'s mask for its next token; a matcher error ends the
+  // request once this step is applied.
+  void MaskRow(Sequence& seq, SampleRow& row);
+  // Advances `seq`'s matcher past `token`; ends the request where the
+  // constraint is complete (kStop) or broken (an error).
+  void Constrain(Sequence& seq, int32_t token);
   // Sets the metrics' gauges from the current state (when metrics are on).
   void UpdateGauges() const;
 

@@ -93,6 +93,11 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   base.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
   base.ignore_eos = req->ignore_eos();
   base.keep_handle = req->return_chunk_result();
+  if (req->has_constraint()) {
+    auto constraint = service_->CompileConstraint(req->constraint());
+    if (!constraint.ok()) return ToGrpcStatus(constraint.status());
+    base.constraint = *std::move(constraint);
+  }
 
   for (int s = 0; s < n_; ++s) {
     texts_.push_back(std::make_unique<StopText>(
@@ -251,6 +256,7 @@ bool GenerateSession::Drain(std::vector<pb::GenerateResponse>* out, grpc::Status
     sr->set_finish_reason(finish_[s]);
     generated += sent_tokens_[s];
     if (results_[s]) {
+      sr->set_constraint_unfinished(results_[s]->constraint_unfinished);
       if (n_ == 1) {
         prompt_tokens_ = results_[s]->prefix_tokens + static_cast<int32_t>(results_[s]->prompt.size());
         cached_tokens_ = results_[s]->cached_tokens;

@@ -124,6 +124,56 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
   return std::vector<int32_t>();
 }
 
+absl::StatusOr<std::shared_ptr<const Matcher>> InferenceService::CompileConstraint(
+    const pb::Constraint& c) const {
+  ConstraintSpec spec;
+  switch (c.kind_case()) {
+    case pb::Constraint::kJsonSchema:
+      spec.kind = ConstraintSpec::Kind::kJsonSchema;
+      spec.text = c.json_schema();
+      break;
+    case pb::Constraint::kJsonObject:
+      if (!c.json_object()) return nullptr;
+      spec.kind = ConstraintSpec::Kind::kJsonObject;
+      break;
+    case pb::Constraint::kRegex:
+      spec.kind = ConstraintSpec::Kind::kRegex;
+      spec.text = c.regex();
+      break;
+    case pb::Constraint::kGrammar:
+      spec.kind = ConstraintSpec::Kind::kGrammar;
+      spec.text = c.grammar();
+      break;
+    case pb::Constraint::kChoice:
+      spec.kind = ConstraintSpec::Kind::kChoice;
+      spec.choices.assign(c.choice().options().begin(), c.choice().options().end());
+      break;
+    case pb::Constraint::KIND_NOT_SET:
+      return nullptr;
+  }
+  if (tokenizer_ == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("constraint.", std::string(KindName(spec.kind)),
+                                                   ": a constraint needs the model's tokenizer.json"));
+  }
+  std::call_once(compiler_once_, [this] {
+    const auto& eos = loop_->config().eos_token_ids;
+    auto compiler = ConstraintCompiler::Create(*tokenizer_, std::vector<int32_t>(eos.begin(), eos.end()));
+    if (compiler.ok()) {
+      compiler_ = *std::move(compiler);
+    } else {
+      compiler_status_ = compiler.status();
+    }
+  });
+  if (!compiler_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("constraint.", std::string(KindName(spec.kind)),
+                     ": constraints are unavailable for this tokenizer: ", compiler_status_.message()));
+  }
+  auto matcher = compiler_->Compile(spec);
+  if (!matcher.ok()) return matcher.status();
+  return std::shared_ptr<const Matcher>(*std::move(matcher));
+}
+
 grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, const std::string& owner,
                                               CallRecord& call,
                                               std::vector<GenerateRequest>* requests) const {

@@ -11,9 +11,11 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "constraints/constraint_compiler.h"
 #include "coordinator/call_record.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/request_limits.h"
@@ -72,6 +74,10 @@ class InferenceService final
   absl::StatusOr<std::vector<int32_t>> EncodeForCall(const std::string& text, bool add_special_tokens,
                                                      const std::string& field, const CallRecord& call) const;
   const Tokenizer* tokenizer() const { return tokenizer_; }
+  // A request's constraint as a matcher in its start state (null for an
+  // empty one); InvalidArgument naming constraint.<kind> and quoting
+  // llguidance for a bad one. The compiler is built on the first call.
+  absl::StatusOr<std::shared_ptr<const Matcher>> CompileConstraint(const ::shardlm::v1::Constraint& c) const;
   EngineLoop* loop() const { return loop_; }
   ServiceMetrics* metrics() const { return metrics_; }
 
@@ -112,6 +118,9 @@ class InferenceService final
                             ::shardlm::v1::Stats* out, CallRecord& call);
   EngineLoop* loop_;
   const Tokenizer* tokenizer_;  // may be null: token-id prompts only
+  mutable std::once_flag compiler_once_;
+  mutable absl::Status compiler_status_;
+  mutable std::unique_ptr<ConstraintCompiler> compiler_;
   ServedModel info_;
   std::vector<std::string> api_keys_;
   std::atomic<bool> draining_{false};

@@ -129,7 +129,85 @@ const std::set<std::string> kCommonKeys = {
     "model", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options", "stop",
     "presence_penalty", "frequency_penalty", "logit_bias", "logprobs", "seed", "user",
     // vLLM's extensions, named as there
-    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids"};
+    "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "guided_json", "guided_regex",
+    "guided_choice", "guided_grammar",
+    // OpenAI's structured outputs (chat), accepted by completions too as vLLM does
+    "response_format"};
+
+// A string parameter, or a failure naming it.
+const std::string* StringParam(Params& p, const std::string& key) {
+  if (!p.Has(key)) return nullptr;
+  if (!p.At(key).is_string()) {
+    p.Fail(key, absl::StrCat(key, " must be a string"));
+    return nullptr;
+  }
+  return &p.At(key).get_ref<const std::string&>();
+}
+
+// OpenAI's response_format and vLLM's guided_* parameters into
+// base.constraint (docs/structured_outputs.md): at most one of them. The
+// constraint itself is compiled, and a bad one refused naming the parameter,
+// when the Generate is admitted.
+bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
+  pb::Constraint c;
+  std::vector<std::string> given;
+  if (p.Has("response_format")) {
+    const Json& f = p.At("response_format");
+    const std::string type =
+        f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
+    if (type == "json_object") {
+      c.set_json_object(true);
+      given.push_back("response_format");
+    } else if (type == "json_schema") {
+      if (!f.contains("json_schema") || !f["json_schema"].is_object() ||
+          !f["json_schema"].contains("schema") ||
+          !(f["json_schema"]["schema"].is_object() || f["json_schema"]["schema"].is_boolean())) {
+        return p.Fail(
+            "response_format",
+            "response_format.json_schema.schema is required (a JSON Schema object) with type json_schema");
+      }
+      c.set_json_schema(f["json_schema"]["schema"].dump());
+      given.push_back("response_format");
+    } else if (type != "text") {
+      return p.Fail("response_format",
+                    "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
+    }
+  }
+  if (p.Has("guided_json")) {
+    const Json& v = p.At("guided_json");
+    if (!v.is_object() && !v.is_string())
+      return p.Fail("guided_json", "guided_json must be a JSON Schema (an object or its text)");
+    c.set_json_schema(v.is_string() ? v.get<std::string>() : v.dump());
+    given.push_back("guided_json");
+  }
+  if (const std::string* re = StringParam(p, "guided_regex")) {
+    c.set_regex(*re);
+    given.push_back("guided_regex");
+  }
+  if (const std::string* g = StringParam(p, "guided_grammar")) {
+    c.set_grammar(*g);
+    given.push_back("guided_grammar");
+  }
+  if (p.Has("guided_choice")) {
+    const Json& v = p.At("guided_choice");
+    if (!v.is_array() || v.empty())
+      return p.Fail("guided_choice", "guided_choice must be a non-empty list of strings");
+    for (const Json& e : v) {
+      if (!e.is_string()) return p.Fail("guided_choice", "guided_choice must be a non-empty list of strings");
+      c.mutable_choice()->add_options(e.get<std::string>());
+    }
+    given.push_back("guided_choice");
+  }
+  if (p.failed()) return false;
+  if (given.size() > 1) {
+    return p.Fail(given[1],
+                  absl::StrCat(given[0], " and ", given[1], " each constrain the output; give one"));
+  }
+  if (given.empty()) return true;
+  r.constraint_param = given[0];
+  *base.mutable_constraint() = std::move(c);
+  return true;
+}
 
 // The parameters both endpoints share, into `base` and `r`.
 bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::GenerateRequest& base) {
@@ -232,6 +310,7 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     }
   }
   if (p.Has("user") && !p.At("user").is_string()) return p.Fail("user", "user must be a string");
+  if (!ConstraintInto(p, r, base)) return false;
   return !p.failed();
 }
 
@@ -340,12 +419,6 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
     return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true");
   r.top_logprobs = static_cast<int>(top);
   g.set_top_logprobs(r.top_logprobs);
-  if (p.Has("response_format")) {
-    const Json& f = p.At("response_format");
-    if (!f.is_object() || !f.contains("type") || f["type"] != "text") {
-      return p.Fail("response_format", "response_format other than {\"type\": \"text\"} is not supported");
-    }
-  }
   if (p.Has("tool_choice")) {
     const Json& t = p.At("tool_choice");
     if (!(t.is_string() && (t == "none" || t == "auto"))) {
@@ -467,7 +540,7 @@ Json ApiError::Body() const {
   return body;
 }
 
-ApiError FromStatus(const grpc::Status& status) {
+ApiError FromStatus(const grpc::Status& status, const std::string& constraint_param) {
   ApiError e;
   e.message = absl::StrReplaceAll(status.error_message(), {{"max_new_tokens", "max_tokens"}});
   switch (status.error_code()) {
@@ -484,6 +557,8 @@ ApiError FromStatus(const grpc::Status& status) {
           break;
         }
       }
+      if (e.message.rfind("constraint.", 0) == 0)
+        e.param = constraint_param.empty() ? "response_format" : constraint_param;
       break;
     case grpc::StatusCode::UNAUTHENTICATED:
       e = ApiError{401, e.message, "authentication_error", "", "invalid_api_key"};
@@ -533,8 +608,8 @@ bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model
   std::set<std::string> known = kCommonKeys;
   if (chat) {
     known.insert({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
-                  "parallel_tool_calls", "response_format", "store", "metadata", "service_tier",
-                  "add_generation_prompt", "chat_template_kwargs"});
+                  "parallel_tool_calls", "store", "metadata", "service_tier", "add_generation_prompt",
+                  "chat_template_kwargs"});
   } else {
     known.insert({"prompt", "echo", "best_of", "suffix"});
   }

@@ -49,7 +49,9 @@ struct ApiError {
 // UNAUTHENTICATED 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
 // DEADLINE_EXCEEDED 504, the rest 500. The engine's field names are given
 // OpenAI's (max_new_tokens is max_tokens).
-ApiError FromStatus(const grpc::Status& status);
+// A constraint's error (constraint.<kind>: ...) names `constraint_param`, the
+// parameter that carried it (OpenAiRequest::constraint_param).
+ApiError FromStatus(const grpc::Status& status, const std::string& constraint_param = "");
 
 // What the translation needs to know about the served model.
 struct ModelContext {
@@ -75,6 +77,7 @@ struct OpenAiRequest {
   bool logprobs = false;                                // report the sampled tokens' logprobs
   int top_logprobs = 0;                                 // and this many alternatives each
   std::vector<::shardlm::v1::GenerateRequest> prompts;  // one Generate per prompt
+  std::string constraint_param;  // response_format or guided_*: the parameter a constraint came in
 };
 
 // Parses JSON from a client, nesting at most kMaxJsonDepth levels (a deeper

@@ -264,7 +264,7 @@ void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& re
       out.Finish();
       r.body = std::move(body);
     } else {
-      r = ErrorReply(openai::FromStatus(st));
+      r = ErrorReply(openai::FromStatus(st, request.constraint_param));
     }
     r.headers = id_header;
     exchange.Send(r);
@@ -283,7 +283,7 @@ void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& re
   if (st.ok()) {
     out.Finish();
   } else if (st.error_code() != grpc::StatusCode::CANCELLED) {
-    out.Fail(openai::FromStatus(st));
+    out.Fail(openai::FromStatus(st, request.constraint_param));
   }
   exchange.EndStream();
 }

@@ -57,9 +57,28 @@ at::Tensor ApplyEdits(const at::Tensor& logits, const std::vector<SampleRow>& ro
       }
     }
   }
-  if (bias.empty() && repetition.empty() && counted.empty()) return logits;
+  std::vector<int64_t> masked;  // rows with a constraint's mask
+  for (size_t r = 0; r < rows.size(); ++r) {
+    if (rows[r].sample && rows[r].allowed != nullptr) masked.push_back(static_cast<int64_t>(r));
+  }
+  if (bias.empty() && repetition.empty() && counted.empty() && masked.empty()) return logits;
   const at::Device d = logits.device();
   at::Tensor work = logits.clone();
+  if (!masked.empty()) {
+    // Expanded on the host to one byte per token, uploaded once, applied first
+    // (ProcessRow's order); a mask allowing nothing is left unapplied, as there.
+    at::Tensor allow = at::zeros({static_cast<int64_t>(masked.size()), vocab}, at::kBool);
+    bool* a = allow.data_ptr<bool>();
+    for (size_t m = 0; m < masked.size(); ++m) {
+      bool any = false;
+      for (int64_t i = 0; i < vocab; ++i) any |= (a[m * vocab + i] = Allowed(rows[masked[m]], i));
+      if (!any) std::fill(a + m * vocab, a + (m + 1) * vocab, true);
+    }
+    at::Tensor idx = OnDevice(masked, d);
+    at::Tensor sub = work.index_select(0, idx);
+    sub.masked_fill_(allow.to(d).logical_not(), -std::numeric_limits<float>::infinity());
+    work.index_copy_(0, idx, sub);
+  }
   if (!bias.empty()) {
     work.index_put_({OnDevice(bias.row, d), OnDevice(bias.id, d)}, OnDevice(bias.value, d),
                     /*accumulate=*/true);

@@ -55,6 +55,19 @@ int32_t ArgMax(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
+// A constraint's mask: disallowed tokens get -inf, so no later step can pick
+// them. A mask that allows nothing in the vocabulary is left unapplied (the
+// engine's matcher then refuses the token and ends the request).
+void MaskDisallowed(std::vector<float>& logits, const SampleRow& row) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  bool any = false;
+  for (int64_t i = 0; i < vocab && !any; ++i) any = Allowed(row, i);
+  if (!any) return;
+  for (int64_t i = 0; i < vocab; ++i) {
+    if (!Allowed(row, i)) logits[i] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 // Nothing changes the logits before the choice (no bias, no penalty).
 bool PlainLogits(const SamplingParams& p) {
   return p.logit_bias.empty() && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
@@ -156,12 +169,13 @@ RowResult ProcessRow(const float* logits, int64_t vocab, const SampleRow& row) {
   if (row.sample) {
     const SamplingParams& p = *row.params;
     const bool greedy = p.temperature <= 0.0f || p.top_k == 1;
-    if (greedy && PlainLogits(p)) {
+    if (greedy && PlainLogits(p) && row.allowed == nullptr) {
       out.token = ArgMax(logits, vocab);  // no copy of the row
       out.logprob = logits[out.token] - lse;
       return out;
     }
     std::vector<float> work(logits, logits + vocab);
+    if (row.allowed != nullptr) MaskDisallowed(work, row);
     for (const auto& [id, bias] : row.params->logit_bias) {
       if (id >= 0 && id < vocab) work[id] += bias;
     }

@@ -46,7 +46,18 @@ struct SampleRow {
   const std::vector<int32_t>* prompt = nullptr;     // for repetition penalty
   const std::vector<int32_t>* generated = nullptr;  // for all penalties
   uint64_t draw_seed = 0;  // seeds this draw's random numbers (reproducible per request)
+  // A constraint's mask (docs/structured_outputs.md): token i may be drawn
+  // only when bit i % 32 of allowed[i / 32] is set; ids past the mask's
+  // allowed_words * 32 never. Null: every token.
+  const uint32_t* allowed = nullptr;
+  int64_t allowed_words = 0;
 };
+
+// Whether `row`'s mask lets token `id` be drawn.
+inline bool Allowed(const SampleRow& row, int64_t id) {
+  if (row.allowed == nullptr) return true;
+  return id >= 0 && id / 32 < row.allowed_words && ((row.allowed[id / 32] >> (id % 32)) & 1u) != 0;
+}
 
 struct StepInput {
   std::vector<int32_t> token_ids;                  // int32[tokens]

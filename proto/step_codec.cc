@@ -1,5 +1,7 @@
 #include "proto/step_codec.h"
 
+#include <cstring>
+
 #include "absl/strings/str_cat.h"
 #include "model/sampling_limits.h"
 
@@ -82,6 +84,10 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t af
     wpb::Sequence* seq = req.mutable_sequences(r.seq);
     if (seq->has_params()) continue;  // one sequence, one set of parameters
     EncodeParams(*r.params, seq->mutable_params());
+    if (r.sample && r.allowed != nullptr) {
+      seq->set_allowed_tokens(std::string(reinterpret_cast<const char*>(r.allowed),
+                                          static_cast<size_t>(r.allowed_words) * sizeof(uint32_t)));
+    }
     if (NeedsHistory(*r.params)) {
       if (r.prompt) seq->mutable_prompt_ids()->Add(r.prompt->begin(), r.prompt->end());
       if (r.generated) seq->mutable_generated_ids()->Add(r.generated->begin(), r.generated->end());
@@ -103,6 +109,7 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
   d->params.resize(seqs);
   d->prompts.resize(seqs);
   d->generated.resize(seqs);
+  d->allowed.resize(seqs);
   for (int i = 0; i < seqs; ++i) {
     const wpb::Sequence& q = req.sequences(i);
     for (int32_t b : q.block_table()) {
@@ -124,6 +131,14 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
           return Bad(absl::StrCat("sequence ", i, " history id ", id, " outside the vocabulary"));
       }
     }
+    const std::string& mask = q.allowed_tokens();
+    if (mask.size() % sizeof(uint32_t) != 0 ||
+        static_cast<int64_t>(mask.size() / sizeof(uint32_t)) > (lim.vocab_size + 31) / 32) {
+      return Bad(absl::StrCat("sequence ", i, " token mask of ", mask.size(),
+                              " bytes does not fit a vocabulary of ", lim.vocab_size));
+    }
+    d->allowed[i].resize(mask.size() / sizeof(uint32_t));
+    if (!mask.empty()) std::memcpy(d->allowed[i].data(), mask.data(), mask.size());  // little-endian hosts
     d->prompts[i].assign(q.prompt_ids().begin(), q.prompt_ids().end());
     d->generated[i].assign(q.generated_ids().begin(), q.generated_ids().end());
   }
@@ -183,6 +198,10 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
       row.params = &p;
       row.prompt = &d->prompts[r.seq()];
       row.generated = &d->generated[r.seq()];
+      if (r.sample() && !d->allowed[r.seq()].empty()) {
+        row.allowed = d->allowed[r.seq()].data();
+        row.allowed_words = static_cast<int64_t>(d->allowed[r.seq()].size());
+      }
     }
     s.rows.push_back(row);
   }

@@ -32,6 +32,7 @@ struct DecodedStep {
   std::vector<SamplingParams> params;           // per sequence
   std::vector<std::vector<int32_t>> prompts;    // per sequence
   std::vector<std::vector<int32_t>> generated;  // per sequence
+  std::vector<std::vector<uint32_t>> allowed;   // per sequence: a constraint's mask, or empty
 };
 
 struct StepLimits {

@@ -39,6 +39,19 @@ if ! command -v kubectl >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends kubernetes-client
 fi
 
+# cargo builds llguidance (third_party/llguidance, docs/structured_outputs.md). A rustup toolchain
+# in ~/.cargo/bin is used where there is one (CMake looks there too); otherwise Debian's Rust 1.96
+# (cargo-web and rustc-web, /usr/bin/cargo). Its crates are fetched here, pinned by Cargo.lock:
+# the build itself runs offline.
+cargo_bin="$(command -v cargo || true)"
+if [ -z "$cargo_bin" ] && [ -x "$HOME/.cargo/bin/cargo" ]; then cargo_bin="$HOME/.cargo/bin/cargo"; fi
+if [ -z "$cargo_bin" ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends cargo-web rustc-web
+  cargo_bin=/usr/bin/cargo
+fi
+"$cargo_bin" fetch --locked --quiet --manifest-path "$here/third_party/llguidance/Cargo.toml"
+
 # tests/deploy validates the rendered manifests with kubernetes-models (pinned by its lock file).
 deploy_tests="$here/tests/deploy"
 if [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||

@@ -404,5 +404,44 @@ TEST_F(OverlapTest, BadFeedbackIsRefusedNamingWhy) {
                                    ::testing::HasSubstr("row 0 of the previous step sampled no token")));
 }
 
+// A constraint's mask goes to the workers with its sequence's sampled row,
+// and one too wide for the vocabulary is refused.
+TEST_F(OverlapTest, TokenMaskTravelsWithTheSampledRow) {
+  auto w = Worker(8);
+  const ModelConfig& cfg = w->config();
+  StepLimits limits{cfg.vocab_size, w->num_blocks(), w->block_size(), cfg.max_position_embeddings};
+  SamplingParams params;
+  params.temperature = 0.0f;
+  std::vector<uint32_t> mask((cfg.vocab_size + 31) / 32, 0);
+  mask[0] = 1u << 5;
+  StepInput step;
+  step.token_ids = {1, 2};
+  step.positions = {0, 1};
+  step.seq_of_token = {0, 0};
+  step.block_tables = {{0}};
+  SampleRow row;
+  row.row = 1;
+  row.sample = true;
+  row.params = &params;
+  row.allowed = mask.data();
+  row.allowed_words = static_cast<int64_t>(mask.size());
+  step.rows = {row};
+  auto decoded = DecodeStep(EncodeStep(step, 1), limits);
+  ASSERT_THAT(decoded, IsOk());
+  const SampleRow& got = (*decoded)->step.rows[0];
+  ASSERT_NE(got.allowed, nullptr);
+  EXPECT_EQ(std::vector<uint32_t>(got.allowed, got.allowed + got.allowed_words), mask);
+  auto rows = w->Execute((*decoded)->step);
+  ASSERT_THAT(rows, IsOk());
+  EXPECT_EQ((*rows)[0].token, 5) << "the only token the mask allows";
+  mask.resize(mask.size() + 1);
+  row.allowed_words = static_cast<int64_t>(mask.size());
+  row.allowed = mask.data();
+  step.rows = {row};
+  EXPECT_THAT(
+      DecodeStep(EncodeStep(step, 1), limits).status(),
+      ::shardlm::testing::StatusIs(absl::StatusCode::kInvalidArgument, ::testing::HasSubstr("token mask")));
+}
+
 }  // namespace
 }  // namespace shardlm

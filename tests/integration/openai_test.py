@@ -343,8 +343,8 @@ def errors(ctx, chk):
          "messages[0].content[0]", "not supported"),
         ({"model": "tiny", "messages": MESSAGES, "top_logprobs": 2}, "top_logprobs", "logprobs"),
         ({"model": "tiny", "messages": MESSAGES, "max_completion_tokens": 9000}, "max_completion_tokens", "8192"),
-        ({"model": "tiny", "messages": MESSAGES, "response_format": {"type": "json_object"}}, "response_format",
-         "not supported"),
+        ({"model": "tiny", "messages": MESSAGES, "response_format": {"type": "yaml"}}, "response_format",
+         "response_format.type"),
     ]
     for body, param, text in chat_cases:
         status, out, _ = post(srv, "/v1/chat/completions", body)

@@ -36,6 +36,42 @@ TEST(SamplingTest, GreedyPicksArgmaxAndReportsModelLogprob) {
   EXPECT_NEAR(r.logprob, LogSoftmaxAt(logits, 1), 1e-6);
 }
 
+// A constraint's mask (bit i of word i / 32): only allowed tokens are drawn,
+// greedy or not, and the log-prob stays the model's own.
+TEST(SamplingTest, MaskKeepsDrawsToAllowedTokens) {
+  std::vector<float> logits(70, 0.0f);
+  logits[1] = 9.0f;  // the model's favourite, disallowed
+  logits[40] = 1.0f;
+  logits[65] = 2.0f;
+  std::vector<uint32_t> mask(3, 0);
+  for (int id : {40, 65}) mask[id / 32] |= 1u << (id % 32);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  SampleRow row = Row(&greedy);
+  row.allowed = mask.data();
+  row.allowed_words = 3;
+  RowResult r = ProcessRow(logits.data(), 70, row);
+  EXPECT_EQ(r.token, 65);
+  EXPECT_NEAR(r.logprob, LogSoftmaxAt(logits, 65), 1e-6) << "the model's distribution, not the masked one";
+  SamplingParams drawn;
+  drawn.temperature = 1.5f;
+  drawn.top_p = 0.95f;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    SampleRow d = Row(&drawn, seed);
+    d.allowed = mask.data();
+    d.allowed_words = 3;
+    const int32_t t = ProcessRow(logits.data(), 70, d).token;
+    EXPECT_TRUE(t == 40 || t == 65) << "seed " << seed << " drew " << t;
+  }
+  // Ids past the mask's words are never allowed.
+  row.allowed_words = 1;
+  std::vector<float> wide(70, 0.0f);
+  wide[3] = -1.0f;
+  wide[50] = 5.0f;
+  mask[0] = 1u << 3;
+  EXPECT_EQ(ProcessRow(wide.data(), 70, row).token, 3);
+}
+
 TEST(SamplingTest, TargetLogprobAndSortedTopAlternatives) {
   std::vector<float> logits = {0.5f, 3.0f, 1.0f, 2.0f, -4.0f};
   SamplingParams p;

@@ -244,7 +244,7 @@ TEST(DeviceSamplingTest, MatchesProcessRow) {
   at::manual_seed(5);
   // Peaked enough that a top-p prefix is short, flat enough that draws vary.
   at::Tensor logits = at::randn({0}, at::kFloat);
-  std::vector<SamplingParams> params(9);
+  std::vector<SamplingParams> params(11);
   params[0].temperature = 0.0f;  // greedy
   params[1].temperature = 0.8f;  // plain draw
   params[2].temperature = 1.0f;
@@ -266,6 +266,13 @@ TEST(DeviceSamplingTest, MatchesProcessRow) {
   params[7].num_top_logprobs = 5;
   params[8].temperature = 0.0f;
   params[8].num_top_logprobs = 3;
+  params[9].temperature = 0.0f;   // constrained (a mask), greedy
+  params[10].temperature = 1.0f;  // constrained, drawn under top-p, with a bias
+  params[10].top_p = 0.9f;
+  params[10].logit_bias = {{3, 5.0f}};
+  // A constraint's mask: ids = 3 (mod 7).
+  std::vector<uint32_t> mask((vocab + 31) / 32, 0);
+  for (int64_t id = 3; id < vocab; id += 7) mask[id / 32] |= 1u << (id % 32);
   const std::vector<int32_t> prompt = {1, 2, 3, 5, 8, 13}, generated = {21, 21, 34, 1};
   std::vector<SampleRow> rows;
   const int per = 24;
@@ -279,6 +286,10 @@ TEST(DeviceSamplingTest, MatchesProcessRow) {
       r.prompt = &prompt;
       r.generated = &generated;
       r.draw_seed = DrawSeed(1000 + k, i);
+      if (k >= 9) {
+        r.allowed = mask.data();
+        r.allowed_words = static_cast<int64_t>(mask.size());
+      }
       rows.push_back(r);
     }
   }
@@ -294,6 +305,9 @@ TEST(DeviceSamplingTest, MatchesProcessRow) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const RowResult ref = ProcessRow(logits[i].data_ptr<float>(), vocab, rows[i]);
     same += dev[i].token == ref.token;
+    if (rows[i].allowed != nullptr) {
+      EXPECT_EQ(dev[i].token % 7, 3) << "masked row " << i;
+    }
     if (rows[i].params->temperature <= 0.0f) {
       EXPECT_EQ(dev[i].token, ref.token) << "greedy row " << i;
     }
@@ -307,7 +321,7 @@ TEST(DeviceSamplingTest, MatchesProcessRow) {
       EXPECT_NEAR(dev[i].top_logprobs[j], ref.top_logprobs[j], 1e-4);
   }
   // A draw differs only where the uniform number lands within rounding of a
-  // boundary between two candidates: none of these 216 should.
+  // boundary between two candidates: none of these 264 should.
   EXPECT_EQ(same, static_cast<int>(rows.size()));
 }
 

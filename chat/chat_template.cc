@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::FromConfig(const std
           absl::StrCat("chat template '", name, "' of ", label, ": ", t.status().message()));
     }
     chat->templates_.emplace(name, std::move(*t));
+    chat->sources_ += source;
   }
   for (const char* key : kSpecialTokens) {
     if (!config.contains(key)) continue;

@@ -64,6 +64,9 @@ class ChatTemplate {
   bool StartsWithBos(const std::string& rendered) const;
   // The names of the templates ("default" for a single template).
   std::vector<std::string> template_names() const;
+  // The source of every template, joined: what tool-call formats are read from
+  // (coordinator/tool_calls.h).
+  const std::string& sources() const { return sources_; }
 
  private:
   ChatTemplate() = default;
@@ -72,6 +75,7 @@ class ChatTemplate {
   nlohmann::ordered_json special_tokens_ = nlohmann::ordered_json::object();
   std::string bos_token_;
   std::string eos_token_;
+  std::string sources_;
 };
 
 }  // namespace shardlm

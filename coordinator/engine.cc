@@ -382,7 +382,12 @@ bool Engine::AnyConstrained() const {
 
 void Engine::MaskRow(Sequence& seq, SampleRow& row) {
   if (!seq.matcher) return;
+  const auto t0 = std::chrono::steady_clock::now();
   absl::Status st = seq.matcher->ComputeMask(seq.mask);
+  if (options_.metrics) {
+    options_.metrics->constraint_mask->Observe(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
   if (!st.ok()) {
     RequestEnd(seq, FinishReason::kNone, st);
     return;

@@ -408,6 +408,34 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
   return true;
 }
 
+// Tools offered (and tool_choice not "none"): the reply is parsed into
+// tool_calls in the chat template's own syntax; "required" or a named
+// function ("*" or the name in `forced`) constrains decoding to one call.
+bool ToolCallsInto(Params& p, const ModelContext& model, const std::string& forced, const Json& tools,
+                   OpenAiRequest& r, pb::GenerateRequest& g) {
+  const std::set<std::string> names = ToolNames(tools);
+  const ToolFormat format = ToolFormatOf(model.chat_template->sources());
+  if (!forced.empty()) {
+    if (names.empty())
+      return p.Fail("tool_choice", "tool_choice \"required\" or a named function needs tools");
+    if (forced != "*" && !names.count(forced)) {
+      return p.Fail("tool_choice",
+                    absl::StrCat("tool_choice names the function '", forced, "', which is not among tools"));
+    }
+    if (g.has_constraint()) {
+      return p.Fail("tool_choice",
+                    absl::StrCat(r.constraint_param, " and tool_choice each constrain the output; give one"));
+    }
+    g.mutable_constraint()->set_grammar(ForcedCallGrammar(format, tools, forced == "*" ? "" : forced));
+    r.constraint_param = "tool_choice";
+  }
+  if (names.empty()) return true;
+  r.parse_tool_calls = true;
+  r.tool_format = format;
+  r.tool_names = names;
+  return true;
+}
+
 // The parameters of /v1/chat/completions alone: the messages rendered by the
 // model's chat template into one prompt.
 bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::GenerateRequest& common) {
@@ -419,11 +447,20 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
     return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true");
   r.top_logprobs = static_cast<int>(top);
   g.set_top_logprobs(r.top_logprobs);
+  // tool_choice: "none", "auto" (the default), "required" ("*" below) or one named function.
+  std::string forced;
   if (p.Has("tool_choice")) {
     const Json& t = p.At("tool_choice");
-    if (!(t.is_string() && (t == "none" || t == "auto"))) {
+    if (t.is_string() && (t == "none" || t == "auto" || t == "required")) {
+      if (t == "required") forced = "*";
+    } else if (t.is_object() && t.contains("type") && t["type"] == "function" && t.contains("function") &&
+               t["function"].is_object() && t["function"].contains("name") &&
+               t["function"]["name"].is_string()) {
+      forced = t["function"]["name"].get<std::string>();
+    } else {
       return p.Fail("tool_choice",
-                    "tool_choice must be \"none\" or \"auto\" (forcing a tool is not supported)");
+                    "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+                    "\"function\": {\"name\": ...}}");
     }
   }
   bool store = false;
@@ -504,6 +541,7 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
     if (!p.At("tools").is_array()) return p.Fail("tools", "tools must be a list");
     if (!(p.Has("tool_choice") && p.At("tool_choice") == "none")) tools = p.At("tools");
   }
+  if (!ToolCallsInto(p, model, forced, tools, r, g)) return false;
   bool add_generation_prompt = true;
   if (!p.Bool("add_generation_prompt", &add_generation_prompt)) return false;
   Json extra;
@@ -716,6 +754,67 @@ Json ResponseWriter::Logprobs(Choice& c, bool take) {
   return out;
 }
 
+bool ResponseWriter::SendPlainText(size_t index, Choice& c) {
+  const size_t plain = PlainTextPrefix(request_.tool_format, c.text);
+  if (plain <= c.sent) return true;
+  Json choice = {{"index", index},
+                 {"delta", {{"content", c.text.substr(c.sent, plain - c.sent)}}},
+                 {"logprobs", Logprobs(c, /*take=*/true)},
+                 {"finish_reason", nullptr}};
+  c.sent = plain;
+  return Send(Chunk(Json::array({choice})));
+}
+
+bool ResponseWriter::SendToolCalls(size_t index, Choice& c) {
+  ParsedReply reply = ParseToolCalls(request_.tool_format, c.text, request_.tool_names);
+  bool ok = true;
+  // The held-back text: what is left of the content (all of it when there is no call).
+  std::string rest;
+  if (reply.calls.empty()) {
+    rest = c.text.substr(std::min(c.sent, c.text.size()));
+  } else if (reply.content.size() > c.sent && reply.content.compare(0, c.sent, c.text, 0, c.sent) == 0) {
+    rest = reply.content.substr(c.sent);
+  }
+  if (!rest.empty()) {
+    Json choice = {
+        {"index", index}, {"delta", {{"content", rest}}}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    ok &= Send(Chunk(Json::array({choice})));
+  }
+  c.sent = c.text.size();
+  if (reply.calls.empty()) return ok;
+  // As OpenAI chunks a call: its id, type and name first, then its arguments.
+  const Json calls = ToolCallsJson(reply.calls, /*stream=*/true);
+  for (const Json& call : calls) {
+    Json head = call;
+    head["function"]["arguments"] = "";
+    Json args = {{"index", call["index"]}, {"function", {{"arguments", call["function"]["arguments"]}}}};
+    for (const Json& part : {head, args}) {
+      Json choice = {{"index", index},
+                     {"delta", {{"tool_calls", Json::array({part})}}},
+                     {"logprobs", nullptr},
+                     {"finish_reason", nullptr}};
+      ok &= Send(Chunk(Json::array({choice})));
+    }
+  }
+  c.finish_reason = "tool_calls";
+  return ok;
+}
+
+Json ResponseWriter::ToolCallsJson(const std::vector<ToolCall>& calls, bool stream) {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  Json out = Json::array();
+  for (size_t i = 0; i < calls.size(); ++i) {
+    std::string id = "call_";
+    for (int k = 0; k < 24; ++k) id += kAlphabet[call_ids_() % (sizeof(kAlphabet) - 1)];
+    Json call = {{"id", id},
+                 {"type", "function"},
+                 {"function", {{"name", calls[i].name}, {"arguments", calls[i].arguments}}}};
+    if (stream) call["index"] = i;
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
   std::lock_guard<std::mutex> lock(mu_);
   if (msg.results_size() > 0) {  // the last message: finish reasons and usage
@@ -740,7 +839,9 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
     }
     // Text only when there is some: a token whose text is held back (part of
     // a character, or perhaps of a stop string) waits for the next.
-    if (!msg.text().empty()) {
+    if (request_.parse_tool_calls) {
+      ok &= SendPlainText(index, c);
+    } else if (!msg.text().empty()) {
       Json choice = Json::object();
       choice["index"] = index;
       if (chat) {
@@ -758,6 +859,7 @@ bool ResponseWriter::Add(int prompt, const pb::GenerateResponse& msg) {
     Choice& done = choices_.at(i);
     done.finish_reason = sr.finish_reason();
     if (!request_.stream) continue;
+    if (request_.parse_tool_calls) ok &= SendToolCalls(i, done);
     Json choice = Json::object();
     choice["index"] = i;
     if (chat) {
@@ -795,7 +897,17 @@ bool ResponseWriter::Finish() {
     Choice& c = choices_[i];
     Json choice = Json::object();
     choice["index"] = i;
-    if (chat) {
+    if (chat && request_.parse_tool_calls) {
+      ParsedReply reply = ParseToolCalls(request_.tool_format, c.text, request_.tool_names);
+      if (reply.calls.empty()) {
+        choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      } else {
+        choice["message"] = {{"role", "assistant"},
+                             {"content", reply.content.empty() ? Json() : Json(reply.content)},
+                             {"tool_calls", ToolCallsJson(reply.calls, /*stream=*/false)}};
+        c.finish_reason = "tool_calls";
+      }
+    } else if (chat) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
     } else {
       choice["text"] = c.text;

@@ -18,10 +18,13 @@
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <random>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/tool_calls.h"
 #include "grpcpp/support/status.h"
 #include "nlohmann/json.hpp"
 #include "shardlm/v1/inference.pb.h"
@@ -77,7 +80,11 @@ struct OpenAiRequest {
   bool logprobs = false;                                // report the sampled tokens' logprobs
   int top_logprobs = 0;                                 // and this many alternatives each
   std::vector<::shardlm::v1::GenerateRequest> prompts;  // one Generate per prompt
-  std::string constraint_param;  // response_format or guided_*: the parameter a constraint came in
+  std::string constraint_param;  // response_format, guided_* or tool_choice: where a constraint came in
+  // Tools offered (tool_choice not "none"): replies are parsed into tool_calls.
+  bool parse_tool_calls = false;
+  ToolFormat tool_format = ToolFormat::kHermes;
+  std::set<std::string> tool_names;
 };
 
 // Parses JSON from a client, nesting at most kMaxJsonDepth levels (a deeper
@@ -133,6 +140,7 @@ class ResponseWriter {
     Json content = Json::array();  // chat: one entry per token
     Json tokens = Json::array(), token_logprobs = Json::array(), top = Json::array(), offsets = Json::array();
     bool role_sent = false;
+    size_t sent = 0;  // with tools, streamed: bytes of `text` sent as content
   };
   Json Chunk(Json choices) const;
   // A token as its text: its bytes (invalid UTF-8 is replaced when dumped).
@@ -145,6 +153,11 @@ class ResponseWriter {
   // with `take`, they are cleared.
   Json Logprobs(Choice& c, bool take);
   bool Send(const Json& j);
+  // With tools offered: the choice's text sent as content up to where a call
+  // may start (streamed), and at its end its calls (OpenAI's tool_calls).
+  bool SendPlainText(size_t index, Choice& c);
+  bool SendToolCalls(size_t index, Choice& c);
+  Json ToolCallsJson(const std::vector<ToolCall>& calls, bool stream);
 
   const OpenAiRequest& request_;
   const Tokenizer* tokenizer_;
@@ -154,6 +167,7 @@ class ResponseWriter {
   std::mutex mu_;
   std::vector<Choice> choices_;
   int64_t prompt_tokens_ = 0, cached_tokens_ = 0, completion_tokens_ = 0;
+  std::mt19937_64 call_ids_{std::random_device{}()};  // tool call ids ("call_" + 24 letters)
 };
 
 // "data: <json>\n\n"

@@ -25,6 +25,9 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
   prefix_cache_hits = r->AddCounter("shardlm_prefix_cache_hits_total",
                                     "Prompt tokens whose KV the prefix cache already held");
   preemptions = r->AddCounter("shardlm_preemptions_total", "Sequences preempted for lack of KV blocks");
+  constraint_mask = r->AddHistogram(
+      "shardlm_constraint_mask_seconds", "Computing one constrained sequence's mask of allowed tokens",
+      {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1});
   steps = r->AddCounter("shardlm_steps_total", "Engine steps run");
   step_tokens = r->AddCounter("shardlm_step_tokens_total", "Tokens computed in engine steps");
   step_duration =

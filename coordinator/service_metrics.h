@@ -45,8 +45,9 @@ class ServiceMetrics {
   Counter* preemptions;
   Counter* steps;
   Counter* step_tokens;
-  Histogram* step_duration;  // one engine step as the coordinator sees it
-  Gauge* requests_waiting;   // submitted, not yet in a step (or preempted)
+  Histogram* step_duration;    // one engine step as the coordinator sees it
+  Histogram* constraint_mask;  // one constrained sequence's token mask (llguidance)
+  Gauge* requests_waiting;     // submitted, not yet in a step (or preempted)
   Gauge* requests_running;
   Gauge* kv_blocks_used;
   Gauge* kv_blocks_free;

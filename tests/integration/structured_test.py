@@ -15,6 +15,12 @@ Cases:
   guided        vLLM's guided_regex (the whole output matches), guided_choice (the output is
                 one of the choices), guided_grammar (a Lark grammar; the output is in its
                 language), and on /v1/completions too
+  tools         a weather tool: tool_choice "required" and a named function give message.tool_calls
+                (finish_reason "tool_calls", content null) whose arguments validate against the
+                tool's parameters, streamed (delta.tool_calls assembled as the client does) and
+                not; tool_choice "auto" with an assistant tool call and a tool result in the
+                conversation (rendered by the chat template) answers; a named function that is
+                not among tools, or tool_choice with response_format, is a 400
   unfinished    a schema whose shortest output is longer than max_tokens: finish_reason
                 "length", no hang, and the server goes on serving
   errors        bad constraints are 400 naming the parameter, with llguidance's message: an
@@ -218,6 +224,93 @@ def case_guided(ctx, chk):
     chk.check(c.choices[0].text in ("red", "blue", "yellow"), "completions guided_choice: %r" % c.choices[0].text)
 
 
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The current weather in a city.",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "maxLength": 40},
+                           "unit": {"enum": ["celsius", "fahrenheit"]}},
+            "required": ["city", "unit"],
+            "additionalProperties": False,
+        },
+    },
+}
+TIME = {"type": "function", "function": {"name": "get_time", "description": "The time in a city.",
+                                         "parameters": {"type": "object", "properties": {
+                                             "city": {"type": "string", "maxLength": 40}},
+                                             "required": ["city"], "additionalProperties": False}}}
+
+
+def check_call(chk, what, calls, name, finish):
+    if not calls:
+        chk.check(False, "%s: no tool call (finish_reason %s)" % (what, finish))
+        return
+    call = calls[0]
+    try:
+        args = json.loads(call.function.arguments)
+        jsonschema.validate(args, WEATHER["function"]["parameters"] if name == "get_weather"
+                            else TIME["function"]["parameters"])
+        valid = True
+    except (ValueError, jsonschema.ValidationError) as e:
+        valid, args = False, "%s (%s)" % (call.function.arguments, e)
+    chk.check(call.function.name == name and valid and call.id.startswith("call_") and call.type == "function"
+              and finish == "tool_calls",
+              "%s: %s(%s), id %s, finish_reason %s" % (what, call.function.name, args, call.id, finish))
+
+
+def case_tools(ctx, chk):
+    srv = ctx.start()
+    ask = "What is the weather in Paris?"
+    r = chat(srv, ask, temperature=0, tools=[WEATHER, TIME], tool_choice="required")
+    m = r.choices[0].message
+    check_call(chk, "required", m.tool_calls, m.tool_calls[0].function.name if m.tool_calls else "",
+               r.choices[0].finish_reason)
+    chk.check(m.content is None, "required: content is null (%r)" % m.content)
+    r = chat(srv, ask, temperature=0, tools=[WEATHER, TIME],
+             tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    check_call(chk, "named get_weather", r.choices[0].message.tool_calls, "get_weather", r.choices[0].finish_reason)
+    # Streamed: the client's own accumulation of delta.tool_calls.
+    stream = chat(srv, ask, temperature=0, stream=True, tools=[WEATHER],
+                  tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    calls, finish, content = {}, None, ""
+    for chunk in stream:
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            c = calls.setdefault(tc.index, {"id": None, "name": "", "arguments": ""})
+            c["id"] = tc.id or c["id"]
+            if tc.function is not None:
+                c["name"] += tc.function.name or ""
+                c["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+
+    class Fn:
+        def __init__(self, c):
+            self.id, self.type = c["id"], "function"
+            self.function = type("F", (), {"name": c["name"], "arguments": c["arguments"]})
+    check_call(chk, "named, streamed", [Fn(calls[i]) for i in sorted(calls)], "get_weather", finish)
+    chk.check(content == "", "streamed: no content besides the call (%r)" % content)
+    # A conversation that carries a call and its result, rendered by the template.
+    messages = [{"role": "user", "content": ask},
+                {"role": "assistant", "content": None, "tool_calls": [
+                    {"id": "call_1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21, "sky": "clear"}'}]
+    r = srv.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], tool_choice="auto",
+                                           max_tokens=40, temperature=0)
+    chk.check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
+              "auto after a tool result: %s, %r" % (r.choices[0].finish_reason, r.choices[0].message.content))
+    bad_request(chk, "a named function not among tools", "tool_choice",
+                lambda: chat(srv, ask, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}}))
+    bad_request(chk, "tool_choice required with response_format", "tool_choice",
+                lambda: chat(srv, ask, tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}))
+
+
 def case_unfinished(ctx, chk):
     srv = ctx.start()
     schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "integer"},
@@ -275,7 +368,7 @@ def case_errors(ctx, chk):
 
 
 CASES = [("json_schema", case_json_schema), ("json_object", case_json_object), ("guided", case_guided),
-         ("unfinished", case_unfinished), ("errors", case_errors)]
+         ("tools", case_tools), ("unfinished", case_unfinished), ("errors", case_errors)]
 
 
 def main():

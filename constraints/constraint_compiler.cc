@@ -30,19 +30,17 @@ size_t TokenizeFn(const void* user_data, const uint8_t* bytes, size_t len, uint3
   }
 }
 
-// The Lark grammar of "exactly one of `choices`", each a JSON-escaped string literal.
-// JSON output is laid out as Python's json.dumps lays it out (", " and ": ", no other
-// whitespace) unless the schema sets llguidance's own "x-guidance" options. llguidance's
-// default allows any run of whitespace between tokens, and a small model can then pad a
-// document with newlines until max_tokens (vLLM's disable_any_whitespace, on by default here).
+// The schema with JsonLayoutOptions() unless it sets llguidance's "x-guidance" options itself.
 std::string WithJsonLayout(const std::string& schema_text) {
   // ordered_json: the properties keep the schema's order, which llguidance follows.
   nlohmann::ordered_json schema =
       nlohmann::ordered_json::parse(schema_text, nullptr, /*allow_exceptions=*/false);
   if (!schema.is_object() || schema.contains("x-guidance")) return schema_text;  // llguidance judges it
-  schema["x-guidance"] = {{"whitespace_flexible", false}, {"item_separator", ", "}, {"key_separator", ": "}};
+  schema["x-guidance"] = JsonLayoutOptions();
   return schema.dump();
 }
+
+// The Lark grammar of "exactly one of `choices`", each a JSON-escaped string literal.
 
 absl::StatusOr<std::string> ChoiceGrammar(const std::vector<std::string>& choices) {
   if (choices.empty()) return absl::InvalidArgumentError("constraint.choice: the list of choices is empty");
@@ -107,6 +105,10 @@ absl::StatusOr<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::Create(c
     return absl::InternalError(absl::StrCat("constraint: llguidance refused the tokenizer: ", error));
   }
   return compiler;
+}
+
+nlohmann::json JsonLayoutOptions() {
+  return {{"whitespace_flexible", false}, {"item_separator", ", "}, {"key_separator", ": "}};
 }
 
 ConstraintCompiler::~ConstraintCompiler() { llg_free_tokenizer(llg_tokenizer_); }

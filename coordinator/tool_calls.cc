@@ -4,6 +4,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
+#include "constraints/constraint_compiler.h"
 
 namespace shardlm {
 namespace {
@@ -69,8 +70,8 @@ ParsedReply ParseHermes(const std::string& text, const std::set<std::string>& na
     const size_t close = open == std::string::npos ? open : text.find(kHermesClose, open);
     ToolCall call;
     if (close == std::string::npos ||
-        !AsCall(ParseOrNull(Trim(std::string_view(text).substr(
-                    open + kHermesOpen.size(), close - open - kHermesOpen.size()))),
+        !AsCall(ParseOrNull(Trim(std::string_view(text).substr(open + kHermesOpen.size(),
+                                                               close - open - kHermesOpen.size()))),
                 names, &call)) {
       // No (further) well-formed call: the rest is text.
       content += text.substr(pos);
@@ -184,8 +185,7 @@ std::string ForcedCallGrammar(ToolFormat format, const Json& tools, const std::s
                    {"additionalProperties", false}});
   }
   Json schema = any.size() == 1 ? any[0] : Json{{"anyOf", any}};
-  // The layout of constraints/constraint_compiler.cc's JSON (", " and ": ").
-  schema["x-guidance"] = {{"whitespace_flexible", false}, {"item_separator", ", "}, {"key_separator", ": "}};
+  schema["x-guidance"] = JsonLayoutOptions();
   const std::string call = "call: %json " + schema.dump() + "\n";
   switch (format) {
     case ToolFormat::kHermes: {

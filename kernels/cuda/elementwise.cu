@@ -45,35 +45,19 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One block per row; thread i of a head takes the pair (i, i + half).
+// One block per row; thread i of a head takes the pair (i, i + half). The
+// first heads + kv_heads heads are rotated; with `slots`, the last kv_heads of
+// them (the k heads) and the kv_heads heads after them (v) are also written
+// to the row's KV slot.
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    RotaryKernel(T* x, int64_t ld, int64_t heads, int64_t head_dim, const float* cos, const float* sin) {
-  const int64_t half = head_dim / 2;
-  T* row = x + blockIdx.x * ld;
-  const float* c = cos + blockIdx.x * half;
-  const float* s = sin + blockIdx.x * half;
-  for (int64_t k = threadIdx.x; k < heads * half; k += kThreads) {
-    const int64_t h = k / half, i = k % half;
-    T* v = row + h * head_dim;
-    const float x1 = Load(v, i), x2 = Load(v, i + half);
-    Store(v, i, __fsub_rn(__fmul_rn(x1, c[i]), __fmul_rn(x2, s[i])));
-    Store(v, i + half, __fadd_rn(__fmul_rn(x2, c[i]), __fmul_rn(x1, s[i])));
-  }
-}
-
-// RotaryKernel's rotation of the q and k heads, and each row's rotated k and
-// its v written to the row's KV slot: one block per row.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    RotaryKvKernel(T* x, int64_t ld, int64_t heads, int64_t kv_heads, int64_t head_dim, const float* cos,
-                   const float* sin, const int64_t* slots, T* k_cache, T* v_cache) {
+    RotaryKernel(T* x, int64_t ld, int64_t heads, int64_t kv_heads, int64_t head_dim, const float* cos,
+                 const float* sin, const int64_t* slots, T* k_cache, T* v_cache) {
   const int64_t half = head_dim / 2, slot_elems = kv_heads * head_dim;
   T* row = x + blockIdx.x * ld;
   const float* c = cos + blockIdx.x * half;
   const float* s = sin + blockIdx.x * half;
-  T* k_slot = k_cache + slots[blockIdx.x] * slot_elems;
-  T* v_slot = v_cache + slots[blockIdx.x] * slot_elems;
+  T* k_slot = slots != nullptr ? k_cache + slots[blockIdx.x] * slot_elems : nullptr;
   for (int64_t k = threadIdx.x; k < (heads + kv_heads) * half; k += kThreads) {
     const int64_t h = k / half, i = k % half;
     T* v = row + h * head_dim;
@@ -82,14 +66,25 @@ __global__ void __launch_bounds__(kThreads)
     const float y2 = __fadd_rn(__fmul_rn(x2, c[i]), __fmul_rn(x1, s[i]));
     Store(v, i, y1);
     Store(v, i + half, y2);
-    if (h >= heads) {
+    if (k_slot != nullptr && h >= heads) {
       T* out = k_slot + (h - heads) * head_dim;
       Store(out, i, y1);
       Store(out, i + half, y2);
     }
   }
+  if (slots == nullptr) return;
+  T* v_slot = v_cache + slots[blockIdx.x] * slot_elems;
   const T* vs = row + (heads + kv_heads) * head_dim;
   for (int64_t k = threadIdx.x; k < slot_elems; k += kThreads) v_slot[k] = vs[k];
+}
+
+template <typename T>
+void LaunchRotaryRows(void* x, int64_t ld, int64_t rows, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                      const float* cos, const float* sin, const int64_t* slots, void* k_cache, void* v_cache,
+                      cudaStream_t s) {
+  RotaryKernel<T><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
+      static_cast<T*>(x), ld, heads, kv_heads, head_dim, cos, sin, slots, static_cast<T*>(k_cache),
+      static_cast<T*>(v_cache));
 }
 
 template <typename T>
@@ -140,13 +135,8 @@ const char* LaunchRotary(DType dtype, void* x, int64_t ld, int64_t rows, int64_t
   if (head_dim <= 0 || head_dim % 2 != 0 || ld < heads * head_dim || rows > 0x7fffffff)
     return "rotary: bad shape";
   const auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::kF32) {
-    RotaryKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(static_cast<float*>(x), ld, heads,
-                                                                         head_dim, cos, sin);
-  } else {
-    RotaryKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        static_cast<__nv_bfloat16*>(x), ld, heads, head_dim, cos, sin);
-  }
+  auto launch = dtype == DType::kF32 ? LaunchRotaryRows<float> : LaunchRotaryRows<__nv_bfloat16>;
+  launch(x, ld, rows, heads, 0, head_dim, cos, sin, nullptr, nullptr, nullptr, s);
   return LastError();
 }
 
@@ -155,19 +145,12 @@ const char* LaunchRotaryKv(DType dtype, void* x, int64_t ld, int64_t rows, int64
                            void* k_cache, void* v_cache, void* stream) {
   if (rows <= 0) return nullptr;
   if (head_dim <= 0 || head_dim % 2 != 0 || heads < 0 || kv_heads <= 0 ||
-      ld < (heads + 2 * kv_heads) * head_dim || rows > 0x7fffffff) {
+      ld < (heads + 2 * kv_heads) * head_dim || rows > 0x7fffffff || slots == nullptr) {
     return "rotary_kv: bad shape";
   }
   const auto s = static_cast<cudaStream_t>(stream);
-  if (dtype == DType::kF32) {
-    RotaryKvKernel<float><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        static_cast<float*>(x), ld, heads, kv_heads, head_dim, cos, sin, slots, static_cast<float*>(k_cache),
-        static_cast<float*>(v_cache));
-  } else {
-    RotaryKvKernel<__nv_bfloat16><<<static_cast<unsigned>(rows), kThreads, 0, s>>>(
-        static_cast<__nv_bfloat16*>(x), ld, heads, kv_heads, head_dim, cos, sin, slots,
-        static_cast<__nv_bfloat16*>(k_cache), static_cast<__nv_bfloat16*>(v_cache));
-  }
+  auto launch = dtype == DType::kF32 ? LaunchRotaryRows<float> : LaunchRotaryRows<__nv_bfloat16>;
+  launch(x, ld, rows, heads, kv_heads, head_dim, cos, sin, slots, k_cache, v_cache, s);
   return LastError();
 }
 

@@ -194,11 +194,12 @@ TEST_F(ConstraintTest, ChoiceIsTakenLiterally) {
   EXPECT_EQ(Allowed(*m), (Set{kEos}));
 }
 
+constexpr char kColorSchema[] =
+    R"({"type":"object","properties":{"color":{"enum":["red","green"]},"ok":{"type":"boolean"}},)"
+    R"("required":["color","ok"],"additionalProperties":false})";
+
 TEST_F(ConstraintTest, JsonSchemaWalk) {
-  auto m =
-      Compile(Kind::kJsonSchema,
-              R"({"type":"object","properties":{"color":{"enum":["red","green"]},"ok":{"type":"boolean"}},)"
-              R"("required":["color","ok"],"additionalProperties":false})");
+  auto m = Compile(Kind::kJsonSchema, kColorSchema);
   ASSERT_NE(m, nullptr);
   // The layout of Python's json.dumps (", " and ": ", no other whitespace: the
   // compiler's default); the properties come in the schema's order.
@@ -229,10 +230,7 @@ TEST_F(ConstraintTest, JsonSchemaWalk) {
 }
 
 TEST_F(ConstraintTest, JsonSchemaRefusesInvalidTokens) {
-  auto m =
-      Compile(Kind::kJsonSchema,
-              R"({"type":"object","properties":{"color":{"enum":["red","green"]},"ok":{"type":"boolean"}},)"
-              R"("required":["color","ok"],"additionalProperties":false})");
+  auto m = Compile(Kind::kJsonSchema, kColorSchema);
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(Allowed(*m).count("["));
   EXPECT_FALSE(Allowed(*m).count(kEos));

@@ -138,6 +138,7 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
   AddDeviceFlag(f);
+  AddCollectivesFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "coordinator/inference_service.h"  // kMaxStopStrings, kMaxStopStringBytes
 #include "nlohmann/json.hpp"
 
@@ -73,6 +74,42 @@ absl::Status GetStops(const json& v, std::vector<std::string>* out) {
   return absl::OkStatus();
 }
 
+// The line's constraint: at most one of its keys (ConstraintSpec's kinds).
+absl::StatusOr<ConstraintSpec> GetConstraint(const json& in) {
+  using Kind = ConstraintSpec::Kind;
+  ConstraintSpec spec;
+  for (const char* key : {"json_schema", "json_object", "regex", "grammar", "choice"}) {
+    if (!in.contains(key) || in[key].is_null()) continue;
+    if (!spec.empty()) {
+      return absl::InvalidArgumentError(
+          "give at most one of \"json_schema\", \"json_object\", \"regex\", \"grammar\" and \"choice\"");
+    }
+    const json& v = in[key];
+    const std::string k = key;
+    if (k == "json_schema") {
+      if (!v.is_object() && !v.is_boolean() && !v.is_string())
+        return Bad(key, "a JSON Schema (an object)", v);
+      spec.kind = Kind::kJsonSchema;
+      spec.text = v.is_string() ? v.get<std::string>() : v.dump();
+    } else if (k == "json_object") {
+      if (!v.is_boolean()) return Bad(key, "true or false", v);
+      if (v.get<bool>()) spec.kind = Kind::kJsonObject;
+    } else if (k == "regex" || k == "grammar") {
+      if (!v.is_string() || v.get<std::string>().empty()) return Bad(key, "a non-empty string", v);
+      spec.kind = k == "regex" ? Kind::kRegex : Kind::kGrammar;
+      spec.text = v.get<std::string>();
+    } else {
+      if (!v.is_array() || v.empty()) return Bad(key, "a non-empty list of strings", v);
+      for (const json& c : v) {
+        if (!c.is_string()) return Bad(key, "a non-empty list of strings", v);
+        spec.choices.push_back(c.get<std::string>());
+      }
+      spec.kind = Kind::kChoice;
+    }
+  }
+  return spec;
+}
+
 }  // namespace
 
 const std::vector<std::string>& BatchLineKeys() {
@@ -89,7 +126,12 @@ const std::vector<std::string>& BatchLineKeys() {
                                                 "seed",
                                                 "repetition_penalty",
                                                 "presence_penalty",
-                                                "frequency_penalty"};
+                                                "frequency_penalty",
+                                                "json_schema",
+                                                "json_object",
+                                                "regex",
+                                                "grammar",
+                                                "choice"};
   return keys;
 }
 
@@ -161,6 +203,7 @@ absl::StatusOr<BatchItem> ParseBatchLine(const std::string& line) {
     s.seed = v.get<uint64_t>();
   }
   if (!st.ok()) return st;
+  SHARDLM_ASSIGN_OR_RETURN(item.constraint, GetConstraint(in));
   return item;
 }
 

@@ -6,6 +6,9 @@
 //   {"prompt": "Once upon a time", "max_new_tokens": 32, "stop": ["\n"],
 //    "temperature": 0.7, "top_p": 0.9, "seed": 1}
 //   {"prompt_ids": [128000, 9906, 1917], "ignore_eos": true}
+//   {"prompt": "Name a colour:", "choice": ["red", "green"]}
+// A constraint is one of "json_schema" (an object, or its JSON text),
+// "json_object" (true), "regex", "grammar" (Lark) and "choice" (strings).
 //
 //   SHARDLM_ASSIGN_OR_RETURN(BatchItem item, ParseBatchLine(line));
 #pragma once
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "constraints/constraint.h"
 #include "coordinator/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -26,6 +30,7 @@ struct BatchItem {
   std::string text;               // "prompt" (tokenized with special tokens, as the API does)
   GenerateRequest request;        // prompt ids (for "prompt_ids"), limits, sampling, stop ids
   std::vector<std::string> stop;  // stop strings: the text ends before the first one found
+  ConstraintSpec constraint;      // compiled by whoever runs the line (kNone: none)
 };
 
 // The keys a line may hold, in the order the docs list them.

@@ -16,6 +16,7 @@
 #include "cli/batch.h"
 #include "cli/batch_input.h"
 #include "cli/commands.h"
+#include "cli/constraint_flags.h"
 #include "common/logging.h"
 #include "common/status.h"
 #include "coordinator/engine.h"
@@ -37,8 +38,9 @@ struct Active {
 };
 
 // The request of line `slot`, with its on_token hooked to `active`.
-absl::StatusOr<GenerateRequest> Prepare(const BatchLine& line, const Tokenizer* tok,
+absl::StatusOr<GenerateRequest> Prepare(const BatchLine& line, LocalModel& model,
                                         std::unique_ptr<Active>* active) {
+  const Tokenizer* tok = model.tokenizer.get();
   SHARDLM_ASSIGN_OR_RETURN(BatchItem item, ParseBatchLine(line.text));
   if (item.is_text) {
     if (tok == nullptr) {
@@ -51,6 +53,9 @@ absl::StatusOr<GenerateRequest> Prepare(const BatchLine& line, const Tokenizer* 
   if (!item.stop.empty() && tok == nullptr) {
     return absl::InvalidArgumentError("stop strings need a tokenizer.json in the model");
   }
+  SHARDLM_ASSIGN_OR_RETURN(
+      item.request.constraint,
+      CompileForModel(model, item.constraint, std::string(KindName(item.constraint.kind))));
   *active = std::unique_ptr<Active>(new Active{0, 0, StopText(tok, std::move(item.stop)), ""});
   return std::move(item.request);
 }
@@ -90,7 +95,7 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
     while (outcome.ok() && next < lines.size() && active.size() < window) {
       const size_t slot = next++;
       std::unique_ptr<Active> a;
-      absl::StatusOr<GenerateRequest> req = Prepare(lines[slot], tok, &a);
+      absl::StatusOr<GenerateRequest> req = Prepare(lines[slot], model, &a);
       if (req.ok()) {
         Active* ap = a.get();
         ap->slot = slot;

@@ -20,7 +20,7 @@ namespace {
 namespace pb = ::shardlm::v1;
 
 pb::GenerateRequest ToProto(const BatchItem& item) {
-  pb::GenerateRequest req = GenerateRequestProto(item.request, item.stop);
+  pb::GenerateRequest req = GenerateRequestProto(item.request, item.stop, item.constraint);
   if (item.is_text) {
     req.mutable_prompt()->set_text(item.text);
   } else {

@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "cli/constraint_flags.h"
 #include "cli/flags.h"
 #include "cli/remote_client.h"
 #include "common/grpc_security.h"
@@ -221,12 +222,15 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
   f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");
   f.String("stop", "a stop string; the text ends before it (with --server)");
+  AddConstraintFlags(f);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   absl::Status st = CheckTarget(f);
   if (!st.ok()) return Fail(st);
   auto prompt_spec = PromptFromFlags(f);
   if (!prompt_spec.ok()) return Fail(prompt_spec.status());
+  absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(f);
+  if (!constraint.ok()) return Fail(constraint.status());
 
   GenerateRequest req;
   req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
@@ -261,7 +265,7 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
     req.prefix_handle = f.GetString("prefix-handle");
     std::vector<std::string> stop;
     if (f.Has("stop")) stop.push_back(f.GetString("stop"));
-    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, stop, print);
+    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, stop, *constraint, print);
     if (!remote.ok()) return Fail(remote.status());
     result = std::move(remote->first);
     text = std::move(remote->second);
@@ -271,6 +275,9 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
     auto prompt = PromptIds(f, model->tokenizer.get());
     if (!prompt.ok()) return Fail(prompt.status());
     req.prompt = *prompt;
+    auto matcher = CompileForModel(*model, *constraint, ConstraintFlag(constraint->kind));
+    if (!matcher.ok()) return Fail(matcher.status());
+    req.constraint = *std::move(matcher);
     const Tokenizer* tok = model->tokenizer.get();
     std::unique_ptr<IncrementalDetokenizer> detok;
     if (tok != nullptr) detok = std::make_unique<IncrementalDetokenizer>(*tok, /*skip_special=*/true);

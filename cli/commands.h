@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "cli/flags.h"
 #include "common/grpc_security.h"
+#include "constraints/constraint_compiler.h"
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +66,9 @@ struct LocalModel {
   std::unique_ptr<WorkerGroup> group;  // --tp
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
+  // Built on the first constrained request (cli/constraint_flags.h); it
+  // calls back into `tokenizer`, so it goes first.
+  std::unique_ptr<ConstraintCompiler> compiler;
 };
 // Opens --model (on --tp workers when given) with `options`; the flags set
 // max_batch_tokens.

@@ -37,8 +37,36 @@ absl::Status Rpc(const grpc::Status& st, const std::string& server) {
 
 }  // namespace
 
-pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::vector<std::string>& stop) {
+namespace {
+
+void SetConstraint(const ConstraintSpec& spec, pb::Constraint* out) {
+  switch (spec.kind) {
+    case ConstraintSpec::Kind::kJsonSchema:
+      out->set_json_schema(spec.text);
+      break;
+    case ConstraintSpec::Kind::kJsonObject:
+      out->set_json_object(true);
+      break;
+    case ConstraintSpec::Kind::kRegex:
+      out->set_regex(spec.text);
+      break;
+    case ConstraintSpec::Kind::kGrammar:
+      out->set_grammar(spec.text);
+      break;
+    case ConstraintSpec::Kind::kChoice:
+      out->mutable_choice()->mutable_options()->Add(spec.choices.begin(), spec.choices.end());
+      break;
+    case ConstraintSpec::Kind::kNone:
+      break;
+  }
+}
+
+}  // namespace
+
+pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::vector<std::string>& stop,
+                                         const ConstraintSpec& constraint) {
   pb::GenerateRequest req;
+  if (!constraint.empty()) SetConstraint(constraint, req.mutable_constraint());
   req.set_prefix_handle(r.prefix_handle);
   for (const std::string& s : stop) req.add_stop(s);
   for (const auto& [id, bias] : r.sampling.logit_bias)
@@ -61,8 +89,9 @@ pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::ve
 
 absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
     const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
-    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text) {
-  pb::GenerateRequest req = GenerateRequestProto(r, stop);
+    const std::vector<std::string>& stop, const ConstraintSpec& constraint,
+    const std::function<void(const std::string&)>& on_text) {
+  pb::GenerateRequest req = GenerateRequestProto(r, stop, constraint);
   if (prompt.is_text || !prompt.ids.empty()) SetPrompt(prompt, req.mutable_prompt());
   auto stub = Connect(server);
   grpc::ClientContext ctx;

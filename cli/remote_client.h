@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "constraints/constraint.h"
 #include "coordinator/engine.h"
 #include "shardlm/v1/inference.pb.h"
 
@@ -24,14 +25,16 @@ struct PromptSpec {
 // stop strings and ids, prefix handle. Shared by `generate --server` and
 // `batch --server`, so both send the same fields.
 ::shardlm::v1::GenerateRequest GenerateRequestProto(const GenerateRequest& request,
-                                                    const std::vector<std::string>& stop);
+                                                    const std::vector<std::string>& stop,
+                                                    const ConstraintSpec& constraint = {});
 
 // Streams a generation; `on_text` gets each text delta as it arrives.
 // Returns the result and the whole text.
 // `request.prefix_handle` and `stop` are sent as given.
 absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
     const std::string& server, const PromptSpec& prompt, const GenerateRequest& request,
-    const std::vector<std::string>& stop, const std::function<void(const std::string&)>& on_text);
+    const std::vector<std::string>& stop, const ConstraintSpec& constraint,
+    const std::function<void(const std::string&)>& on_text);
 
 // Prefill of one chunk (after an optional prefix handle); the response as
 // JSON (the proto's JSON mapping, as grpcurl prints it).

@@ -171,6 +171,10 @@ class Engine : private KvSpace {
   bool overlaps() const { return options_.overlap_steps && executor_->Overlaps(); }
   // Applies the results (tokens, finished requests, deferred cancellations).
   absl::Status ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results);
+  // After the step before `plan` was applied: computes the constraint masks
+  // that follow `plan` (PlannedStep::masks_follow) and sends them to the
+  // step in flight (docs/structured_outputs.md). Nothing when it has none.
+  void SendFollowingMasks(PlannedStep& plan, PendingStep& pending);
   bool Idle() const { return seqs_.empty(); }
   // The result of a finished request (once), or nullopt.
   std::optional<GenerateResult> TakeResult(int64_t id);
@@ -265,8 +269,11 @@ class Engine : private KvSpace {
     std::vector<int32_t> takes;  // tokens of each in_step sequence
     std::vector<RowOwner> owners;
     std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write sources released once applied
-    std::chrono::steady_clock::time_point started;    // sent to the executor (StartStep)
-    std::chrono::steady_clock::time_point finished;   // its rows back (WaitStep)
+    // Rows whose constraint mask follows the step (the sequence's token from
+    // the step before is not known yet): (index into input.rows, sequence).
+    std::vector<std::pair<int32_t, Sequence*>> masks_follow;
+    std::chrono::steady_clock::time_point started;   // sent to the executor (StartStep)
+    std::chrono::steady_clock::time_point finished;  // its rows back (WaitStep)
   };
 
  private:
@@ -294,12 +301,12 @@ class Engine : private KvSpace {
   // its last step is applied, unless an end was already asked for.
   static void RequestEnd(Sequence& seq, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
-  // Whether a queued or running request is constrained: its next mask needs
-  // the token the step in flight samples, so no step is planned ahead.
-  bool AnyConstrained() const;
   // Points `row` at `seq`'s mask for its next token; a matcher error ends the
   // request once this step is applied.
   void MaskRow(Sequence& seq, SampleRow& row);
+  // Computes the masks of `seqs` into each one's `mask`, in parallel (one
+  // llguidance matcher per sequence); false where a matcher failed.
+  std::vector<bool> ComputeMasks(const std::vector<Sequence*>& seqs);
   // Advances `seq`'s matcher past `token`; ends the request where the
   // constraint is complete (kStop) or broken (an error).
   void Constrain(Sequence& seq, int32_t token);

@@ -189,6 +189,8 @@ void EngineLoop::Run() {
     lock.lock();
     absl::Status st = engine_->ApplyStep(*plan, std::move(results));
     if (!st.ok()) LOG(WARNING) << "engine step failed: " << st;
+    // The constraint masks of the step queued behind, which needed this one's tokens.
+    if (next) engine_->SendFollowingMasks(*next, *next_pending);
     Deliver();
     plan = std::move(next);
     pending = std::move(next_pending);

@@ -96,7 +96,7 @@ std::chrono::milliseconds RemoteExecutor::StepDeadline(size_t tokens) const {
 class RemoteExecutor::RemoteStep final : public PendingStep {
  public:
   RemoteStep(RemoteExecutor* exec, const StepInput& step, uint64_t id, uint64_t after)
-      : exec_(exec), tokens_(step.token_ids.size()), rows_(step.rows.size()), start_(Clock::now()) {
+      : exec_(exec), id_(id), tokens_(step.token_ids.size()), rows_(step.rows.size()), start_(Clock::now()) {
     const wpb::StepRequest request = EncodeStep(step, id, after, exec->epoch_);
     const size_t n = exec->stubs_.size();
     // A step queued behind another gets its own time after that one's:
@@ -104,6 +104,7 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
     const auto deadline = std::max(std::chrono::system_clock::now(), exec->last_deadline_) +
                           exec->StepDeadline(step.token_ids.size());
     exec->last_deadline_ = deadline;
+    deadline_ = deadline;
     contexts_.resize(n);
     responses_.resize(n);
     statuses_.resize(n);
@@ -120,8 +121,20 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
   ~RemoteStep() override {
     if (!waited_) {
       for (auto& ctx : contexts_) ctx->TryCancel();
+      if (masks_context_) masks_context_->TryCancel();
       Collect().IgnoreError();  // abandoned: its rows are not wanted
     }
+  }
+
+  // To rank 0, which samples; answered on the step's own queue (tag: the rank count).
+  void SendMasks(std::vector<RowMask> masks) override {
+    if (masks_context_) return;  // once
+    masks_context_ = std::make_unique<grpc::ClientContext>();
+    AttachInternalToken(*masks_context_, exec_->options_.internal_token);
+    masks_context_->set_deadline(deadline_);
+    masks_call_ =
+        exec_->stubs_[0]->AsyncStepMasks(masks_context_.get(), EncodeMasks(masks, id_, exec_->epoch_), &cq_);
+    masks_call_->Finish(&masks_response_, &masks_status_, reinterpret_cast<void*>(calls_.size()));
   }
 
   absl::StatusOr<std::vector<RowResult>> Wait() override {
@@ -156,11 +169,14 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
   // Every rank's answer; the first failure cancels the rest.
   absl::Status Collect() {
     absl::Status failure;
-    for (size_t done = 0; done < calls_.size(); ++done) {
+    const size_t expected = calls_.size() + (masks_call_ ? 1 : 0);
+    for (size_t done = 0; done < expected; ++done) {
       void* tag = nullptr;
       bool ok = false;
       if (!cq_.Next(&tag, &ok)) break;
       const size_t r = reinterpret_cast<size_t>(tag);
+      // The masks' answer: a refusal fails rank 0's step, which says why.
+      if (r == calls_.size()) continue;
       if (failure.ok() && !statuses_[r].ok()) {
         failure = absl::Status(statuses_[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT
                                    ? absl::StatusCode::kInvalidArgument
@@ -168,6 +184,7 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
                                absl::StrCat("tensor-parallel rank ", r, " at ", exec_->addresses_[r],
                                             " failed the step: ", statuses_[r].error_message()));
         for (auto& ctx : contexts_) ctx->TryCancel();  // do not wait for the rest
+        if (masks_context_) masks_context_->TryCancel();
       }
     }
     cq_.Shutdown();
@@ -179,7 +196,9 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
   }
 
   RemoteExecutor* exec_;
+  uint64_t id_;
   size_t tokens_, rows_;
+  std::chrono::system_clock::time_point deadline_;
   Clock::time_point start_;
   bool waited_ = false;
   grpc::CompletionQueue cq_;
@@ -187,6 +206,10 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
   std::vector<wpb::StepResponse> responses_;
   std::vector<grpc::Status> statuses_;
   std::vector<std::unique_ptr<grpc::ClientAsyncResponseReader<wpb::StepResponse>>> calls_;
+  std::unique_ptr<grpc::ClientContext> masks_context_;  // set once masks were sent
+  wpb::StepMasksResponse masks_response_;
+  grpc::Status masks_status_;
+  std::unique_ptr<grpc::ClientAsyncResponseReader<wpb::StepMasksResponse>> masks_call_;
 };
 
 std::unique_ptr<PendingStep> RemoteExecutor::StartStep(const StepInput& step) {

@@ -184,6 +184,7 @@ std::unique_ptr<PendingStep> WorkerGroup::StartStep(const StepInput& step) {
    public:
     explicit Failed(absl::Status why) : why_(std::move(why)) {}
     absl::StatusOr<std::vector<RowResult>> Wait() override { return why_; }
+    void SendMasks(std::vector<RowMask>) override {}  // nothing runs
 
    private:
     absl::Status why_;
@@ -198,6 +199,7 @@ std::unique_ptr<PendingStep> WorkerGroup::StartStep(const StepInput& step) {
       if (rows.ok()) return rows;
       return group_->Judge(*exec_, rows.status());
     }
+    void SendMasks(std::vector<RowMask> masks) override { step_->SendMasks(std::move(masks)); }
 
    private:
     WorkerGroup* group_;

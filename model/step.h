@@ -13,11 +13,13 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace shardlm {
@@ -51,6 +53,16 @@ struct SampleRow {
   // allowed_words * 32 never. Null: every token.
   const uint32_t* allowed = nullptr;
   int64_t allowed_words = 0;
+  // The mask is computed after the step was started, from the token the step
+  // before samples, and sent on its own (PendingStep::SendMasks): rank 0
+  // waits for it before sampling this row (StepInput::await_masks).
+  bool mask_follows = false;
+};
+
+// A mask that follows its step: for rows[row] of that step.
+struct RowMask {
+  int32_t row = 0;
+  std::vector<uint32_t> allowed;  // as SampleRow::allowed; empty: every token
 };
 
 // Whether `row`'s mask lets token `id` be drawn.
@@ -77,7 +89,19 @@ struct StepInput {
   // is the one the previous step sampled for that row; token_ids holds a
   // placeholder there, and the sequence's penalty history lacks it.
   std::vector<std::pair<int32_t, int32_t>> feedback;
+  // Rank 0, when rows have mask_follows: waits for their masks and points
+  // those rows' `allowed` at them (storage kept by the function). Set by
+  // whoever delivers the step to the rank (the worker's Step handler).
+  std::function<absl::Status(std::vector<SampleRow>& rows)> await_masks;
 };
+
+// Whether any row's mask follows the step.
+inline bool MasksFollow(const StepInput& step) {
+  for (const SampleRow& r : step.rows) {
+    if (r.mask_follows) return true;
+  }
+  return false;
+}
 
 // Logprobs are of the model's own distribution (before temperature and
 // penalties), as vLLM and TGI report them.
@@ -98,6 +122,9 @@ class PendingStep {
  public:
   virtual ~PendingStep() = default;
   virtual absl::StatusOr<std::vector<RowResult>> Wait() = 0;
+  // The masks of the rows started with mask_follows, once, before Wait.
+  // Only executors that overlap steps are given such rows.
+  virtual void SendMasks(std::vector<RowMask> masks) = 0;
 };
 
 // What the coordinator drives: every rank (in-process or remote) behind one call.
@@ -118,6 +145,8 @@ class StepExecutor {
      public:
       Later(StepExecutor* exec, const StepInput* step) : exec_(exec), step_(step) {}
       absl::StatusOr<std::vector<RowResult>> Wait() override { return exec_->Execute(*step_); }
+      // Not overlapped: every mask is known when the step is planned.
+      void SendMasks(std::vector<RowMask>) override {}
 
      private:
       StepExecutor* exec_;

@@ -79,6 +79,7 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t af
     row->set_target(r.target);
     row->set_sample(r.sample);
     row->set_draw_seed(r.draw_seed);
+    row->set_mask_follows(r.mask_follows);
     if (r.params == nullptr) continue;
     row->set_has_params(true);
     wpb::Sequence* seq = req.mutable_sequences(r.seq);
@@ -189,6 +190,8 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     row.target = r.target();
     row.sample = r.sample();
     row.draw_seed = r.draw_seed();
+    row.mask_follows = r.mask_follows();
+    if (r.mask_follows() && !r.sample()) return Bad("a row waits for a mask but samples nothing");
     if (r.has_params()) {
       const SamplingParams& p = d->params[r.seq()];
       if (p.num_top_logprobs < 0 || p.num_top_logprobs > kMaxTopLogprobs ||
@@ -206,6 +209,35 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     s.rows.push_back(row);
   }
   return d;
+}
+
+wpb::StepMasksRequest EncodeMasks(const std::vector<RowMask>& masks, uint64_t step_id, uint64_t epoch) {
+  wpb::StepMasksRequest req;
+  req.set_step_id(step_id);
+  req.set_epoch(epoch);
+  for (const RowMask& m : masks) {
+    wpb::RowMask* out = req.add_masks();
+    out->set_row(m.row);
+    out->set_allowed_tokens(
+        std::string(reinterpret_cast<const char*>(m.allowed.data()), m.allowed.size() * sizeof(uint32_t)));
+  }
+  return req;
+}
+
+absl::StatusOr<std::vector<RowMask>> DecodeMasks(const wpb::StepMasksRequest& req) {
+  std::vector<RowMask> masks(req.masks_size());
+  for (int i = 0; i < req.masks_size(); ++i) {
+    const std::string& bytes = req.masks(i).allowed_tokens();
+    if (bytes.size() % sizeof(uint32_t) != 0) {
+      return Bad(absl::StrCat("masks: row ", req.masks(i).row(), "'s mask of ", bytes.size(),
+                              " bytes is not whole 32-bit words"));
+    }
+    masks[i].row = req.masks(i).row();
+    masks[i].allowed.resize(bytes.size() / sizeof(uint32_t));
+    if (!bytes.empty())
+      std::memcpy(masks[i].allowed.data(), bytes.data(), bytes.size());  // little-endian hosts
+  }
+  return masks;
 }
 
 void EncodeRows(const std::vector<RowResult>& rows, wpb::StepResponse* response) {

@@ -45,6 +45,11 @@ struct StepLimits {
 absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& request,
                                                         const StepLimits& limits);
 
+// The masks that follow step `step_id` (model/step_masks.h). Decoding checks
+// only the bytes; PointRowsAtMasks checks them against the step's rows.
+wpb::StepMasksRequest EncodeMasks(const std::vector<RowMask>& masks, uint64_t step_id, uint64_t epoch = 0);
+absl::StatusOr<std::vector<RowMask>> DecodeMasks(const wpb::StepMasksRequest& request);
+
 void EncodeRows(const std::vector<RowResult>& rows, wpb::StepResponse* response);
 std::vector<RowResult> DecodeRows(const wpb::StepResponse& response);
 

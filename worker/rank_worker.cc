@@ -15,6 +15,7 @@
 #include "model/device.h"
 #include "model/device_sampling.h"
 #include "model/sampling.h"
+#include "model/step_masks.h"
 
 namespace shardlm {
 namespace {
@@ -146,13 +147,26 @@ absl::Status RankWorker::Warmup() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<SampleRow>> RankWorker::RowsToSample(const StepInput& step) {
+  std::vector<SampleRow> rows = step.rows;
+  if (!MasksFollow(step)) return rows;
+  if (!step.await_masks) return absl::FailedPreconditionError("the step's constraint masks have no way in");
+  // On a GPU the forward pass is still running: the wait overlaps it.
+  SHARDLM_RETURN_IF_ERROR(step.await_masks(rows));
+  return rows;
+}
+
 absl::StatusOr<std::vector<RowResult>> RankWorker::SampleOnDevice(const at::Tensor& logits,
                                                                   const StepInput& step) {
   std::vector<RowResult> results;
+  std::vector<SampleRow> rows;
+  if (comm_->rank_info().rank == 0) {
+    SHARDLM_ASSIGN_OR_RETURN(rows, RowsToSample(step));
+  }
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("sampling", [&] {
     if (comm_->rank_info().rank == 0) {
       kernels::StepPartTimer timer(kernels::StepPart::kSampling);
-      results = ProcessRowsOnDevice(logits, step.rows);  // the rows are sampled where the logits are
+      results = ProcessRowsOnDevice(logits, rows);  // the rows are sampled where the logits are
     }
     // Every rank has waited for its stream before AsyncError looks: rank 0
     // by copying its results back, the others (and a step with no rows) on
@@ -292,13 +306,14 @@ absl::StatusOr<std::vector<RowResult>> RankWorker::Run(const StepInput& step) {
     return results;
   }
   if (comm_->rank_info().rank != 0) return std::vector<RowResult>();  // rank 0 samples
+  SHARDLM_ASSIGN_OR_RETURN(const std::vector<SampleRow> rows, RowsToSample(step));
   kernels::StepPartTimer timer(kernels::StepPart::kSampling);
-  std::vector<RowResult> results(step.rows.size());
+  std::vector<RowResult> results(rows.size());
   const int64_t vocab = logits.size(1);
   const float* data = logits.data_ptr<float>();
   // Rows are independent: sample them in parallel.
-  kernels::ParallelFor(0, static_cast<int64_t>(step.rows.size()), 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) results[i] = ProcessRow(data + i * vocab, vocab, step.rows[i]);
+  kernels::ParallelFor(0, static_cast<int64_t>(rows.size()), 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) results[i] = ProcessRow(data + i * vocab, vocab, rows[i]);
   });
   return results;
 }

@@ -83,6 +83,9 @@ class RankWorker final : public StepExecutor {
   // A GPU step's ending: rank 0 samples where the logits are; the others wait
   // for their stream, so that AsyncError sees the whole step.
   absl::StatusOr<std::vector<RowResult>> SampleOnDevice(const at::Tensor& logits, const StepInput& step);
+  // Rank 0: the step's rows, with the masks that follow the step filled in
+  // (waiting for them: StepInput::await_masks).
+  absl::StatusOr<std::vector<SampleRow>> RowsToSample(const StepInput& step);
 
   // The step with its fed-back tokens filled in (every rank gets them from
   // rank 0, which sampled them), and penalty histories extended to match;

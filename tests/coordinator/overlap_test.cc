@@ -16,13 +16,19 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <thread>
 
+#include "constraints/constraint_compiler.h"
 #include "coordinator/engine.h"
 #include "coordinator/engine_loop.h"
+#include "model/step_masks.h"
 #include "model/tiny_model.h"
 #include "proto/step_codec.h"
 #include "tests/testing/status_matchers.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
 
 namespace shardlm {
@@ -54,11 +60,15 @@ class QueuedWorker final : public StepExecutor {
   std::unique_ptr<PendingStep> StartStep(const StepInput& step) override {
     class Waiting final : public PendingStep {
      public:
-      explicit Waiting(std::future<Rows> f) : f_(std::move(f)) {}
+      Waiting(std::future<Rows> f, MaskMailbox* mailbox, uint64_t id)
+          : f_(std::move(f)), mailbox_(mailbox), id_(id) {}
       Rows Wait() override { return f_.get(); }
+      void SendMasks(std::vector<RowMask> masks) override { mailbox_->Put({0, id_}, std::move(masks)); }
 
      private:
       std::future<Rows> f_;
+      MaskMailbox* mailbox_;
+      uint64_t id_;
     };
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
@@ -69,7 +79,13 @@ class QueuedWorker final : public StepExecutor {
     std::future<Rows> future = promise.get_future();
     if (!decoded.ok()) {
       promise.set_value(decoded.status());
-      return std::make_unique<Waiting>(std::move(future));
+      return std::make_unique<Waiting>(std::move(future), &masks_, id);
+    }
+    if (MasksFollow((*decoded)->step)) {
+      ++masked_later_steps_;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      (*decoded)->step.await_masks = AwaitMasks(
+          &masks_, {0, id}, cfg.vocab_size, [give_up] { return std::chrono::steady_clock::now() > give_up; });
     }
     if (!step.feedback.empty()) ++fed_back_steps_;
     {
@@ -77,9 +93,11 @@ class QueuedWorker final : public StepExecutor {
       queue_.push_back({std::move(*decoded), std::move(promise), id == fail_step_});
     }
     cv_.notify_all();
-    return std::make_unique<Waiting>(std::move(future));
+    return std::make_unique<Waiting>(std::move(future), &masks_, id);
   }
   int fed_back_steps() const { return fed_back_steps_; }
+  // Steps whose constraint masks followed them (sent while they ran).
+  int masked_later_steps() const { return masked_later_steps_; }
 
  private:
   struct Job {
@@ -112,6 +130,8 @@ class QueuedWorker final : public StepExecutor {
   uint64_t fail_step_;
   uint64_t sent_ = 0;
   int fed_back_steps_ = 0;
+  int masked_later_steps_ = 0;
+  MaskMailbox masks_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> queue_;
@@ -402,6 +422,137 @@ TEST_F(OverlapTest, BadFeedbackIsRefusedNamingWhy) {
       w->Execute((*decoded)->step).status(),
       ::shardlm::testing::StatusIs(absl::StatusCode::kInvalidArgument,
                                    ::testing::HasSubstr("row 0 of the previous step sampled no token")));
+}
+
+// Constrained requests overlap like the rest: a step is queued behind the one
+// running, and its constrained rows' masks follow it once the token before is
+// back (model/step_masks.h). Every output equals the step-by-step engine's
+// (where each mask is known when its step is planned) and keeps to its
+// constraint; the unconstrained requests beside them are unchanged.
+TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
+  // A byte-level vocabulary over the tiny model's 256 ids: bytes 0-254, then EOS.
+  constexpr int32_t kEos = 255;
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < kEos; ++b) vocab[ByteLevelTable::Get().Encode(static_cast<unsigned char>(b))] = b;
+  nlohmann::json root = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", {{{"id", kEos}, {"content", "<|eos|>"}, {"special", true}}}},
+  };
+  auto tokenizer = Tokenizer::FromJson(root.dump(), "bytes.json");
+  ASSERT_THAT(tokenizer, IsOk());
+  auto compiler = ConstraintCompiler::Create(**tokenizer, {kEos});
+  ASSERT_THAT(compiler, IsOk());
+  const std::string kRegex = "[a-z]{2,5}( [a-z]{2,5}){1,3}";
+  const std::vector<std::string> kChoices = {"alpha", "beta", "gamma delta"};
+  auto compile = [&](ConstraintSpec::Kind kind) {
+    ConstraintSpec spec;
+    spec.kind = kind;
+    spec.text = kRegex;
+    if (kind == ConstraintSpec::Kind::kChoice) spec.choices = kChoices;
+    auto m = (*compiler)->Compile(spec);
+    EXPECT_THAT(m, IsOk());
+    return std::shared_ptr<const Matcher>(std::move(*m));
+  };
+  constexpr int kRequests = 12;
+  std::vector<GenerateRequest> requests;
+  for (int i = 0; i < kRequests; ++i) {
+    GenerateRequest r = Request(i);
+    r.max_new_tokens = 24;
+    r.ignore_eos = false;
+    r.stop_token_ids = {kEos};
+    if (i % 3 == 0) r.constraint = compile(ConstraintSpec::Kind::kRegex);
+    if (i % 3 == 1) r.constraint = compile(ConstraintSpec::Kind::kChoice);
+    requests.push_back(r);
+  }
+  std::vector<GenerateResult> solo;
+  {
+    auto w = Worker(64);
+    Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
+             static_cast<int32_t>(w->block_size()), Engine::Options{});
+    for (const GenerateRequest& r : requests) {
+      auto one = e.Run(r);
+      ASSERT_THAT(one, IsOk());
+      solo.push_back(*one);
+    }
+  }
+  auto w = Worker(64);
+  QueuedWorker exec(w.get());
+  auto engine = std::make_unique<Engine>(&exec, w->config(), static_cast<int32_t>(w->num_blocks()),
+                                         static_cast<int32_t>(w->block_size()), Engine::Options{});
+  Outcome out;
+  {
+    EngineLoop loop(std::move(engine));
+    for (int i = 0; i < kRequests; ++i) {
+      auto id = loop.Submit(requests[i], [&out, i](GenerateResult res) {
+        std::lock_guard<std::mutex> lock(out.mu);
+        out.results[i] = std::move(res);
+        out.cv.notify_all();
+      });
+      ASSERT_THAT(id, IsOk());
+    }
+    std::unique_lock<std::mutex> lock(out.mu);
+    ASSERT_TRUE(out.cv.wait_for(lock, std::chrono::seconds(120),
+                                [&] { return static_cast<int>(out.results.size()) == kRequests; }));
+    lock.unlock();
+    EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks()) << "every KV block is free when idle";
+  }
+  EXPECT_GT(exec.masked_later_steps(), 5)
+      << "constrained rows should have had masks that followed their step";
+  EXPECT_GT(exec.fed_back_steps(), 15) << "decoding sequences should take every step behind the one running";
+  for (int i = 0; i < kRequests; ++i) {
+    const GenerateResult& r = out.results[i];
+    ASSERT_THAT(r.status, IsOk()) << "request " << i;
+    EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
+    EXPECT_EQ(r.finish_reason, solo[i].finish_reason) << "request " << i;
+    if (i % 3 == 2) continue;
+    const std::string text = (*tokenizer)->Decode(r.tokens, /*skip_special=*/true);
+    if (i % 3 == 0) {
+      EXPECT_TRUE(std::regex_match(text, std::regex(kRegex))) << "request " << i << ": '" << text << "'";
+    } else {
+      EXPECT_THAT(kChoices, ::testing::Contains(text)) << "request " << i;
+    }
+    EXPECT_EQ(r.finish_reason, FinishReason::kStop) << "request " << i << ": the constraint ends it";
+  }
+}
+
+// A mask that follows its step fills exactly the rows waiting for one; a
+// mask for another row, a missing one or one too wide is refused.
+TEST(StepMasksTest, MasksFillOnlyTheRowsThatWaitForThem) {
+  std::vector<SampleRow> rows(3);
+  rows[0].sample = rows[1].sample = rows[2].sample = true;
+  rows[1].mask_follows = true;
+  std::vector<RowMask> masks = {{1, {0x5u}}};
+  ASSERT_THAT(PointRowsAtMasks(masks, 64, rows), IsOk());
+  EXPECT_EQ(rows[0].allowed, nullptr);
+  ASSERT_NE(rows[1].allowed, nullptr);
+  EXPECT_TRUE(Allowed(rows[1], 0));
+  EXPECT_FALSE(Allowed(rows[1], 1));
+  EXPECT_TRUE(Allowed(rows[1], 2));
+  using ::shardlm::testing::StatusIs;
+  using ::testing::HasSubstr;
+  std::vector<RowMask> wrong_row = {{0, {1u}}};
+  EXPECT_THAT(PointRowsAtMasks(wrong_row, 64, rows),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("does not wait for a mask")));
+  EXPECT_THAT(PointRowsAtMasks({}, 64, rows),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("none for row 1")));
+  std::vector<RowMask> wide = {{1, {1u, 1u, 1u}}};
+  EXPECT_THAT(PointRowsAtMasks(wide, 64, rows),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fit")));
+
+  // The mailbox hands a step its masks once; a dropped step's late masks are not kept.
+  MaskMailbox mailbox;
+  mailbox.Put({1, 2}, masks);
+  auto got = mailbox.Take({1, 2}, [] { return false; });
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->size(), 1u);
+  mailbox.DropThrough({1, 3});
+  mailbox.Put({1, 3}, masks);
+  EXPECT_THAT(mailbox.Take({1, 3}, [] { return true; }),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never came")));
+  mailbox.Put({2, 1}, masks);  // a new epoch starts its ids again
+  EXPECT_THAT(mailbox.Take({2, 1}, [] { return false; }), IsOk());
 }
 
 // A constraint's mask goes to the workers with its sequence's sampled row,

@@ -23,6 +23,17 @@ Cases:
                 not among tools, or tool_choice with response_format, is a 400
   unfinished    a schema whose shortest output is longer than max_tokens: finish_reason
                 "length", no hang, and the server goes on serving
+  npm_tools     the official `openai` npm package asks for a weather tool call (required, and a
+                named function streamed through its ChatCompletionStream); the calls it assembles
+                have arguments that validate
+  handles       over gRPC: a Generate from a Prefill handle constrained by a regex matches it
+                whole; a constrained Generate that keeps a handle, and a constrained Generate
+                appended to that handle, each keep to their own constraint; n=2 samples each
+                keep to it
+  cli           `generate --json-schema FILE` in-process (validates), `generate --server --regex`
+                (matches), `batch --tp 2` and `batch --server` with constraint keys in the lines
+                (each output keeps to its line's constraint), and bad constraints naming the flag
+                or the key
   errors        bad constraints are 400 naming the parameter, with llguidance's message: an
                 invalid schema, a regex that does not compile, a Lark syntax error, an empty
                 choice list, two constraints at once, a response_format type that does not
@@ -37,12 +48,18 @@ import argparse
 import json
 import os
 import re
+import subprocess
 import sys
 import time
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+NPM = os.path.join(ROOT, "third_party", "npm", "node_modules")
+sys.path.insert(0, os.path.join(HERE, "..", "testing"))
+sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 import harness  # noqa: E402
+import shardlm_client as sc  # noqa: E402  (the generated gRPC stubs)
 from harness import Failure  # noqa: E402
 
 import jsonschema  # noqa: E402  (the judge)
@@ -129,6 +146,7 @@ class Ctx(harness.Ctx):
         if not proc.wait_for(r"shardlm serving", 180):
             proc.stop()
             raise Failure("serve did not start: " + harness.tail(proc.text()))
+        proc.port = port
         proc.http = "http://127.0.0.1:%d" % http_port
         proc.metrics = "http://127.0.0.1:%d/metrics" % metrics_port
         proc.client = openai.OpenAI(base_url=proc.http + "/v1", api_key="none", max_retries=0, timeout=300)
@@ -311,6 +329,126 @@ def case_tools(ctx, chk):
                 lambda: chat(srv, ask, tools=[WEATHER], tool_choice="required", response_format={"type": "json_object"}))
 
 
+def case_npm_tools(ctx, chk):
+    srv = ctx.start()
+    p = subprocess.run(["node", os.path.join(HERE, "openai_tools_client.mjs"), srv.http + "/v1", MODEL,
+                        "What is the weather in Paris?", json.dumps([WEATHER, TIME]), NPM],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    if p.returncode != 0:
+        raise Failure("the npm client failed: " + p.stderr.decode(errors="replace")[-1500:])
+    got = json.loads(p.stdout)
+
+    class Call:
+        def __init__(self, c):
+            self.id, self.type = c["id"], c["type"]
+            self.function = type("F", (), {"name": c["name"], "arguments": c["arguments"]})
+    for what in ("required", "streamed"):
+        r = got[what]
+        calls = [Call(c) for c in r["calls"]]
+        name = calls[0].function.name if what == "required" and calls else "get_weather"
+        check_call(chk, "npm " + what, calls, name, r["finish_reason"])
+        chk.check(not r["content"], "npm %s: no content besides the call (%r)" % (what, r["content"]))
+
+
+def generate(st, prompt=None, handle="", n=1, max_new_tokens=40, keep=False, **constraint):
+    req = sc.pb.GenerateRequest(prompt=sc.to_prompt(prompt) if prompt else None, prefix_handle=handle, n=n,
+                                max_new_tokens=max_new_tokens, sampling=sc.pb.SamplingParams(temperature=0.8, seed=5),
+                                return_chunk_result=keep, constraint=sc.pb.Constraint(**constraint))
+    texts, results = {}, {}
+    for msg in st.Generate(req, timeout=300):
+        texts[msg.sample] = texts.get(msg.sample, "") + msg.text
+        for r in msg.results:
+            results[r.sample] = r
+    return texts, results
+
+
+def case_handles(ctx, chk):
+    srv = ctx.start()
+    import grpc
+    with grpc.insecure_channel("127.0.0.1:%d" % srv.port) as ch:
+        st = sc.pb_grpc.InferenceStub(ch)
+        prefix = "<|im_start|>user\nGive me a US phone number.<|im_end|>\n<|im_start|>assistant\n"
+        handle = st.Prefill(sc.pb.PrefillRequest(chunks=[sc.to_prompt(prefix)], keep=True), timeout=60).results[0].handle
+        regex = r"\(\d{3}\) \d{3}-\d{4}"
+        texts, results = generate(st, handle=handle, regex=regex)
+        chk.check(re.fullmatch(regex, texts[0]) is not None and results[0].finish_reason == "stop",
+                  "from a Prefill handle, constrained: %r (%s)" % (texts[0], results[0].finish_reason))
+        # A constrained Generate that keeps a handle, then one appended to it under another constraint.
+        texts, results = generate(st, prompt=prefix.replace("a US phone number", "a colour"), keep=True,
+                                  choice=sc.pb.Choices(options=["red", "green", "blue"]))
+        kept = results[0].chunk_result.handle
+        chk.check(texts[0] in ("red", "green", "blue") and kept, "a constrained Generate keeping a handle: %r" % texts[0])
+        texts, results = generate(st, prompt="<|im_end|>\n<|im_start|>user\nAnd as JSON?<|im_end|>\n"
+                                  "<|im_start|>assistant\n", handle=kept,
+                                  max_new_tokens=60, json_schema=json.dumps(SCHEMAS["enum"]))
+        validates(chk, "appended to that handle", SCHEMAS["enum"], texts[0], results[0].finish_reason)
+        # Each of n samples keeps to the constraint on its own.
+        texts, results = generate(st, prompt=prefix, n=2, regex=regex)
+        for i in (0, 1):
+            chk.check(re.fullmatch(regex, texts.get(i, "")) is not None,
+                      "sample %d of 2: %r (%s)" % (i, texts.get(i), results[i].finish_reason if i in results else None))
+        st.ReleaseChunks(sc.pb.ReleaseChunksRequest(handles=[handle, kept]), timeout=30)
+
+
+def run_cli(ctx, name, args):
+    p = subprocess.run([ctx.binary] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=600)
+    with open(ctx.dir(name + ".log"), "wb") as f:
+        f.write(p.stderr)
+    return p.returncode, p.stdout.decode(errors="replace"), p.stderr.decode(errors="replace")
+
+
+def case_cli(ctx, chk):
+    gguf = ctx.args.gguf
+    schema_file = ctx.dir("person.json")
+    with open(schema_file, "w") as f:
+        json.dump(SCHEMAS["person"], f)
+    prompt = "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n" % PROMPTS["person"]
+    rc, out, err = run_cli(ctx, "generate-schema", ["generate", "--model", gguf, "--prompt", prompt, "--json",
+                                                    "--json-schema", schema_file, "--temperature", "0",
+                                                    "--max-new-tokens", "200"])
+    if rc != 0:
+        raise Failure("generate --json-schema failed: " + err[-1500:])
+    r = json.loads(out)
+    validates(chk, "generate --json-schema", SCHEMAS["person"], r["text"], r["finish_reason"])
+    rc, out, err = run_cli(ctx, "generate-bad", ["generate", "--model", gguf, "--prompt", "x", "--regex", "(["])
+    chk.check(rc != 0 and "--regex: " in err and "regex" in err.split("--regex: ", 1)[-1],
+              "a bad --regex names the flag and says why: %r" % err.strip()[-300:])
+    rc, _, err = run_cli(ctx, "generate-two", ["generate", "--model", gguf, "--prompt", "x", "--regex", "a",
+                                               "--json-object"])
+    chk.check(rc != 0 and "at most one of" in err, "two constraints are refused: %r" % err.strip()[-200:])
+    srv = ctx.start()
+    regex = r"\(\d{3}\) \d{3}-\d{4}"
+    phone = "<|im_start|>user\nGive me a US phone number.<|im_end|>\n<|im_start|>assistant\n"
+    rc, out, err = run_cli(ctx, "generate-server", ["generate", "--server", "127.0.0.1:%d" % srv.port, "--prompt",
+                                                    phone, "--regex", regex, "--json", "--max-new-tokens", "40"])
+    r = json.loads(out) if rc == 0 else {}
+    chk.check(rc == 0 and re.fullmatch(regex, r.get("text", "")) is not None,
+              "generate --server --regex: %r %s" % (r.get("text"), err.strip()[-300:]))
+    lines = [{"prompt": phone, "regex": regex, "max_new_tokens": 40},
+             {"prompt": prompt, "json_schema": SCHEMAS["person"], "max_new_tokens": 200, "temperature": 0},
+             {"prompt": phone.replace("a US phone number", "a colour"), "choice": ["red", "green", "blue"]},
+             {"prompt": "x", "regex": "(["},
+             {"prompt": "x", "regex": "a", "choice": ["a"]}]
+    batch_in = ctx.dir("batch.jsonl")
+    with open(batch_in, "w") as f:
+        f.write("".join(json.dumps(x) + "\n" for x in lines))
+    for mode, target in (("tp 2", ["--model", gguf, "--tp", "2"]), ("server", ["--server", "127.0.0.1:%d" % srv.port])):
+        batch_out = ctx.dir("batch-%s.jsonl" % mode.replace(" ", ""))
+        rc, _, err = run_cli(ctx, "batch-" + mode.replace(" ", ""), ["batch"] + target + ["--input", batch_in,
+                                                                                         "--output", batch_out])
+        if not os.path.exists(batch_out):
+            raise Failure("batch (%s) wrote nothing (rc %d): %s" % (mode, rc, err[-1500:]))
+        with open(batch_out) as f:
+            got = [json.loads(x) for x in f]
+        chk.check(re.fullmatch(regex, got[0].get("text", "")) is not None, "batch %s regex: %r" % (mode, got[0]))
+        validates(chk, "batch %s json_schema" % mode, SCHEMAS["person"], got[1].get("text", ""),
+                  got[1].get("finish_reason"))
+        chk.check(got[2].get("text") in ("red", "green", "blue"), "batch %s choice: %r" % (mode, got[2]))
+        chk.check("regex" in got[3].get("error", ""), "batch %s bad regex names the key: %r" % (mode, got[3]))
+        chk.check("at most one" in got[4].get("error", "") or "one of" in got[4].get("error", ""),
+                  "batch %s two constraints: %r" % (mode, got[4]))
+
+
 def case_unfinished(ctx, chk):
     srv = ctx.start()
     schema = {"type": "object", "properties": {"items": {"type": "array", "items": {"type": "integer"},
@@ -368,7 +506,8 @@ def case_errors(ctx, chk):
 
 
 CASES = [("json_schema", case_json_schema), ("json_object", case_json_object), ("guided", case_guided),
-         ("tools", case_tools), ("unfinished", case_unfinished), ("errors", case_errors)]
+         ("tools", case_tools), ("npm_tools", case_npm_tools), ("handles", case_handles), ("cli", case_cli),
+         ("unfinished", case_unfinished), ("errors", case_errors)]
 
 
 def main():

@@ -1,0 +1,120 @@
+#include "cli/constraint_flags.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "cli/commands.h"
+#include "common/status.h"
+#include "constraints/constraint_compiler.h"
+
+namespace shardlm {
+namespace {
+
+using Kind = ConstraintSpec::Kind;
+
+absl::StatusOr<std::string> ReadWhole(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::string ConstraintFlag(Kind kind) {
+  switch (kind) {
+    case Kind::kJsonSchema:
+      return "--json-schema";
+    case Kind::kJsonObject:
+      return "--json-object";
+    case Kind::kRegex:
+      return "--regex";
+    case Kind::kGrammar:
+      return "--grammar";
+    case Kind::kChoice:
+      return "--choice";
+    case Kind::kNone:
+      break;
+  }
+  return "";
+}
+
+void AddConstraintFlags(FlagSet& f) {
+  f.String("json-schema", "constrain the output to this JSON Schema (a file)");
+  f.Bool("json-object", "constrain the output to a JSON object");
+  f.String("regex", "constrain the output to this regular expression (Rust regex syntax)");
+  f.String("grammar", "constrain the output to this Lark grammar (a file; llguidance's syntax)");
+  f.String("choice", "constrain the output to one of these strings (a JSON list, or comma-separated)");
+}
+
+absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const FlagSet& f) {
+  ConstraintSpec spec;
+  int given = 0;
+  for (const char* name : {"json-schema", "json-object", "regex", "grammar", "choice"}) {
+    if (f.Has(name) && (std::string(name) != "json-object" || f.GetBool(name))) ++given;
+  }
+  if (given > 1) {
+    return absl::InvalidArgumentError(
+        "give at most one of --json-schema, --json-object, --regex, --grammar and --choice");
+  }
+  if (f.Has("json-schema")) {
+    spec.kind = Kind::kJsonSchema;
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadWhole("--json-schema", f.GetString("json-schema")));
+    if (!nlohmann::json::accept(spec.text)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--json-schema: ", f.GetString("json-schema"), " is not JSON"));
+    }
+  } else if (f.GetBool("json-object")) {
+    spec.kind = Kind::kJsonObject;
+  } else if (f.Has("regex")) {
+    spec.kind = Kind::kRegex;
+    spec.text = f.GetString("regex");
+  } else if (f.Has("grammar")) {
+    spec.kind = Kind::kGrammar;
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadWhole("--grammar", f.GetString("grammar")));
+  } else if (f.Has("choice")) {
+    spec.kind = Kind::kChoice;
+    const std::string text = f.GetString("choice");
+    const nlohmann::json list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (list.is_array()) {
+      for (const auto& c : list) {
+        if (!c.is_string()) return absl::InvalidArgumentError("--choice: a JSON list must hold strings only");
+        spec.choices.push_back(c.get<std::string>());
+      }
+    } else {
+      spec.choices = absl::StrSplit(text, ',');
+    }
+    if (spec.choices.empty()) return absl::InvalidArgumentError("--choice: no strings given");
+  }
+  return spec;
+}
+
+absl::StatusOr<std::shared_ptr<const Matcher>> CompileForModel(LocalModel& model, const ConstraintSpec& spec,
+                                                               const std::string& field) {
+  if (spec.empty()) return nullptr;
+  if (model.tokenizer == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": a constraint needs the model's tokenizer.json"));
+  }
+  if (model.compiler == nullptr) {
+    const auto& eos = model.engine->config().eos_token_ids;
+    SHARDLM_ASSIGN_OR_RETURN(
+        model.compiler,
+        ConstraintCompiler::Create(*model.tokenizer, std::vector<int32_t>(eos.begin(), eos.end())));
+  }
+  absl::StatusOr<std::unique_ptr<Matcher>> matcher = model.compiler->Compile(spec);
+  if (!matcher.ok()) {
+    // The compiler names the gRPC field; here the flag or key is what the user wrote.
+    std::string message(matcher.status().message());
+    const std::string grpc_field = absl::StrCat("constraint.", std::string(KindName(spec.kind)), ": ");
+    if (message.rfind(grpc_field, 0) == 0) message = message.substr(grpc_field.size());
+    return absl::Status(matcher.status().code(), absl::StrCat(field, ": ", message));
+  }
+  return std::shared_ptr<const Matcher>(*std::move(matcher));
+}
+
+}  // namespace shardlm

@@ -58,13 +58,26 @@ int32_t ArgMax(const float* x, int64_t n) {
 // A constraint's mask: disallowed tokens get -inf, so no later step can pick
 // them. A mask that allows nothing in the vocabulary is left unapplied (the
 // engine's matcher then refuses the token and ends the request).
+// Word w of `row`'s mask, without bits past the vocabulary.
+uint32_t MaskWord(const SampleRow& row, int64_t w, int64_t vocab) {
+  if (w >= row.allowed_words) return 0u;
+  const int64_t n = std::min<int64_t>(32, vocab - w * 32);
+  return n == 32 ? row.allowed[w] : row.allowed[w] & ((1u << n) - 1u);
+}
+
 void MaskDisallowed(std::vector<float>& logits, const SampleRow& row) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
+  const int64_t words = (vocab + 31) / 32;
   bool any = false;
-  for (int64_t i = 0; i < vocab && !any; ++i) any = Allowed(row, i);
+  for (int64_t w = 0; w < words && !any; ++w) any = MaskWord(row, w, vocab) != 0;
   if (!any) return;
-  for (int64_t i = 0; i < vocab; ++i) {
-    if (!Allowed(row, i)) logits[i] = -std::numeric_limits<float>::infinity();
+  for (int64_t w = 0; w < words; ++w) {
+    const uint32_t bits = MaskWord(row, w, vocab);
+    const int64_t n = std::min<int64_t>(32, vocab - w * 32);
+    if (n == 32 && bits == ~0u) continue;
+    for (int64_t b = 0; b < n; ++b) {
+      if (!((bits >> b) & 1u)) logits[w * 32 + b] = -std::numeric_limits<float>::infinity();
+    }
   }
 }
 
@@ -78,14 +91,22 @@ int32_t Draw(std::vector<float>& logits, const SampleRow& row) {
   const SamplingParams& p = *row.params;
   const int64_t vocab = static_cast<int64_t>(logits.size());
   for (float& l : logits) l /= p.temperature;
-  // Candidates, most likely first when an order is needed.
-  std::vector<int32_t> cand(vocab);
-  std::iota(cand.begin(), cand.end(), 0);
+  // Candidates, most likely first when an order is needed. A token a mask
+  // ruled out (-inf) weighs nothing wherever it would stand: it is left out.
+  std::vector<int32_t> cand;
+  cand.reserve(vocab);
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (logits[i] != -std::numeric_limits<float>::infinity()) cand.push_back(i);
+  }
+  if (cand.empty()) {
+    cand.resize(vocab);
+    std::iota(cand.begin(), cand.end(), 0);
+  }
   auto by_logit = [&](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   };
   const bool need_order = p.top_p < 1.0f;
-  if (p.top_k > 0 && p.top_k < vocab) {
+  if (p.top_k > 0 && p.top_k < static_cast<int64_t>(cand.size())) {
     std::nth_element(cand.begin(), cand.begin() + p.top_k, cand.end(), by_logit);
     cand.resize(p.top_k);
     // Without top-p the draw walks the candidates in vocabulary order, as it

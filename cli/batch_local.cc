@@ -77,7 +77,6 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
   SHARDLM_ASSIGN_OR_RETURN(LocalModel model, OpenModel(f, env, eo));
   info->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   Engine& engine = *model.engine;
-  const Tokenizer* tok = model.tokenizer.get();
 
   results.Start();
   std::map<int64_t, std::unique_ptr<Active>> active;  // by engine id

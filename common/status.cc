@@ -5,7 +5,27 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/cord.h"
+
 namespace shardlm {
+
+namespace {
+constexpr char kFieldPayload[] = "type.shardlm.dev/field";
+}  // namespace
+
+absl::Status InvalidField(const std::string& field, const std::string& message) {
+  return WithField(absl::InvalidArgumentError(field + " " + message), field);
+}
+
+absl::Status WithField(absl::Status status, const std::string& field) {
+  if (!status.ok() && !field.empty()) status.SetPayload(kFieldPayload, absl::Cord(field));
+  return status;
+}
+
+std::string ErrorField(const absl::Status& status) {
+  const auto field = status.GetPayload(kFieldPayload);  // absl::optional on Debian
+  return field ? std::string(*field) : std::string();
+}
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -34,6 +34,17 @@
 
 namespace shardlm {
 
+// An INVALID_ARGUMENT about one request field. The field travels beside the
+// message as the status's payload, so that a front end names the parameter
+// (OpenAI's `param`) without reading the text; the message still says it
+// first for people: InvalidField("temperature", "must be in [0, 100], got 101")
+// reads "temperature must be in [0, 100], got 101".
+absl::Status InvalidField(const std::string& field, const std::string& message);
+// The same field on another status (any code); `status` when it is OK.
+absl::Status WithField(absl::Status status, const std::string& field);
+// The field an error is about; empty when it names none.
+std::string ErrorField(const absl::Status& status);
+
 // Reads a whole file; NotFound / Internal name the path.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "absl/strings/escaping.h"
+#include "common/grpc_status.h"
 #include "common/logging.h"
 #include "common/random_token.h"
 
@@ -55,6 +56,12 @@ grpc::Status CallRecord::Finish(grpc::Status status) {
     const bool late = ctx_ != nullptr && std::chrono::system_clock::now() > ctx_->deadline();
     status = grpc::Status(late ? grpc::StatusCode::DEADLINE_EXCEEDED : grpc::StatusCode::CANCELLED,
                           late ? "finished after the call's deadline" : "finished after the client left");
+  }
+  if (ctx_ != nullptr) {
+    // The field an INVALID_ARGUMENT is about goes to gRPC clients as metadata.
+    std::string field;
+    status = PublicGrpcStatus(status, &field);
+    if (!field.empty()) ctx_->AddTrailingMetadata(kErrorFieldMetadata, field);
   }
   const char* code = CodeName(status.error_code());
   if (metrics_) metrics_->RequestDone(method_, code, took.count());

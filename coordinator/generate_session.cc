@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status.h"
 #include "coordinator/inference_service.h"
 #include "tokenizer/stop_text.h"
 
@@ -11,7 +12,10 @@ namespace pb = ::shardlm::v1;
 
 namespace {
 
-absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+// The message starts with the field it is about, as every request error's does.
+absl::Status Invalid(const std::string& field, const std::string& message) {
+  return WithField(absl::InvalidArgumentError(message), field);
+}
 
 }  // namespace
 
@@ -46,27 +50,28 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   const pb::GenerateRequest* req = &req_;
   n_ = req->n() == 0 ? 1 : req->n();
   if (n_ < 1 || n_ > kMaxSamples) {
-    return ToGrpcStatus(Invalid(absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
+    return ToGrpcStatus(Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
   }
   if (n_ > service_->loop()->max_queued_requests()) {
     return ToGrpcStatus(Invalid(
+        "n",
         absl::StrCat("n is ", n_, "; this server queues at most ", service_->loop()->max_queued_requests(),
                      " sequences at once (--max-queued-requests), so the samples could "
                      "never run together")));
   }
   if (req->stop_size() > kMaxStopStrings) {
-    return ToGrpcStatus(
-        Invalid(absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
+    return ToGrpcStatus(Invalid(
+        "stop", absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
   }
   for (int i = 0; i < req->stop_size(); ++i) {
     if (req->stop(i).empty() || req->stop(i).size() > kMaxStopStringBytes) {
       return ToGrpcStatus(
-          Invalid(absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
+          Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
     }
   }
   const Tokenizer* tokenizer = service_->tokenizer();
   if (req->stop_size() > 0 && tokenizer == nullptr) {
-    return ToGrpcStatus(Invalid("stop strings need a tokenizer.json in the model"));
+    return ToGrpcStatus(Invalid("stop", "stop strings need a tokenizer.json in the model"));
   }
   auto prompt = service_->PromptIds(req->prompt(), req->prefix_handle().empty(), "prompt", *call_);
   if (!prompt.ok()) return ToGrpcStatus(prompt.status());

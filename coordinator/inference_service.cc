@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status.h"
 
 namespace shardlm {
 namespace {
@@ -113,8 +114,10 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
       return std::vector<int32_t>(prompt.token_ids().ids().begin(), prompt.token_ids().ids().end());
     case pb::Prompt::kText: {
       if (tokenizer_ == nullptr) {
-        return absl::InvalidArgumentError(field + ".text needs a tokenizer.json in the model; send " + field +
-                                          ".token_ids");
+        return WithField(
+            absl::InvalidArgumentError(field + ".text needs a tokenizer.json in the model; send " + field +
+                                       ".token_ids"),
+            field);
       }
       return EncodeForCall(prompt.text(), /*add_special_tokens=*/starts_sequence, field + ".text", call);
     }
@@ -151,9 +154,9 @@ absl::StatusOr<std::shared_ptr<const Matcher>> InferenceService::CompileConstrai
     case pb::Constraint::KIND_NOT_SET:
       return nullptr;
   }
+  const std::string field = absl::StrCat("constraint.", std::string(KindName(spec.kind)));
   if (tokenizer_ == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat("constraint.", std::string(KindName(spec.kind)),
-                                                   ": a constraint needs the model's tokenizer.json"));
+    return InvalidField(field, "needs the model's tokenizer.json (a constraint is compiled against it)");
   }
   std::call_once(compiler_once_, [this] {
     const auto& eos = loop_->config().eos_token_ids;
@@ -165,12 +168,13 @@ absl::StatusOr<std::shared_ptr<const Matcher>> InferenceService::CompileConstrai
     }
   });
   if (!compiler_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("constraint.", std::string(KindName(spec.kind)),
-                     ": constraints are unavailable for this tokenizer: ", compiler_status_.message()));
+    return WithField(
+        absl::FailedPreconditionError(absl::StrCat(
+            field, ": constraints are unavailable for this tokenizer: ", compiler_status_.message())),
+        field);
   }
   auto matcher = compiler_->Compile(spec);
-  if (!matcher.ok()) return matcher.status();
+  if (!matcher.ok()) return WithField(matcher.status(), field);
   return std::shared_ptr<const Matcher>(*std::move(matcher));
 }
 

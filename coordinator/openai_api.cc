@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "chat/chat_template.h"
+#include "common/grpc_status.h"
 #include "coordinator/request_limits.h"
 #include "model/sampling_limits.h"
 #include "tokenizer/utf8.h"
@@ -578,6 +579,21 @@ Json ApiError::Body() const {
   return body;
 }
 
+namespace {
+
+// The OpenAI parameter a request field of the gRPC API (common/status.h
+// ErrorField) stands for: the same name, but for the token budget, the
+// prompt's parts and the constraint (which came as the parameter parsed).
+std::string OpenAiParam(const std::string& field, const std::string& constraint_param) {
+  if (field == "max_new_tokens") return "max_tokens";
+  if (field.rfind("prompt", 0) == 0) return "prompt";
+  if (field.rfind("constraint.", 0) == 0)
+    return constraint_param.empty() ? "response_format" : constraint_param;
+  return field;
+}
+
+}  // namespace
+
 ApiError FromStatus(const grpc::Status& status, const std::string& constraint_param) {
   ApiError e;
   e.message = absl::StrReplaceAll(status.error_message(), {{"max_new_tokens", "max_tokens"}});
@@ -586,17 +602,7 @@ ApiError FromStatus(const grpc::Status& status, const std::string& constraint_pa
     case grpc::StatusCode::OUT_OF_RANGE:
     case grpc::StatusCode::FAILED_PRECONDITION:
       e.http_status = 400;
-      // The engine's messages start with the field they are about.
-      for (const char* param :
-           {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
-            "frequency_penalty", "logit_bias", "max_tokens", "prompt", "stop", "n", "seed"}) {
-        if (e.message.rfind(param, 0) == 0) {
-          e.param = param;
-          break;
-        }
-      }
-      if (e.message.rfind("constraint.", 0) == 0)
-        e.param = constraint_param.empty() ? "response_format" : constraint_param;
+      e.param = OpenAiParam(GrpcErrorField(status), constraint_param);
       break;
     case grpc::StatusCode::UNAUTHENTICATED:
       e = ApiError{401, e.message, "authentication_error", "", "invalid_api_key"};

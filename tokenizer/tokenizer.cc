@@ -575,9 +575,11 @@ absl::Status CheckTextFits(const Tokenizer& tokenizer, size_t text_bytes, int64_
                            const std::string& field) {
   const int64_t limit = max_tokens * tokenizer.MaxTokenBytes() * 4;
   if (max_tokens <= 0 || static_cast<int64_t>(text_bytes) <= limit) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, " is ", text_bytes, " bytes; more than ", limit, " bytes cannot fit the model's context of ",
-      max_tokens, " tokens (its longest token is ", tokenizer.MaxTokenBytes(), " bytes)"));
+  return WithField(
+      absl::InvalidArgumentError(absl::StrCat(
+          field, " is ", text_bytes, " bytes; more than ", limit, " bytes cannot fit the model's context of ",
+          max_tokens, " tokens (its longest token is ", tokenizer.MaxTokenBytes(), " bytes)")),
+      field);
 }
 
 absl::StatusOr<std::vector<int32_t>> EncodeField(const Tokenizer& tokenizer, const std::string& text,
@@ -585,7 +587,10 @@ absl::StatusOr<std::vector<int32_t>> EncodeField(const Tokenizer& tokenizer, con
                                                  const std::string& field, const Tokenizer::StopCheck& stop) {
   SHARDLM_RETURN_IF_ERROR(CheckTextFits(tokenizer, text.size(), max_tokens, field));
   auto ids = tokenizer.Encode(text, add_special_tokens, stop);
-  if (!ids.ok()) return absl::Status(ids.status().code(), absl::StrCat(field, ": ", ids.status().message()));
+  if (!ids.ok()) {
+    return WithField(absl::Status(ids.status().code(), absl::StrCat(field, ": ", ids.status().message())),
+                     field);
+  }
   return ids;
 }
 

@@ -37,7 +37,9 @@ Cases:
   errors        bad constraints are 400 naming the parameter, with llguidance's message: an
                 invalid schema, a regex that does not compile, a Lark syntax error, an empty
                 choice list, two constraints at once, a response_format type that does not
-                exist; afterwards every KV block is free and nothing runs
+                exist; over gRPC a bad regex, a temperature out of range and too many samples are
+                INVALID_ARGUMENT with the field in the trailing metadata shardlm-error-field;
+                afterwards every KV block is free and nothing runs
 
 Usage:
   .venv/bin/python tests/integration/structured_test.py --shardlm build/shardlm --workdir DIR \
@@ -497,6 +499,26 @@ def case_errors(ctx, chk):
                 lambda: chat(srv, "x", response_format={"type": "yaml"}))
     bad_request(chk, "json_schema without a schema", "response_format",
                 lambda: chat(srv, "x", response_format={"type": "json_schema", "json_schema": {"name": "x"}}))
+    # Over gRPC the field comes as trailing metadata (shardlm-error-field), not read from the text.
+    import grpc
+    with grpc.insecure_channel("127.0.0.1:%d" % srv.port) as ch:
+        st = sc.pb_grpc.InferenceStub(ch)
+        for what, field, req in [
+                ("a regex that does not compile", "constraint.regex",
+                 sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4,
+                                       constraint=sc.pb.Constraint(regex="(unclosed"))),
+                ("temperature out of range", "temperature",
+                 sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4,
+                                       sampling=sc.pb.SamplingParams(temperature=1000))),
+                ("too many samples", "n", sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4, n=99))]:
+            call = st.Generate(req, timeout=60)
+            try:
+                list(call)
+                chk.check(False, "gRPC %s: refused" % what)
+            except grpc.RpcError as e:
+                got = dict(e.trailing_metadata() or ()).get("shardlm-error-field")
+                chk.check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and got == field,
+                          "gRPC %s: %s, field %r (%s)" % (what, e.code(), got, e.details()[:80]))
     # Nothing is left running and every block is free again.
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and (metric(srv, "shardlm_requests_running") or 0) > 0:

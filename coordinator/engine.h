@@ -301,6 +301,11 @@ class Engine : private KvSpace {
   // its last step is applied, unless an end was already asked for.
   static void RequestEnd(Sequence& seq, FinishReason reason, absl::Status status);
   bool IsStop(const Sequence& seq, int32_t token) const;
+  // PlanStep's parts: the oldest request fails when nothing fits even alone;
+  // `take` tokens of `seq` join `plan`, with its scored and sampled rows.
+  void FailUnschedulable();
+  void PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool ahead);
+  void AddSampleRow(PlannedStep& plan, Sequence& seq, int32_t row_index, int32_t seq_index);
   // Points `row` at `seq`'s mask for its next token; a matcher error ends the
   // request once this step is applied.
   void MaskRow(Sequence& seq, SampleRow& row);

@@ -29,6 +29,7 @@
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "common/random_token.h"
+#include "common/status.h"
 #include "coordinator/engine_loop.h"
 #include "coordinator/inference_service.h"
 #include "coordinator/metrics_http.h"
@@ -128,8 +129,9 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplateFromFile(const std::st
   return ChatTemplate::FromConfig(config.dump(), path);
 }
 
-int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
-  FlagSet f(spawn_local ? "serve" : "coordinator");
+// serve's and coordinator's flags (they differ in --collectives, local
+// workers only, and the internal security's defaults).
+void DeclareServeFlags(FlagSet& f, bool spawn_local) {
   f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
   f.String("model", "checkpoint directory or .gguf file", true);
   f.Int("tp", "tensor-parallel size (worker processes)", 1, 1, 64);
@@ -197,75 +199,85 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   f.String("chat-template",
            "a Jinja chat template file used instead of the model's tokenizer_config.json one");
   AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local);
-  int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  const std::string dir = f.GetString("model");
-  auto cfg = LoadModelConfig(dir);
-  if (!cfg.ok()) return Fail(cfg.status());
-  const int tp = static_cast<int>(f.GetInt("tp"));
-  // Refuse a world size the model cannot be split into before starting anyone.
-  if (auto plan = ShardPlan::Make(*cfg, RankInfo{0, tp}); !plan.ok()) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat("--tp ", tp, ": ", plan.status().message())));
-  }
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (auto tok = Tokenizer::ForModel(dir); tok.ok()) {
-    tokenizer = std::move(*tok);
-  } else if (!absl::IsNotFound(tok.status())) {
-    return Fail(tok.status());
-  }
-  // The public port's security, checked before any worker starts.
-  const TlsFiles public_tls{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
-  auto public_creds = ServerCredentials(public_tls, "--tls", "--tls-client-ca");
-  if (!public_creds.ok()) return Fail(public_creds.status());
-  std::vector<std::string> api_keys;
-  if (f.Has("api-key-file")) {
-    auto keys = ReadApiKeys(f.GetString("api-key-file"));
-    if (!keys.ok()) return Fail(keys.status());
-    api_keys = std::move(*keys);
-  }
-  if (absl::Status st = CheckPortFree(f.GetString("host"), f.GetInt("port")); !st.ok()) return Fail(st);
-  const std::string http_host = f.Has("http-host") ? f.GetString("http-host") : f.GetString("host");
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (f.Has("http-port")) {
-    if (absl::Status st = CheckPortFree(http_host, f.GetInt("http-port")); !st.ok()) {
-      return Fail(absl::Status(st.code(), absl::StrCat("--http-port: ", st.message())));
-    }
-    auto tmpl = f.Has("chat-template") ? ChatTemplateFromFile(f.GetString("chat-template"), dir)
-                                       : ChatTemplate::Load(dir);
-    if (tmpl.ok()) {
-      chat_template = std::move(*tmpl);
-    } else if (f.Has("chat-template") || !absl::IsNotFound(tmpl.status())) {
-      return Fail(tmpl.status());
-    } else {
-      std::fprintf(stderr, "shardlm: %s; /v1/chat/completions is off\n",
-                   std::string(tmpl.status().message()).c_str());
-    }
-  }
-  // Metrics first: a port in use is found before any worker starts.
-  MetricsRegistry registry;
-  ServiceMetrics metrics(&registry);
-  std::unique_ptr<MetricsHttpServer> metrics_http;
-  if (f.Has("metrics-port")) {
-    const std::string metrics_host =
-        f.Has("metrics-host") ? f.GetString("metrics-host") : f.GetString("host");
-    auto http = MetricsHttpServer::Start(metrics_host, static_cast<int>(f.GetInt("metrics-port")),
-                                         [&registry] { return registry.Render(); });
-    if (!http.ok()) return Fail(http.status());
-    metrics_http = std::move(*http);
-    std::printf("metrics on http://%s:%d/metrics\n", metrics_host.c_str(), metrics_http->port());
-    std::fflush(stdout);
-  }
+}
 
+// What is read and checked before any worker starts: the model's config and
+// tokenizer, the public port's security, the ports, the chat template.
+struct ServeInputs {
+  std::string dir;
+  ModelConfig cfg;
+  int tp = 1;
+  std::unique_ptr<Tokenizer> tokenizer;  // null when the model has none
+  TlsFiles public_tls;
+  std::shared_ptr<grpc::ServerCredentials> public_creds;
+  std::vector<std::string> api_keys;
+  std::string http_host;
+  std::unique_ptr<ChatTemplate> chat_template;  // null: /v1/chat/completions is off
+};
+
+absl::StatusOr<ServeInputs> CheckServeInputs(const FlagSet& f) {
+  ServeInputs in;
+  in.dir = f.GetString("model");
+  SHARDLM_ASSIGN_OR_RETURN(in.cfg, LoadModelConfig(in.dir));
+  in.tp = static_cast<int>(f.GetInt("tp"));
+  // Refuse a world size the model cannot be split into before starting anyone.
+  if (auto plan = ShardPlan::Make(in.cfg, RankInfo{0, in.tp}); !plan.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp ", in.tp, ": ", plan.status().message()));
+  }
+  if (auto tok = Tokenizer::ForModel(in.dir); tok.ok()) {
+    in.tokenizer = std::move(*tok);
+  } else if (!absl::IsNotFound(tok.status())) {
+    return tok.status();
+  }
+  in.public_tls = TlsFiles{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
+  SHARDLM_ASSIGN_OR_RETURN(in.public_creds, ServerCredentials(in.public_tls, "--tls", "--tls-client-ca"));
+  if (f.Has("api-key-file")) {
+    SHARDLM_ASSIGN_OR_RETURN(in.api_keys, ReadApiKeys(f.GetString("api-key-file")));
+  }
+  SHARDLM_RETURN_IF_ERROR(CheckPortFree(f.GetString("host"), f.GetInt("port")));
+  in.http_host = f.Has("http-host") ? f.GetString("http-host") : f.GetString("host");
+  if (!f.Has("http-port")) return in;
+  if (absl::Status st = CheckPortFree(in.http_host, f.GetInt("http-port")); !st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("--http-port: ", st.message()));
+  }
+  auto tmpl = f.Has("chat-template") ? ChatTemplateFromFile(f.GetString("chat-template"), in.dir)
+                                     : ChatTemplate::Load(in.dir);
+  if (tmpl.ok()) {
+    in.chat_template = std::move(*tmpl);
+  } else if (f.Has("chat-template") || !absl::IsNotFound(tmpl.status())) {
+    return tmpl.status();
+  } else {
+    std::fprintf(stderr, "shardlm: %s; /v1/chat/completions is off\n",
+                 std::string(tmpl.status().message()).c_str());
+  }
+  return in;
+}
+
+// The metrics port (when asked for), before any worker starts: a port in use
+// is found first.
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetrics(const FlagSet& f, MetricsRegistry& registry) {
+  if (!f.Has("metrics-port")) return nullptr;
+  const std::string host = f.Has("metrics-host") ? f.GetString("metrics-host") : f.GetString("host");
+  SHARDLM_ASSIGN_OR_RETURN(auto http,
+                           MetricsHttpServer::Start(host, static_cast<int>(f.GetInt("metrics-port")),
+                                                    [&registry] { return registry.Render(); }));
+  std::printf("metrics on http://%s:%d/metrics\n", host.c_str(), http->port());
+  std::fflush(stdout);
+  return http;
+}
+
+absl::StatusOr<WorkerGroupOptions> GroupOptions(const FlagSet& f, const CliEnv& env, const ServeInputs& in,
+                                                bool spawn_local, ServiceMetrics* metrics) {
   WorkerGroupOptions go;
-  go.model_dir = dir;
-  go.tp = tp;
+  go.model_dir = in.dir;
+  go.tp = in.tp;
   go.dtype = f.GetString("dtype");
   go.device = f.GetString("device");
   go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   go.warmup_tokens = f.GetInt("warmup-tokens");
   if (spawn_local) {
     go.collectives = f.GetString("collectives");
-    if (absl::Status st = CheckLocalGpus(go.device, tp, go.collectives); !st.ok()) return Fail(st);
+    SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp, go.collectives));
   }
   go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
   go.collective_timeout_ms = f.GetInt("collective-timeout-ms");
@@ -275,18 +287,15 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   go.spawn_local = spawn_local;
   go.exe = env.exe;
   // Local workers get a random token through their environment.
-  auto security = ReadInternalSecurity(f, spawn_local ? RandomToken() : "");
-  if (!security.ok()) return Fail(security.status());
-  go.internal_token = security->token;
-  go.internal_tls = security->tls;
-  go.metrics = &metrics;
-  if (!spawn_local) {
-    std::fprintf(stderr, "waiting for %d workers at %s\n", go.tp, go.listen.c_str());
-  }
-  auto group = WorkerGroup::Start(go);
-  if (!group.ok()) return Fail(group.status());
-  WorkerGroup* g = group->get();
-  const GroupState initial = g->state();
+  SHARDLM_ASSIGN_OR_RETURN(InternalSecurity security,
+                           ReadInternalSecurity(f, spawn_local ? RandomToken() : ""));
+  go.internal_token = security.token;
+  go.internal_tls = security.tls;
+  go.metrics = metrics;
+  return go;
+}
+
+Engine::Options EngineOptions(const FlagSet& f, ServiceMetrics* metrics) {
   Engine::Options eo;
   eo.max_batch_tokens = f.GetInt("max-batch-tokens");
   eo.target_step_ms = f.GetInt("target-step-ms");
@@ -298,28 +307,22 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   eo.max_queued_requests = static_cast<int32_t>(f.GetInt("max-queued-requests"));
   eo.max_queued_tokens = f.GetInt("max-queued-tokens");
   eo.max_handle_share = f.GetFloat("max-handle-share");
-  eo.metrics = &metrics;
-  EngineLoop loop(std::make_unique<Engine>(g, *cfg, initial.num_blocks, initial.block_size, eo),
-                  [g] { return g->state(); });
-  ServedModel served{go.dtype == "auto" ? (cfg->torch_dtype == "float32" ? "f32" : "bf16") : go.dtype, go.tp,
-                     go.block_size, eo.handle_ttl_ms};
-  InferenceService service(&loop, tokenizer.get(), served);
-  service.SetApiKeys(api_keys);
-  service.SetMetrics(&metrics);
-  std::atomic<bool> draining{false};
-  // Ready once every listener accepts (the "serving" line below), while the
-  // worker group serves and until draining begins: the same on gRPC and HTTP.
-  std::atomic<bool> listening{false};
-  auto ready = [g, &draining, &listening] { return listening.load() && g->serving() && !draining.load(); };
-  HealthService health(ready);
+  eo.metrics = metrics;
+  return eo;
+}
+
+// The public gRPC port: the inference service, health, reflection (unless
+// --no-reflection). *port is the port bound.
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const FlagSet& f, const ServeInputs& in,
+                                                        InferenceService* service, HealthService* health,
+                                                        int* port) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (f.GetBool("no-reflection")) builder.SetOption(std::make_unique<WithoutReflection>());
-  int port = 0;
   const std::string address = absl::StrCat(f.GetString("host"), ":", f.GetInt("port"));
-  builder.AddListeningPort(address, *public_creds, &port);
-  builder.RegisterService(&service);
-  builder.RegisterService(&health);
+  builder.AddListeningPort(address, in.public_creds, port);
+  builder.RegisterService(service);
+  builder.RegisterService(health);
   const int max_message = static_cast<int>(f.GetInt("max-message-mb") << 20);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -329,55 +332,53 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    return Fail(absl::UnavailableError("cannot listen on " + address + " (address in use?)"));
-  }
-  std::unique_ptr<OpenAiHttpServer> http;
-  if (f.Has("http-port")) {
-    OpenAiHttpOptions ho;
-    ho.host = http_host;
-    ho.port = static_cast<int>(f.GetInt("http-port"));
-    ho.tls = public_tls;
-    ho.threads = static_cast<int>(f.GetInt("http-threads"));
-    ho.request_timeout = std::chrono::seconds(f.GetInt("http-request-timeout-s"));
-    ho.max_idle_connections = static_cast<int>(f.GetInt("http-max-idle-connections"));
-    ho.max_body_bytes = static_cast<size_t>(max_message);
-    const std::string names =
-        f.Has("served-model-name") ? f.GetString("served-model-name") : ModelDisplayName(dir);
-    for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
-      ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
-    }
-    ho.model.tokenizer = tokenizer.get();
-    ho.model.chat_template = chat_template.get();
-    ho.model.max_context = std::min<int64_t>(cfg->max_position_embeddings,
-                                             static_cast<int64_t>(initial.num_blocks) * initial.block_size);
-    ho.model.vocab_size = static_cast<int32_t>(cfg->vocab_size);
-    ho.model.max_queued_sequences = f.GetInt("max-queued-requests");
-    ho.ready = ready;
-    auto started = OpenAiHttpServer::Start(&service, std::move(ho));
-    if (!started.ok()) return Fail(started.status());
-    http = std::move(*started);
-    std::printf("OpenAI API on http%s://%s:%d/v1\n", public_tls.enabled() ? "s" : "", http_host.c_str(),
-                http->port());
-  }
-  listening = true;  // the gRPC, HTTP and metrics ports all listen by now
-  std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", dir.c_str(),
-              cfg->architecture.c_str(), go.tp, initial.num_blocks, static_cast<long long>(go.block_size),
-              f.GetString("host").c_str(), port, public_tls.enabled() ? " (TLS)" : "",
-              api_keys.empty() ? "" : " (API keys required)");
-  std::fflush(stdout);
-  while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (!server || *port == 0)
+    return absl::UnavailableError("cannot listen on " + address + " (address in use?)");
+  return server;
+}
 
-  // Drain: NOT_SERVING and UNAVAILABLE for new calls at once; every call in
-  // flight (tokenizing, queued or running, gRPC or HTTP) gets the grace
-  // period to finish, then whatever is left is cancelled.
+// The OpenAI HTTP API (when --http-port is given).
+absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const FlagSet& f, const ServeInputs& in,
+                                                            const GroupState& initial,
+                                                            InferenceService* service,
+                                                            std::function<bool()> ready) {
+  if (!f.Has("http-port")) return nullptr;
+  OpenAiHttpOptions ho;
+  ho.host = in.http_host;
+  ho.port = static_cast<int>(f.GetInt("http-port"));
+  ho.tls = in.public_tls;
+  ho.threads = static_cast<int>(f.GetInt("http-threads"));
+  ho.request_timeout = std::chrono::seconds(f.GetInt("http-request-timeout-s"));
+  ho.max_idle_connections = static_cast<int>(f.GetInt("http-max-idle-connections"));
+  ho.max_body_bytes = static_cast<size_t>(f.GetInt("max-message-mb") << 20);
+  const std::string names =
+      f.Has("served-model-name") ? f.GetString("served-model-name") : ModelDisplayName(in.dir);
+  for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
+    ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
+  }
+  ho.model.tokenizer = in.tokenizer.get();
+  ho.model.chat_template = in.chat_template.get();
+  ho.model.max_context = std::min<int64_t>(in.cfg.max_position_embeddings,
+                                           static_cast<int64_t>(initial.num_blocks) * initial.block_size);
+  ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
+  ho.model.max_queued_sequences = f.GetInt("max-queued-requests");
+  ho.ready = std::move(ready);
+  SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(service, std::move(ho)));
+  std::printf("OpenAI API on http%s://%s:%d/v1\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
+              http->port());
+  return http;
+}
+
+// NOT_SERVING and UNAVAILABLE for new calls at once; every call in flight
+// (tokenizing, queued or running, gRPC or HTTP) gets the grace period to
+// finish, then whatever is left is cancelled.
+void Drain(const FlagSet& f, ServiceMetrics& metrics, EngineLoop& loop, InferenceService& service,
+           WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http) {
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
-  draining = true;
   service.StartDraining();
-  g->BeginShutdown();
-  const auto grace = std::chrono::seconds(f.GetInt("shutdown-grace-s"));
-  const auto until = std::chrono::steady_clock::now() + grace;
+  group.BeginShutdown();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(f.GetInt("shutdown-grace-s"));
   while ((metrics.calls_in_flight() > 0 || loop.pending() > 0) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -387,8 +388,60 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
       left > 0 ? absl::StrCat(" (cancelling ", left, " call(s) past the grace period)").c_str() : "");
   // gRPC cancels its calls at once; the HTTP server cancels its own and waits
   // for their threads; the engine loop, then the group, go on return.
-  server->Shutdown(std::chrono::system_clock::now());
+  server.Shutdown(std::chrono::system_clock::now());
   http.reset();
+}
+
+// Flags to options, the checks, the workers, the engine, the servers; then
+// serving until SIGTERM, and the drain.
+int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
+  FlagSet f(spawn_local ? "serve" : "coordinator");
+  DeclareServeFlags(f, spawn_local);
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  absl::StatusOr<ServeInputs> in = CheckServeInputs(f);
+  if (!in.ok()) return Fail(in.status());
+  MetricsRegistry registry;
+  ServiceMetrics metrics(&registry);
+  auto metrics_http = StartMetrics(f, registry);
+  if (!metrics_http.ok()) return Fail(metrics_http.status());
+
+  auto go = GroupOptions(f, env, *in, spawn_local, &metrics);
+  if (!go.ok()) return Fail(go.status());
+  if (!spawn_local) std::fprintf(stderr, "waiting for %d workers at %s\n", go->tp, go->listen.c_str());
+  auto group = WorkerGroup::Start(*go);
+  if (!group.ok()) return Fail(group.status());
+  WorkerGroup* g = group->get();
+  const GroupState initial = g->state();
+  const Engine::Options eo = EngineOptions(f, &metrics);
+  EngineLoop loop(std::make_unique<Engine>(g, in->cfg, initial.num_blocks, initial.block_size, eo),
+                  [g] { return g->state(); });
+  ServedModel served{go->dtype == "auto" ? (in->cfg.torch_dtype == "float32" ? "f32" : "bf16") : go->dtype,
+                     go->tp, go->block_size, eo.handle_ttl_ms};
+  InferenceService service(&loop, in->tokenizer.get(), served);
+  service.SetApiKeys(in->api_keys);
+  service.SetMetrics(&metrics);
+
+  std::atomic<bool> draining{false};
+  // Ready once every listener accepts (the "serving" line below), while the
+  // worker group serves and until draining begins: the same on gRPC and HTTP.
+  std::atomic<bool> listening{false};
+  auto ready = [g, &draining, &listening] { return listening.load() && g->serving() && !draining.load(); };
+  HealthService health(ready);
+  int port = 0;
+  auto server = StartGrpc(f, *in, &service, &health, &port);
+  if (!server.ok()) return Fail(server.status());
+  auto http = StartHttp(f, *in, initial, &service, ready);
+  if (!http.ok()) return Fail(http.status());
+  listening = true;  // the gRPC, HTTP and metrics ports all listen by now
+  std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),
+              in->cfg.architecture.c_str(), go->tp, initial.num_blocks,
+              static_cast<long long>(go->block_size), f.GetString("host").c_str(), port,
+              in->public_tls.enabled() ? " (TLS)" : "", in->api_keys.empty() ? "" : " (API keys required)");
+  std::fflush(stdout);
+  while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  draining = true;
+  Drain(f, metrics, loop, service, *g, **server, *http);
   return 0;  // loop, then group (stopping the workers), are destroyed on return
 }
 

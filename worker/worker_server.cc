@@ -365,219 +365,276 @@ absl::StatusOr<int> OrdinalFromHostname(const std::string& hostname) {
   return std::stoi(digits);
 }
 
-int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool>* stop) {
-  auto fingerprint = ModelFingerprint(options.model_dir);
-  if (!fingerprint.ok()) {
-    LOG(ERROR) << "worker: " << fingerprint.status();
-    return 1;
-  }
-  // The device is settled before anything starts: a GPU that is not there
-  // is a start-up error, not a failed group.
-  auto device = ResolveDevice(options.device, options.rank);
-  if (!device.ok()) {
-    LOG(ERROR) << "worker rank " << options.rank << ": " << device.status().message();
-    return 1;
-  }
-  WorkerService service(*fingerprint, options.internal_token);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort(
-      options.listen,
-      options.server_credentials ? options.server_credentials : grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  // For Kubernetes probes, without the internal token: "" is SERVING while
-  // this rank is in a formed group, "liveness" while the process answers.
-  HealthService health([&service] { return service.Ready(); });
-  builder.RegisterService(&health);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) {
-    LOG(ERROR) << "worker: cannot listen on " << options.listen;
-    return 1;
-  }
-  auto channel = grpc::CreateCustomChannel(
-      options.coordinator,
-      options.channel_credentials ? options.channel_credentials : grpc::InsecureChannelCredentials(),
-      InternalChannelArguments());
-  auto stub = std::shared_ptr<wpb::Rendezvous::Stub>(wpb::Rendezvous::NewStub(channel));
-  const std::string& token = options.internal_token;
+namespace {
 
-  wpb::RegisterRequest reg;
-  reg.set_protocol_version(kWorkerProtocolVersion);
-  reg.set_worker_address(absl::StrCat(options.advertise_host, ":", port));
-  reg.set_model_fingerprint(*fingerprint);
-  reg.set_rank(options.rank);
+// What a part of the worker's life says the process should do next.
+enum class Next {
+  kGo,     // on to the next part
+  kAgain,  // register again (a new group formation)
+  kStop,   // stop serving, exit 0 (asked to stop, or the coordinator is gone)
+  kFail,   // exit 1 (a restart is the way back)
+};
 
-  std::unique_ptr<RankWorker> worker;  // loaded once; kept across epochs
-  TimedCommunicator* timed = nullptr;  // owned by worker
-  int exit_code = 0;
-  auto last_seen = Clock::now();
-  // One pass per group formation (epoch).
-  while (!stop->load()) {
-    // Register: waits for the coordinator to come up and for every rank to join.
-    wpb::RegisterResponse assigned;
+// One worker process: its server, then per group formation (epoch) register,
+// make the communicator, load the shard (first time) or regroup (after), and
+// serve the epoch.
+class WorkerProcess {
+ public:
+  WorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool>* stop)
+      : options_(options), stop_(stop) {}
+
+  int Run() {
+    if (!Start()) return 1;
+    int exit_code = 0;
+    while (!stop_->load()) {
+      wpb::RegisterResponse assigned;
+      Next next = Register(&assigned);
+      const RankInfo rank{assigned.rank(), assigned.world_size()};
+      std::unique_ptr<Communicator> comm;
+      if (next == Next::kGo) next = MakeCommunicatorFor(rank, assigned, &comm);
+      if (next == Next::kGo) next = LoadOrRegroup(rank, assigned, std::move(comm));
+      if (next == Next::kGo) next = ServeEpoch(rank, assigned);
+      if (next == Next::kAgain) continue;
+      if (next == Next::kFail) exit_code = 1;
+      break;
+    }
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    return exit_code;
+  }
+
+ private:
+  // The fingerprint, the device, the Worker server and the channel to the
+  // coordinator; false (logged) when any is missing.
+  bool Start() {
+    auto fingerprint = ModelFingerprint(options_.model_dir);
+    if (!fingerprint.ok()) {
+      LOG(ERROR) << "worker: " << fingerprint.status();
+      return false;
+    }
+    // The device is settled before anything starts: a GPU that is not there
+    // is a start-up error, not a failed group.
+    auto device = ResolveDevice(options_.device, options_.rank);
+    if (!device.ok()) {
+      LOG(ERROR) << "worker rank " << options_.rank << ": " << device.status().message();
+      return false;
+    }
+    device_ = *device;
+    service_ = std::make_unique<WorkerService>(*fingerprint, options_.internal_token);
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort(
+        options_.listen,
+        options_.server_credentials ? options_.server_credentials : grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(service_.get());
+    // For Kubernetes probes, without the internal token: "" is SERVING while
+    // this rank is in a formed group, "liveness" while the process answers.
+    health_ = std::make_unique<HealthService>([this] { return service_->Ready(); });
+    builder.RegisterService(health_.get());
+    builder.SetMaxReceiveMessageSize(256 << 20);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+    builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+    server_ = builder.BuildAndStart();
+    if (!server_ || port_ == 0) {
+      LOG(ERROR) << "worker: cannot listen on " << options_.listen;
+      return false;
+    }
+    channel_ = grpc::CreateCustomChannel(
+        options_.coordinator,
+        options_.channel_credentials ? options_.channel_credentials : grpc::InsecureChannelCredentials(),
+        InternalChannelArguments());
+    stub_ = std::shared_ptr<wpb::Rendezvous::Stub>(wpb::Rendezvous::NewStub(channel_));
+    reg_.set_protocol_version(kWorkerProtocolVersion);
+    reg_.set_worker_address(absl::StrCat(options_.advertise_host, ":", port_));
+    reg_.set_model_fingerprint(*fingerprint);
+    reg_.set_rank(options_.rank);
+    return true;
+  }
+
+  // Waits for the coordinator to come up and for every rank to join.
+  Next Register(wpb::RegisterResponse* assigned) {
     grpc::Status st;
-    const auto register_deadline =
-        std::chrono::system_clock::now() + std::chrono::milliseconds(options.register_timeout_ms);
-    if (std::string unreachable;
-        !WaitForCoordinator(*channel, options, register_deadline, stop, &unreachable)) {
-      if (stop->load()) break;
+    const auto deadline =
+        std::chrono::system_clock::now() + std::chrono::milliseconds(options_.register_timeout_ms);
+    if (std::string unreachable; !WaitForCoordinator(*channel_, options_, deadline, stop_, &unreachable)) {
+      if (stop_->load()) return Next::kStop;
       st = grpc::Status(grpc::StatusCode::UNAVAILABLE, unreachable);
     } else {
       grpc::ClientContext ctx;
-      AttachInternalToken(ctx, token);
+      AttachInternalToken(ctx, options_.internal_token);
       ctx.set_wait_for_ready(true);
-      ctx.set_deadline(register_deadline);
-      st = stub->Register(&ctx, reg, &assigned);
+      ctx.set_deadline(deadline);
+      st = stub_->Register(&ctx, reg_, assigned);
     }
-    if (!st.ok()) {
-      const bool retry = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                         st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
-      LOG(ERROR) << "worker rank " << options.rank << ": registration with " << options.coordinator
-                 << " failed: " << st.error_message();
-      if (!retry || worker == nullptr) {  // a first registration that fails ends the process
-        exit_code = 1;
-        break;
-      }
-      if (!SleepUnlessStopped(stop, 500)) break;
-      continue;
+    if (st.ok()) {
+      LOG(INFO) << "worker rank " << assigned->rank() << "/" << assigned->world_size() << " joined epoch "
+                << assigned->epoch() << ", serving on port " << port_;
+      return Next::kGo;
     }
-    const RankInfo rank{assigned.rank(), assigned.world_size()};
-    const uint64_t epoch = assigned.epoch();
-    LOG(INFO) << "worker rank " << rank.rank << "/" << rank.world_size << " joined epoch " << epoch
-              << ", serving on port " << port;
-    std::unique_ptr<Communicator> inner;
-    if (rank.world_size == 1 && !(device->is_cuda() && options.nccl_at_world_size_one)) {
-      inner = MakeSingleRankCommunicator();
-    } else if (device->is_cuda() && !options.host_staged_collectives) {
+    const bool retry =
+        st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    LOG(ERROR) << "worker rank " << options_.rank << ": registration with " << options_.coordinator
+               << " failed: " << st.error_message();
+    if (!retry || worker_ == nullptr) return Next::kFail;  // a first registration that fails ends the process
+    return SleepUnlessStopped(stop_, 500) ? Next::kAgain : Next::kStop;
+  }
+
+  // The group's collectives: none at world size 1, NCCL between GPUs, Gloo
+  // (or shared memory on one host) otherwise.
+  Next MakeCommunicatorFor(const RankInfo& rank, const wpb::RegisterResponse& assigned,
+                           std::unique_ptr<Communicator>* out) {
+    const auto store_timeout = std::chrono::milliseconds(options_.register_timeout_ms);
+    const auto collective_timeout = std::chrono::milliseconds(assigned.collective_timeout_ms());
+    if (rank.world_size == 1 && !(device_.is_cuda() && options_.nccl_at_world_size_one)) {
+      *out = MakeSingleRankCommunicator();
+      return Next::kGo;
+    }
+    if (device_.is_cuda() && !options_.host_staged_collectives) {
       // GPU ranks: NCCL, bootstrapped through the coordinator's store.
-      auto store = std::make_shared<RemoteStore>(stub, token, assigned.store_prefix(),
-                                                 std::chrono::milliseconds(options.register_timeout_ms));
-      auto comm = MakeCudaCommunicator(rank, store, device->index(),
-                                       std::chrono::milliseconds(assigned.collective_timeout_ms()));
+      auto store = std::make_shared<RemoteStore>(stub_, options_.internal_token, assigned.store_prefix(),
+                                                 store_timeout);
+      auto comm = MakeCudaCommunicator(rank, store, device_.index(), collective_timeout);
       if (!comm.ok()) {
         LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
-        service.SetNotReady(comm.status());
-        if (comm.status().code() == absl::StatusCode::kFailedPrecondition) {
-          exit_code = 1;  // this build has no NCCL: retrying cannot help
-          break;
-        }
-        if (!SleepUnlessStopped(stop, 200)) break;
-        continue;
+        service_->SetNotReady(comm.status());
+        // This build has no NCCL: retrying cannot help.
+        if (comm.status().code() == absl::StatusCode::kFailedPrecondition) return Next::kFail;
+        return SleepUnlessStopped(stop_, 200) ? Next::kAgain : Next::kStop;
       }
-      inner = std::move(*comm);
-      LOG(INFO) << "worker rank " << rank.rank << ": collectives over NCCL on " << device->str();
-    } else {
-      GlooOptions gloo;
-      gloo.hostname =
-          assigned.collective_hostname().empty() ? options.advertise_host : assigned.collective_hostname();
-      gloo.timeout = std::chrono::milliseconds(assigned.collective_timeout_ms());
-      gloo.prefix = assigned.store_prefix();
-      auto store = std::make_shared<RemoteStore>(stub, token, "",
-                                                 std::chrono::milliseconds(options.register_timeout_ms));
-      auto comm = MakeGlooCommunicator(rank, store, gloo);
-      if (!comm.ok()) {
-        // The group broke again while forming: register anew.
-        LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
-        service.SetNotReady(comm.status());
-        if (!SleepUnlessStopped(stop, 200)) break;
-        continue;
-      }
-      inner = std::move(*comm);
-      if (options.shared_memory_collectives) {
-        ShmOptions shm;
-        shm.prefix = gloo.prefix;
-        shm.timeout = gloo.timeout;
-        inner = MaybeUseSharedMemory(rank, *store, std::move(inner), shm);
-      }
-      const bool shm = IsSharedMemory(*inner);
-      if (device->is_cuda()) inner = MakeHostStagedCommunicator(std::move(inner));
-      LOG(INFO) << "worker rank " << rank.rank << ": collectives over " << (shm ? "shared memory" : "Gloo")
-                << (device->is_cuda() ? ", staged through host memory" : "");
+      *out = std::move(*comm);
+      LOG(INFO) << "worker rank " << rank.rank << ": collectives over NCCL on " << device_.str();
+      return Next::kGo;
     }
-    if (worker == nullptr) {
+    GlooOptions gloo;
+    gloo.hostname =
+        assigned.collective_hostname().empty() ? options_.advertise_host : assigned.collective_hostname();
+    gloo.timeout = collective_timeout;
+    gloo.prefix = assigned.store_prefix();
+    auto store = std::make_shared<RemoteStore>(stub_, options_.internal_token, "", store_timeout);
+    auto comm = MakeGlooCommunicator(rank, store, gloo);
+    if (!comm.ok()) {
+      // The group broke again while forming: register anew.
+      LOG(ERROR) << "worker rank " << rank.rank << ": " << comm.status();
+      service_->SetNotReady(comm.status());
+      return SleepUnlessStopped(stop_, 200) ? Next::kAgain : Next::kStop;
+    }
+    std::unique_ptr<Communicator> inner = std::move(*comm);
+    if (options_.shared_memory_collectives) {
+      ShmOptions shm;
+      shm.prefix = gloo.prefix;
+      shm.timeout = gloo.timeout;
+      inner = MaybeUseSharedMemory(rank, *store, std::move(inner), shm);
+    }
+    const bool shm = IsSharedMemory(*inner);
+    if (device_.is_cuda()) inner = MakeHostStagedCommunicator(std::move(inner));
+    LOG(INFO) << "worker rank " << rank.rank << ": collectives over " << (shm ? "shared memory" : "Gloo")
+              << (device_.is_cuda() ? ", staged through host memory" : "");
+    *out = std::move(inner);
+    return Next::kGo;
+  }
+
+  // The first epoch loads this rank's shard; a later one keeps it and only
+  // swaps the communicator and clears the KV pool.
+  Next LoadOrRegroup(const RankInfo& rank, const wpb::RegisterResponse& assigned,
+                     std::unique_ptr<Communicator> inner) {
+    if (worker_ == nullptr) {
       auto timed_comm = std::make_unique<TimedCommunicator>(std::move(inner));
-      timed = timed_comm.get();
+      timed_ = timed_comm.get();
       RankWorkerOptions wo;
-      wo.model_dir = options.model_dir;
+      wo.model_dir = options_.model_dir;
       wo.dtype = assigned.dtype();
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
-      wo.device = device->str();
+      wo.device = device_.str();
       // A host-staged collective copies to the host mid-step: no graph can capture it.
-      wo.cuda_graph_max_batch = options.host_staged_collectives ? 0 : options.cuda_graph_max_batch;
-      wo.warmup_tokens = options.warmup_tokens;
+      wo.cuda_graph_max_batch = options_.host_staged_collectives ? 0 : options_.cuda_graph_max_batch;
+      wo.warmup_tokens = options_.warmup_tokens;
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
-      service.RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
+      service_->RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
       if (!loaded.ok()) {
         LOG(ERROR) << "worker rank " << rank.rank << ": " << loaded.status();
-        service.SetNotReady(loaded.status());
+        service_->SetNotReady(loaded.status());
         // Stay up briefly so the coordinator's handshake can read the error.
-        SleepUnlessStopped(stop, 5000);
-        exit_code = 1;
-        break;
+        SleepUnlessStopped(stop_, 5000);
+        return Next::kFail;
       }
-      worker = std::move(*loaded);
+      worker_ = std::move(*loaded);
     } else {
-      const RankInfo had = worker->model().plan().rank();
+      const RankInfo had = worker_->model().plan().rank();
       if (had.rank != rank.rank || had.world_size != rank.world_size) {
         LOG(ERROR) << "worker: the coordinator now wants rank " << rank.rank << " of " << rank.world_size
                    << ", this process holds the shard of rank " << had.rank << " of " << had.world_size
                    << "; exiting so it can be restarted";
-        exit_code = 1;
-        break;
+        return Next::kFail;
       }
       absl::Status regrouped;
-      service.Exclusive([&] {
+      service_->Exclusive([&] {
         // The graphs hold the old communicator's collectives; NCCL's destroy
         // (in Reset) waits until they are gone.
-        service.RunCompute([&] { worker->DropGraphs(); });
-        timed->Reset(std::move(inner));
-        service.RunCompute([&] { regrouped = worker->Regroup(); });
+        service_->RunCompute([&] { worker_->DropGraphs(); });
+        timed_->Reset(std::move(inner));
+        service_->RunCompute([&] { regrouped = worker_->Regroup(); });
       });
       if (!regrouped.ok()) {
         // The pool could not be cleared: a fresh process is the clean way back.
         LOG(ERROR) << "worker rank " << rank.rank << ": " << regrouped;
-        service.SetNotReady(regrouped);
-        SleepUnlessStopped(stop, 5000);
-        exit_code = 1;
-        break;
+        service_->SetNotReady(regrouped);
+        SleepUnlessStopped(stop_, 5000);
+        return Next::kFail;
       }
     }
-    service.SetReady(worker.get(), timed, assigned.kv_cache_bytes(), epoch);
-
-    // Serve until the epoch moves on, a stop request, or the coordinator goes away.
-    last_seen = Clock::now();
-    bool rejoin = false;
-    while (!rejoin && SleepUnlessStopped(stop, 500)) {
-      auto current = Heartbeat(*stub, token, rank.rank, epoch);
-      if (current.has_value()) {
-        last_seen = Clock::now();
-        // A new epoch, or a new coordinator process (which may count epochs
-        // from 1 again): either way this group is gone.
-        rejoin = current->epoch() != epoch || current->coordinator_id() != assigned.coordinator_id();
-      } else if (Clock::now() - last_seen > std::chrono::milliseconds(options.coordinator_lost_ms)) {
-        LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options.coordinator
-                     << " unreachable; exiting";
-        server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-        return 0;
-      }
-    }
-    if (rejoin) {
-      LOG(WARNING) << "worker rank " << rank.rank << ": the group of epoch " << epoch
-                   << " was dissolved; registering again";
-      service.MarkLeaving(epoch);
-      service.SetNotReady(
-          absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
-    }
+    service_->SetReady(worker_.get(), timed_, assigned.kv_cache_bytes(), assigned.epoch());
+    return Next::kGo;
   }
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  return exit_code;
+
+  // Serves until the epoch moves on (kAgain), a stop request or the
+  // coordinator going away (kStop).
+  Next ServeEpoch(const RankInfo& rank, const wpb::RegisterResponse& assigned) {
+    const uint64_t epoch = assigned.epoch();
+    auto last_seen = Clock::now();
+    while (SleepUnlessStopped(stop_, 500)) {
+      auto current = Heartbeat(*stub_, options_.internal_token, rank.rank, epoch);
+      if (!current.has_value()) {
+        if (Clock::now() - last_seen > std::chrono::milliseconds(options_.coordinator_lost_ms)) {
+          LOG(WARNING) << "worker rank " << rank.rank << ": coordinator " << options_.coordinator
+                       << " unreachable; exiting";
+          return Next::kStop;
+        }
+        continue;
+      }
+      last_seen = Clock::now();
+      // A new epoch, or a new coordinator process (which may count epochs
+      // from 1 again): either way this group is gone.
+      if (current->epoch() != epoch || current->coordinator_id() != assigned.coordinator_id()) {
+        LOG(WARNING) << "worker rank " << rank.rank << ": the group of epoch " << epoch
+                     << " was dissolved; registering again";
+        service_->MarkLeaving(epoch);
+        service_->SetNotReady(absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
+        return Next::kAgain;
+      }
+    }
+    return Next::kStop;
+  }
+
+  const WorkerProcessOptions& options_;
+  const std::atomic<bool>* stop_;
+  at::Device device_{at::kCPU};
+  std::unique_ptr<WorkerService> service_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<wpb::Rendezvous::Stub> stub_;
+  wpb::RegisterRequest reg_;
+  std::unique_ptr<RankWorker> worker_;  // loaded once; kept across epochs
+  TimedCommunicator* timed_ = nullptr;  // owned by worker_
+};
+
+}  // namespace
+
+int RunWorkerProcess(const WorkerProcessOptions& options, const std::atomic<bool>* stop) {
+  return WorkerProcess(options, stop).Run();
 }
 
 }  // namespace shardlm

@@ -423,7 +423,8 @@ class WorkerProcess {
     grpc::ServerBuilder builder;
     builder.AddListeningPort(
         options_.listen,
-        options_.server_credentials ? options_.server_credentials : grpc::InsecureServerCredentials(), &port_);
+        options_.server_credentials ? options_.server_credentials : grpc::InsecureServerCredentials(),
+        &port_);
     builder.RegisterService(service_.get());
     // For Kubernetes probes, without the internal token: "" is SERVING while
     // this rank is in a formed group, "liveness" while the process answers.
@@ -472,8 +473,8 @@ class WorkerProcess {
                 << assigned->epoch() << ", serving on port " << port_;
       return Next::kGo;
     }
-    const bool retry =
-        st.error_code() == grpc::StatusCode::UNAVAILABLE || st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+    const bool retry = st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                       st.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
     LOG(ERROR) << "worker rank " << options_.rank << ": registration with " << options_.coordinator
                << " failed: " << st.error_message();
     if (!retry || worker_ == nullptr) return Next::kFail;  // a first registration that fails ends the process
@@ -610,7 +611,8 @@ class WorkerProcess {
         LOG(WARNING) << "worker rank " << rank.rank << ": the group of epoch " << epoch
                      << " was dissolved; registering again";
         service_->MarkLeaving(epoch);
-        service_->SetNotReady(absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
+        service_->SetNotReady(
+            absl::UnavailableError(absl::StrCat("rank ", rank.rank, " is rejoining the group")));
         return Next::kAgain;
       }
     }

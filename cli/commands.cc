@@ -201,8 +201,8 @@ absl::StatusOr<std::vector<int32_t>> PromptIds(const FlagSet& f, const Tokenizer
 
 }  // namespace
 
-int RunGenerate(int argc, char** argv, const CliEnv& env) {
-  FlagSet f("generate");
+// generate's flags: the model's, sampling, stops, handles, constraints.
+void DeclareGenerateFlags(FlagSet& f) {
   AddModelFlags(f);
   f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20);
   f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, kTemperatureBound.lo,
@@ -223,15 +223,11 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");
   f.String("stop", "a stop string; the text ends before it (with --server)");
   AddConstraintFlags(f);
-  int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  absl::Status st = CheckTarget(f);
-  if (!st.ok()) return Fail(st);
-  auto prompt_spec = PromptFromFlags(f);
-  if (!prompt_spec.ok()) return Fail(prompt_spec.status());
-  absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(f);
-  if (!constraint.ok()) return Fail(constraint.status());
+  AddConstraintFlags(f);
+}
 
+// The engine request the flags describe (all but the prompt and the constraint).
+absl::StatusOr<GenerateRequest> RequestFromFlags(const FlagSet& f) {
   GenerateRequest req;
   req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
   req.sampling.temperature = static_cast<float>(f.GetFloat("temperature"));
@@ -246,9 +242,45 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   req.sampling.seed = static_cast<uint64_t>(f.GetInt("seed"));
   req.ignore_eos = f.GetBool("ignore-eos");
   if (f.Has("stop-token-ids")) {
-    st = ParseIdList("stop-token-ids", f.GetString("stop-token-ids"), &req.stop_token_ids);
-    if (!st.ok()) return Fail(st);
+    SHARDLM_RETURN_IF_ERROR(
+        ParseIdList("stop-token-ids", f.GetString("stop-token-ids"), &req.stop_token_ids));
   }
+  return req;
+}
+
+// generate --json's one line.
+void PrintGenerateJson(const FlagSet& f, const GenerateResult& r, const std::string& text) {
+  json out = {{"prompt_token_ids", r.prompt},
+              {"token_ids", r.tokens},
+              {"logprobs", r.logprobs},
+              {"text", text},
+              {"finish_reason", FinishReasonName(r.finish_reason)}};
+  if (f.GetInt("top-logprobs") > 0) {
+    json top = json::array();
+    for (const auto& alts : r.top_logprobs) {
+      json row = json::array();
+      for (const TopLogprob& t : alts) row.push_back({{"id", t.id}, {"logprob", t.logprob}});
+      top.push_back(row);
+    }
+    out["top_logprobs"] = top;
+  }
+  std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+}
+
+int RunGenerate(int argc, char** argv, const CliEnv& env) {
+  FlagSet f("generate");
+  DeclareGenerateFlags(f);
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  absl::Status st = CheckTarget(f);
+  if (!st.ok()) return Fail(st);
+  auto prompt_spec = PromptFromFlags(f);
+  if (!prompt_spec.ok()) return Fail(prompt_spec.status());
+  absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(f);
+  if (!constraint.ok()) return Fail(constraint.status());
+  absl::StatusOr<GenerateRequest> request = RequestFromFlags(f);
+  if (!request.ok()) return Fail(request.status());
+  GenerateRequest& req = *request;
   const bool as_json = f.GetBool("json");
   auto print = [&](const std::string& piece) {
     if (as_json || piece.empty()) return;
@@ -299,21 +331,7 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
     std::fputc('\n', stdout);
     return 0;
   }
-  json out = {{"prompt_token_ids", result->prompt},
-              {"token_ids", result->tokens},
-              {"logprobs", result->logprobs},
-              {"text", text},
-              {"finish_reason", FinishReasonName(result->finish_reason)}};
-  if (f.GetInt("top-logprobs") > 0) {
-    json top = json::array();
-    for (const auto& alts : result->top_logprobs) {
-      json row = json::array();
-      for (const TopLogprob& t : alts) row.push_back({{"id", t.id}, {"logprob", t.logprob}});
-      top.push_back(row);
-    }
-    out["top_logprobs"] = top;
-  }
-  std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << std::endl;
+  PrintGenerateJson(f, *result, text);
   return 0;
 }
 

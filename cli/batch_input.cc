@@ -80,6 +80,8 @@ absl::StatusOr<ConstraintSpec> GetConstraint(const json& in) {
   ConstraintSpec spec;
   for (const char* key : {"json_schema", "json_object", "regex", "grammar", "choice"}) {
     if (!in.contains(key) || in[key].is_null()) continue;
+    if (std::string(key) == "json_object" && in[key].is_boolean() && !in[key].get<bool>())
+      continue;  // asks for none
     if (!spec.empty()) {
       return absl::InvalidArgumentError(
           "give at most one of \"json_schema\", \"json_object\", \"regex\", \"grammar\" and \"choice\"");

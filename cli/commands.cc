@@ -223,7 +223,6 @@ void DeclareGenerateFlags(FlagSet& f) {
   f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");
   f.String("stop", "a stop string; the text ends before it (with --server)");
   AddConstraintFlags(f);
-  AddConstraintFlags(f);
 }
 
 // The engine request the flags describe (all but the prompt and the constraint).

@@ -18,7 +18,7 @@ grpc::Status ToGrpcStatus(const absl::Status& status);
 absl::Status FromGrpcStatus(const grpc::Status& status);
 std::string GrpcErrorField(const grpc::Status& status);
 
-// The trailing metadata key that names the field of an INVALID_ARGUMENT.
+// The trailing metadata key that names the field a request error is about.
 inline constexpr char kErrorFieldMetadata[] = "shardlm-error-field";
 // `status` as a gRPC client may see it: the field moved from the details to
 // `field` (empty when none).

@@ -220,8 +220,10 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
     r.keep_handle = req.keep();
     // Every chunk is checked before any runs.
     absl::Status st = loop_->Validate(r);
-    if (!st.ok())
-      return ToGrpcStatus(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())));
+    if (!st.ok()) {
+      return ToGrpcStatus(WithField(absl::Status(st.code(), absl::StrCat("chunks[", i, "]: ", st.message())),
+                                    ErrorField(st)));
+    }
     requests->push_back(std::move(r));
   }
   int64_t tokens = 0;

@@ -175,8 +175,16 @@ class RemoteExecutor::RemoteStep final : public PendingStep {
       bool ok = false;
       if (!cq_.Next(&tag, &ok)) break;
       const size_t r = reinterpret_cast<size_t>(tag);
-      // The masks' answer: a refusal fails rank 0's step, which says why.
-      if (r == calls_.size()) continue;
+      if (r == calls_.size()) {
+        // Rank 0 would wait for these masks until the deadline: fail the step now.
+        if (failure.ok() && !masks_status_.ok()) {
+          failure = absl::UnavailableError(
+              absl::StrCat("tensor-parallel rank 0 at ", exec_->addresses_[0],
+                           " did not take the step's constraint masks: ", masks_status_.error_message()));
+          for (auto& ctx : contexts_) ctx->TryCancel();
+        }
+        continue;
+      }
       if (failure.ok() && !statuses_[r].ok()) {
         failure = absl::Status(statuses_[r].error_code() == grpc::StatusCode::INVALID_ARGUMENT
                                    ? absl::StatusCode::kInvalidArgument

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
+#include "common/status.h"
 #include "coordinator/inference_service.h"
 
 namespace shardlm {
@@ -89,9 +90,10 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
         if (auto self = weak.lock()) self->OnResult(i, std::move(r));
       });
       if (!id.ok()) {
-        failure_ = absl::Status(
-            id.status().code(),
-            absl::StrCat(count > 1 ? absl::StrCat("chunks[", i, "]: ") : "", id.status().message()));
+        failure_ = WithField(
+            absl::Status(id.status().code(), absl::StrCat(count > 1 ? absl::StrCat("chunks[", i, "]: ") : "",
+                                                          id.status().message())),
+            ErrorField(id.status()));
         break;
       }
       ids_.push_back(*id);

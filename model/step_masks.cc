@@ -69,6 +69,12 @@ void MaskMailbox::DropThrough(StepKey step) {
   masks_.erase(masks_.begin(), masks_.upper_bound(step));
 }
 
+void MaskMailbox::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  masks_.clear();
+  dropped_through_ = {0, 0};
+}
+
 std::function<absl::Status(std::vector<SampleRow>&)> AwaitMasks(MaskMailbox* mailbox, StepKey step,
                                                                 int64_t vocab_size,
                                                                 std::function<bool()> give_up) {

@@ -43,6 +43,9 @@ class MaskMailbox {
   absl::StatusOr<std::vector<RowMask>> Take(StepKey step, const std::function<bool()>& give_up);
   // Forgets the masks of steps up to `step` (run or refused), now and when they arrive later.
   void DropThrough(StepKey step);
+  // Forgets everything: a new group formation, whose coordinator (perhaps a
+  // new process) may count epochs and steps from 1 again.
+  void Reset();
 
  private:
   std::mutex mu_;

@@ -86,6 +86,7 @@ class WorkerService final : public wpb::Worker::Service {
     kv_bytes_ = kv_bytes;
     epoch_ = epoch;
     last_step_ = 0;  // a new group's coordinator numbers its steps from 1
+    masks_.Reset();  // and its epochs too, when it is a new process
     SetState(absl::OkStatus(), "ready");
   }
   // Not serving: loading, rejoining a new group, or failed for good.
@@ -139,6 +140,11 @@ class WorkerService final : public wpb::Worker::Service {
   grpc::Status Step(grpc::ServerContext* ctx, const wpb::StepRequest* req, wpb::StepResponse* resp) override {
     if (!HasInternalToken(*ctx, token_)) return InternalTokenDenied();
     std::unique_lock<std::mutex> lock(mu_);
+    struct DropMasks {
+      MaskMailbox* mailbox;
+      StepKey step;
+      ~DropMasks() { mailbox->DropThrough(step); }  // run or refused: late masks are not kept
+    } drop_masks{&masks_, {req->epoch(), req->step_id()}};
     // A step planned for another group formation (delayed past a regroup, or
     // from a coordinator this rank no longer serves) is refused before it
     // runs, and without marking this rank broken: the group it belongs to is
@@ -178,11 +184,6 @@ class WorkerService final : public wpb::Worker::Service {
         self->order_cv_.notify_all();
       }
     } ran{this, req->step_id()};
-    struct DropMasks {
-      MaskMailbox* mailbox;
-      StepKey step;
-      ~DropMasks() { mailbox->DropThrough(step); }  // run or refused: late masks are not kept
-    } drop_masks{&masks_, {req->epoch(), req->step_id()}};
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),

@@ -553,6 +553,11 @@ TEST(StepMasksTest, MasksFillOnlyTheRowsThatWaitForThem) {
               StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("never came")));
   mailbox.Put({2, 1}, masks);  // a new epoch starts its ids again
   EXPECT_THAT(mailbox.Take({2, 1}, [] { return false; }), IsOk());
+  // A new coordinator process counts epochs from 1 again: after Reset its masks are kept.
+  mailbox.DropThrough({7, 40});
+  mailbox.Reset();
+  mailbox.Put({1, 1}, masks);
+  EXPECT_THAT(mailbox.Take({1, 1}, [] { return false; }), IsOk());
 }
 
 // A constraint's mask goes to the workers with its sequence's sampled row,

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status.h"
 #include "model/sampling_limits.h"
 
 namespace shardlm {
@@ -97,14 +98,11 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t af
   return req;
 }
 
-absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& req, const StepLimits& lim) {
-  const int tokens = req.token_ids_size();
-  if (tokens == 0) return Bad("no tokens");
-  if (req.positions_size() != tokens || req.seq_of_token_size() != tokens) {
-    return Bad(absl::StrCat("token_ids (", tokens, "), positions (", req.positions_size(),
-                            ") and seq_of_token (", req.seq_of_token_size(), ") differ in length"));
-  }
-  auto d = std::make_unique<DecodedStep>();
+namespace {
+
+// The step's sequences: block tables inside the pool, parameters, histories
+// and masks inside the vocabulary.
+absl::Status DecodeSequences(const wpb::StepRequest& req, const StepLimits& lim, DecodedStep* d) {
   StepInput& s = d->step;
   const int seqs = req.sequences_size();
   d->params.resize(seqs);
@@ -143,6 +141,14 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     d->prompts[i].assign(q.prompt_ids().begin(), q.prompt_ids().end());
     d->generated[i].assign(q.generated_ids().begin(), q.generated_ids().end());
   }
+  return absl::OkStatus();
+}
+
+// Each token's id, position and sequence, inside the vocabulary, the context
+// and the sequence's block table.
+absl::Status CheckTokens(const wpb::StepRequest& req, const StepLimits& lim, const StepInput& s) {
+  const int tokens = req.token_ids_size();
+  const int seqs = req.sequences_size();
   for (int t = 0; t < tokens; ++t) {
     const int32_t id = req.token_ids(t), pos = req.positions(t), seq = req.seq_of_token(t);
     if (id < 0 || id >= lim.vocab_size) {
@@ -156,6 +162,12 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
       return Bad(absl::StrCat("token ", t, " position ", pos, " is past sequence ", seq, "'s block table"));
     }
   }
+  return absl::OkStatus();
+}
+
+// Block copies inside the pool, and feedback that names the step before.
+absl::Status DecodeCopiesAndFeedback(const wpb::StepRequest& req, const StepLimits& lim, StepInput& s) {
+  const int tokens = req.token_ids_size();
   for (const wpb::BlockCopy& c : req.block_copies()) {
     if (c.src() < 0 || c.src() >= lim.num_blocks || c.dst() < 0 || c.dst() >= lim.num_blocks) {
       return Bad(absl::StrCat("block copy ", c.src(), " -> ", c.dst(), " outside the pool [0, ",
@@ -173,9 +185,15 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     }
     s.feedback.emplace_back(f.token(), f.prev_row());
   }
-  s.token_ids.assign(req.token_ids().begin(), req.token_ids().end());
-  s.positions.assign(req.positions().begin(), req.positions().end());
-  s.seq_of_token.assign(req.seq_of_token().begin(), req.seq_of_token().end());
+  return absl::OkStatus();
+}
+
+// The rows: inside the step, with parameters within bounds, pointing into
+// `d`'s per-sequence storage.
+absl::Status DecodeSampleRows(const wpb::StepRequest& req, const StepLimits& lim, DecodedStep* d) {
+  StepInput& s = d->step;
+  const int tokens = req.token_ids_size();
+  const int seqs = req.sequences_size();
   for (const wpb::SampleRow& r : req.rows()) {
     if (r.row() < 0 || r.row() >= tokens)
       return Bad(absl::StrCat("row ", r.row(), " outside [0, ", tokens, ")"));
@@ -208,6 +226,27 @@ absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& 
     }
     s.rows.push_back(row);
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& req, const StepLimits& lim) {
+  const int tokens = req.token_ids_size();
+  if (tokens == 0) return Bad("no tokens");
+  if (req.positions_size() != tokens || req.seq_of_token_size() != tokens) {
+    return Bad(absl::StrCat("token_ids (", tokens, "), positions (", req.positions_size(),
+                            ") and seq_of_token (", req.seq_of_token_size(), ") differ in length"));
+  }
+  auto d = std::make_unique<DecodedStep>();
+  StepInput& s = d->step;
+  SHARDLM_RETURN_IF_ERROR(DecodeSequences(req, lim, d.get()));
+  SHARDLM_RETURN_IF_ERROR(CheckTokens(req, lim, s));
+  SHARDLM_RETURN_IF_ERROR(DecodeCopiesAndFeedback(req, lim, s));
+  s.token_ids.assign(req.token_ids().begin(), req.token_ids().end());
+  s.positions.assign(req.positions().begin(), req.positions().end());
+  s.seq_of_token.assign(req.seq_of_token().begin(), req.seq_of_token().end());
+  SHARDLM_RETURN_IF_ERROR(DecodeSampleRows(req, lim, d.get()));
   return d;
 }
 

@@ -1,11 +1,10 @@
 #include "cli/constraint_flags.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "cli/commands.h"
 #include "common/status.h"
@@ -16,32 +15,19 @@ namespace {
 
 using Kind = ConstraintSpec::Kind;
 
-absl::StatusOr<std::string> ReadWhole(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(absl::StrCat(flag, ": cannot read ", path));
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// A flag's file, its errors named by the flag (InvalidArgument: exit 2).
+absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadFileToString(path);
+  if (!text.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", text.status().message()));
+  return text;
 }
 
 }  // namespace
 
 std::string ConstraintFlag(Kind kind) {
-  switch (kind) {
-    case Kind::kJsonSchema:
-      return "--json-schema";
-    case Kind::kJsonObject:
-      return "--json-object";
-    case Kind::kRegex:
-      return "--regex";
-    case Kind::kGrammar:
-      return "--grammar";
-    case Kind::kChoice:
-      return "--choice";
-    case Kind::kNone:
-      break;
-  }
-  return "";
+  // The batch key (the gRPC field) with dashes: json_schema -> --json-schema.
+  if (kind == Kind::kNone) return "";
+  return "--" + absl::StrReplaceAll(std::string(KindName(kind)), {{"_", "-"}});
 }
 
 void AddConstraintFlags(FlagSet& f) {
@@ -64,7 +50,7 @@ absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const FlagSet& f) {
   }
   if (f.Has("json-schema")) {
     spec.kind = Kind::kJsonSchema;
-    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadWhole("--json-schema", f.GetString("json-schema")));
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--json-schema", f.GetString("json-schema")));
     if (!nlohmann::json::accept(spec.text)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--json-schema: ", f.GetString("json-schema"), " is not JSON"));
@@ -76,7 +62,7 @@ absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const FlagSet& f) {
     spec.text = f.GetString("regex");
   } else if (f.Has("grammar")) {
     spec.kind = Kind::kGrammar;
-    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadWhole("--grammar", f.GetString("grammar")));
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--grammar", f.GetString("grammar")));
   } else if (f.Has("choice")) {
     spec.kind = Kind::kChoice;
     const std::string text = f.GetString("choice");

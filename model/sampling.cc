@@ -55,9 +55,6 @@ int32_t ArgMax(const float* x, int64_t n) {
   return static_cast<int32_t>(std::max_element(x, x + n) - x);
 }
 
-// A constraint's mask: disallowed tokens get -inf, so no later step can pick
-// them. A mask that allows nothing in the vocabulary is left unapplied (the
-// engine's matcher then refuses the token and ends the request).
 // Word w of `row`'s mask, without bits past the vocabulary.
 uint32_t MaskWord(const SampleRow& row, int64_t w, int64_t vocab) {
   if (w >= row.allowed_words) return 0u;
@@ -65,6 +62,9 @@ uint32_t MaskWord(const SampleRow& row, int64_t w, int64_t vocab) {
   return n == 32 ? row.allowed[w] : row.allowed[w] & ((1u << n) - 1u);
 }
 
+// A constraint's mask: disallowed tokens get -inf, so no later step can pick
+// them. A mask that allows nothing in the vocabulary is left unapplied (the
+// engine's matcher then refuses the token and ends the request).
 void MaskDisallowed(std::vector<float>& logits, const SampleRow& row) {
   const int64_t vocab = static_cast<int64_t>(logits.size());
   const int64_t words = (vocab + 31) / 32;

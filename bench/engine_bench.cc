@@ -239,6 +239,11 @@ int Main(int argc, char** argv) {
         16, 1, 131072);
   f.String("batches", "comma-separated batch sizes", false, "1,8,32");
   f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
+  f.String(
+      "weights",
+      "the projections' weights: auto (as the file has them), dense, q8_0, q4_0 or q4_1 (see shardlm serve "
+      "--help); the rows are labelled DTYPE/WEIGHTS when given",
+      false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
   f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
   f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
   f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix");
@@ -340,11 +345,13 @@ int Main(int argc, char** argv) {
   while (!dtypes.empty() && pos <= dtypes.size()) {
     size_t comma = dtypes.find(',', pos);
     if (comma == std::string::npos) comma = dtypes.size();
-    const std::string dtype = dtypes.substr(pos, comma - pos);
+    const std::string compute = dtypes.substr(pos, comma - pos);
     pos = comma + 1;
     RankWorkerOptions wo;
     wo.model_dir = dir;
-    wo.dtype = dtype;
+    wo.dtype = compute;
+    wo.weights = f.GetString("weights");
+    const std::string dtype = f.Has("weights") ? compute + "/" + wo.weights : compute;
     wo.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     wo.device = device->str();
     wo.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
@@ -439,7 +446,7 @@ int Main(int argc, char** argv) {
       "|\n|---|---|---|---|---|\n");
   std::vector<std::tuple<std::string, double, double>> limits;  // dtype, floor ms, GEMM flop/s
   for (const auto& [d, bytes] : weight_bytes) {
-    const at::ScalarType t = d == "bf16" ? at::kBFloat16 : at::kFloat;
+    const at::ScalarType t = d.rfind("bf16", 0) == 0 ? at::kBFloat16 : at::kFloat;
     const double gemm = gpu ? bench::DeviceGemmFlops(*device, t) : bench::GemmFlops(t);
     const double floor_ms = 1e3 * bytes / bw;
     limits.emplace_back(d, floor_ms, gemm);

@@ -68,12 +68,23 @@ void AddModelFlags(FlagSet& f) {
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
+  AddWeightsFlag(f);
   AddDeviceFlag(f, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
   AddCollectivesFlag(f);
   f.Bool("json", "print one JSON object");
+}
+
+void AddWeightsFlag(FlagSet& f) {
+  f.String("weights",
+           "the projections' weights: auto (as the file has them: a GGUF's Q8_0/Q4_0/Q4_1 blocks stay "
+           "quantized on "
+           "the CPU), dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has "
+           "another; "
+           "CPU only)",
+           false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
 }
 
 void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
@@ -129,6 +140,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.model_dir = dir;
     go.tp = static_cast<int>(f.GetInt("tp"));
     go.dtype = f.GetString("dtype");
+    go.weights = f.GetString("weights");
     go.device = f.GetString("device");
     go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     go.warmup_tokens = f.GetInt("warmup-tokens");
@@ -146,6 +158,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     RankWorkerOptions o;
     o.model_dir = dir;
     o.dtype = f.GetString("dtype");
+    o.weights = f.GetString("weights");
     o.device = f.GetString("device");
     o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     o.warmup_tokens = f.GetInt("warmup-tokens");

@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/packed.h"
+#include "kernels/cpu/quant.h"
 #include "kernels/cuda_fused.h"
 #include "kernels/fused.h"
 #include "kernels/parallel.h"
@@ -169,7 +170,105 @@ bool Packable(const at::Tensor& w) {
          (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
 }
 
+// x's rows quantized per block for a quantized product (cpu/quant.h).
+struct QuantizedX {
+  at::Tensor qx, dx, sx;
+  QuantActivations view() const {
+    return {qx.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<int32_t>()};
+  }
+};
+
+template <typename T>
+QuantizedX QuantizeX(const at::Tensor& x) {
+  const int64_t m = x.size(0), k = x.size(1), blocks = k / kQuantBlock;
+  QuantizedX q{at::empty({m, k}, at::kChar), at::empty({m, blocks}, at::kFloat),
+               at::empty({m, blocks}, at::kInt)};
+  const T* px = reinterpret_cast<const T*>(x.data_ptr());
+  int8_t* qx = q.qx.data_ptr<int8_t>();
+  float* dx = q.dx.data_ptr<float>();
+  int32_t* sx = q.sx.data_ptr<int32_t>();
+  ParallelFor(0, m, std::max<int64_t>(1, (64 << 10) / std::max<int64_t>(1, k)),
+              [&](int64_t b, int64_t e) { QuantizeActivationRows<T>(px, x.stride(0), k, b, e, qx, dx, sx); });
+  return q;
+}
+
+// y = x @ w^T (+ bias), or y += it, over a quantized weight: x's rows
+// quantized once, then the panels shared among the threads.
+template <typename T, typename Fn>
+void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& y,
+                   QuantEpilogue epilogue) {
+  const QuantizedX q = QuantizeX<T>(x);
+  QuantArgs<T> a;
+  a.format = w.quant_format();
+  a.a = q.view();
+  a.w = w.storage().data_ptr<uint8_t>();
+  a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) : nullptr;
+  a.y = reinterpret_cast<T*>(y.data_ptr());
+  a.ldy = y.stride(0);
+  a.m = x.size(0);
+  a.n = w.out_features();
+  a.k = w.in_features();
+  a.epilogue = epilogue;
+  const int64_t panels = (a.n + kQuantPanelRows - 1) / kQuantPanelRows;
+  const int64_t unit_bytes = (a.k / kQuantBlock) * QuantPanelBlockBytes(a.format);
+  ParallelFor(0, panels, UnitsPerTask(unit_bytes, 1), [&](int64_t b, int64_t e) { fn(a, b, e); });
+}
+
+// The operands of a quantized product: x in f32 or bf16 with unit column
+// stride, the bias in x's dtype.
+PackedInputs QuantOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
+              w.out_features(), ", ", w.in_features(), "] do not match");
+  TORCH_CHECK(x_in.device().is_cpu(), "linear: a quantized weight runs on the CPU only");
+  TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
+              " elements for ", w.out_features(), " outputs");
+  PackedInputs in;
+  in.x = x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kBFloat16 ? x_in : x_in.to(at::kFloat);
+  if (in.x.stride(1) != 1) in.x = in.x.contiguous();
+  in.bias = bias_in;
+  if (in.bias.defined() && (in.bias.scalar_type() != in.x.scalar_type() || !in.bias.is_contiguous()))
+    in.bias = in.bias.to(in.x.scalar_type()).contiguous();
+  return in;
+}
+
+void RunQuant(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& y,
+              QuantEpilogue epilogue) {
+  if (x.size(0) == 0) return;
+  const Isa isa = ActiveIsa();
+  if (x.scalar_type() == at::kFloat) {
+    RunQuantTyped<float>(QuantF32(isa), x, w, bias, y, epilogue);
+  } else {
+    RunQuantTyped<uint16_t>(QuantBf16(isa), x, w, bias, y, epilogue);
+  }
+}
+
+at::Tensor QuantLinear(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  StepPartTimer timer(StepPart::kProjections);
+  const PackedInputs in = QuantOperands(x_in, w, bias_in);
+  at::Tensor out = at::empty({in.x.size(0), w.out_features()}, in.x.options());
+  RunQuant(in.x, w, in.bias, out, QuantEpilogue::kStore);
+  return out;
+}
+
 }  // namespace
+
+LinearWeight LinearWeight::PrepareQuantized(QuantFormat format, const at::Tensor& rows, int64_t k) {
+  TORCH_CHECK(k > 0 && k % kQuantBlock == 0,
+              "LinearWeight: a quantized weight's rows must be whole blocks of ", kQuantBlock, ", got ", k);
+  TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
+                  rows.size(1) == k / kQuantBlock * QuantGgufBlockBytes(format),
+              "LinearWeight: ", QuantFormatName(format), " rows of ", k, " weights are ",
+              k / kQuantBlock * QuantGgufBlockBytes(format), " bytes, got ", rows.sizes());
+  const at::Tensor src = rows.contiguous();
+  LinearWeight lw;
+  lw.out_ = rows.size(0);
+  lw.in_ = k;
+  lw.data_ = at::empty({QuantPackedBytes(format, lw.out_, k)}, at::kByte);
+  PackQuantWeight(format, src.data_ptr<uint8_t>(), lw.out_, k, lw.data_.data_ptr<uint8_t>());
+  lw.quantized_ = true;
+  lw.format_ = format;
+  return lw;
+}
 
 LinearWeight LinearWeight::Prepare(at::Tensor w) {
   TORCH_CHECK(w.dim() == 2, "LinearWeight: the weight must be 2-D, got ", w.sizes());
@@ -204,12 +303,20 @@ LinearWeight LinearWeight::PrepareGated(at::Tensor gate_up) {
 
 at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
   TORCH_CHECK(!gated_, "LinearWeight: rows of a packed gate/up weight");
+  if (quantized_) {
+    at::Tensor idx = index.to(at::kLong).contiguous();
+    at::Tensor out = at::empty({idx.numel(), in_}, at::kFloat);
+    UnpackQuantRows(format_, data_.data_ptr<uint8_t>(), out_, in_, idx.data_ptr<int64_t>(), idx.numel(),
+                    out.data_ptr<float>());
+    return out;
+  }
   if (!packed_) return data_.index_select(0, index.clamp(0, out_ - 1));
   return dtype() == at::kFloat ? UnpackTensor<float>(data_, out_, in_, index)
                                : UnpackTensor<uint16_t>(data_, out_, in_, index);
 }
 
 at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  if (w.quantized()) return QuantLinear(x_in, w, bias_in);
   if (!w.packed()) return Linear(x_in, w.plain(), bias_in);
   TORCH_CHECK(!w.gated(), "linear: a packed gate/up weight goes through LinearSwiGlu");
   StepPartTimer timer(StepPart::kProjections);
@@ -237,6 +344,16 @@ at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
 }
 
 void LinearAddTo(at::Tensor& y, const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  if (w.quantized() && FusionWanted() && y.is_contiguous() && y.scalar_type() == x_in.scalar_type()) {
+    StepPartTimer timer(StepPart::kProjections);
+    const PackedInputs in = QuantOperands(x_in, w, bias_in);
+    TORCH_CHECK(y.dim() == 2 && y.size(0) == in.x.size(0) && y.size(1) == w.out_features() &&
+                    y.scalar_type() == in.x.scalar_type(),
+                "linear_add_to: y ", y.sizes(), " for x ", in.x.sizes(), " and ", w.out_features(),
+                " outputs");
+    RunQuant(in.x, w, in.bias, y, QuantEpilogue::kAddTo);
+    return;
+  }
   if (!w.packed() || w.gated() || !FusionWanted()) {
     if (x_in.is_cuda() && !w.packed()) {
       StepPartTimer timer(StepPart::kProjections);

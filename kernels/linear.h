@@ -32,6 +32,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/quant.h"
+
 namespace shardlm::kernels {
 
 // Rows up to which Linear uses the GEMV kernels for `dtype`
@@ -54,27 +56,36 @@ class LinearWeight {
   // product finishes silu(gate) * up itself. Such a packed weight goes only
   // through LinearSwiGlu.
   static LinearWeight PrepareGated(at::Tensor gate_up);
+  // A weight kept in ggml blocks (cpu/quant.h): `rows` uint8[n, k / 32 *
+  // block bytes], n rows of GGUF blocks, repacked into the quantized panels.
+  // CPU only. Products take f32 or bf16 activations and give their dtype.
+  static LinearWeight PrepareQuantized(QuantFormat format, const at::Tensor& rows, int64_t k);
 
   bool defined() const { return data_.defined(); }
   bool packed() const { return packed_; }
   bool gated() const { return gated_; }
+  bool quantized() const { return quantized_; }
+  QuantFormat quant_format() const { return format_; }
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
+  // The weight's dtype; uint8 (at::kByte) when quantized.
   at::ScalarType dtype() const { return data_.scalar_type(); }
   // Bytes held (a packed weight's padding included): what a product streams.
   int64_t nbytes() const { return defined() ? static_cast<int64_t>(data_.nbytes()) : 0; }
-  // The unpacked weight; undefined when packed.
-  at::Tensor plain() const { return packed_ ? at::Tensor() : data_; }
+  // The unpacked weight; undefined when packed or quantized.
+  at::Tensor plain() const { return packed_ || quantized_ ? at::Tensor() : data_; }
   const at::Tensor& storage() const { return data_; }
 
   // Rows of the weight, dtype[index.size(0), in] (an embedding lookup from a
-  // tied LM head). Indices are clamped to [0, out).
+  // tied LM head; f32 when quantized). Indices are clamped to [0, out).
   at::Tensor Rows(const at::Tensor& index) const;
 
  private:
   at::Tensor data_;
   bool packed_ = false;
   bool gated_ = false;
+  bool quantized_ = false;
+  QuantFormat format_ = QuantFormat::kQ8_0;
   int64_t out_ = 0, in_ = 0;
 };
 
@@ -90,6 +101,7 @@ at::Tensor LinearSwiGlu(const at::Tensor& x, const LinearWeight& gate_up);
 // residual add after a projection (at tensor parallelism 1, where nothing is
 // reduced in between). Packed, done in the product's epilogue; otherwise
 // Linear then AddInPlace. y: dtype[m, out], contiguous.
-void LinearAddTo(at::Tensor& y, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias = at::Tensor());
+void LinearAddTo(at::Tensor& y, const at::Tensor& x, const LinearWeight& w,
+                 const at::Tensor& bias = at::Tensor());
 
 }  // namespace shardlm::kernels

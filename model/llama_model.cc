@@ -48,9 +48,80 @@ std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg) {
   return inv;
 }
 
+absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag) {
+  if (flag == "auto") return WeightFormat::kAuto;
+  if (flag == "dense") return WeightFormat::kDense;
+  if (flag == "q8_0") return WeightFormat::kQ8_0;
+  if (flag == "q4_0") return WeightFormat::kQ4_0;
+  if (flag == "q4_1") return WeightFormat::kQ4_1;
+  return InvalidField("weights", "--weights must be auto, dense, q8_0, q4_0 or q4_1, got '" + flag + "'");
+}
+
+namespace {
+
+BlockFormat BlockFormatFor(WeightFormat w) {
+  switch (w) {
+    case WeightFormat::kQ8_0:
+      return BlockFormat::kQ8_0;
+    case WeightFormat::kQ4_0:
+      return BlockFormat::kQ4_0;
+    case WeightFormat::kQ4_1:
+      return BlockFormat::kQ4_1;
+    default:
+      return BlockFormat::kNone;
+  }
+}
+
+kernels::QuantFormat QuantFormatFor(BlockFormat b) {
+  return b == BlockFormat::kQ8_0   ? kernels::QuantFormat::kQ8_0
+         : b == BlockFormat::kQ4_0 ? kernels::QuantFormat::kQ4_0
+                                   : kernels::QuantFormat::kQ4_1;
+}
+
+// One projection's parts (q, k and v; gate and up; or one weight), each by
+// name and full shape, concatenated along the rows.
+using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
+// The parts as one quantized weight in `want` (kNone: the file's format, if
+// every part has the same one), or an undefined weight where they stay
+// dense: a part the file does not quantize (with `want` kNone), or a slice of
+// columns off the block grid.
+absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, const ShardPlan& plan,
+                                                    const Parts& parts, BlockFormat want) {
+  std::vector<at::Tensor> rows;
+  BlockFormat format = want;
+  int64_t cols = 0;
+  for (const auto& [name, shape] : parts) {
+    SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
+    if (format == BlockFormat::kNone) format = q.format;
+    if (format == BlockFormat::kNone) return kernels::LinearWeight();
+    if (q.format == format) {
+      rows.push_back(std::move(q.rows));
+      cols = q.cols;
+      continue;
+    }
+    if (want == BlockFormat::kNone) return kernels::LinearWeight();  // mixed formats: dense
+    // Quantized at load from the dense shard.
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor dense, LoadShard(ckpt, plan, name, shape, at::kFloat));
+    if (dense.size(1) % 32 != 0) return kernels::LinearWeight();
+    cols = dense.size(1);
+    rows.push_back(QuantizeRows(format, dense));
+  }
+  return kernels::LinearWeight::PrepareQuantized(QuantFormatFor(format), at::cat(rows, 0), cols);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                              const ShardPlan& plan, at::ScalarType dtype,
-                                                             Communicator* comm, at::Device device) {
+                                                             Communicator* comm, at::Device device,
+                                                             WeightFormat weights) {
+  if (!device.is_cpu() && weights != WeightFormat::kAuto && weights != WeightFormat::kDense) {
+    return InvalidField("weights",
+                        "--weights q8_0, q4_0 and q4_1 run on the CPU; on " + device.str() +
+                            " weights are dequantized to the compute dtype (--weights auto or dense)");
+  }
+  const bool quantize = device.is_cpu() && weights != WeightFormat::kDense;
   std::unique_ptr<LlamaModel> m(new LlamaModel(cfg, plan, dtype, comm, device));
   const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, d = cfg.head_dim;
   const int64_t V = cfg.vocab_size, q_out = cfg.num_heads * d, kv_out = cfg.num_kv_heads * d;
@@ -65,18 +136,32 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
     }));
     return t;
   };
-  SHARDLM_ASSIGN_OR_RETURN(at::Tensor embed, load("model.embed_tokens.weight", {V, H}));
   SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, load("model.norm.weight", {H}));
   // The projections are prepared for kernels::Linear (packed on AVX-512).
   // A tied embedding is looked up in the LM head's weight, so it is held once.
   auto prepare = [](at::Tensor w) { return kernels::LinearWeight::Prepare(std::move(w)); };
+  // A projection: quantized where `weights` asks and the shard allows, else
+  // dense (`gated`: a gate/up pair, PrepareGated).
+  auto projection = [&](const Parts& parts, bool gated) -> absl::StatusOr<kernels::LinearWeight> {
+    if (quantize) {
+      SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
+                               LoadQuantized(ckpt, plan, parts, BlockFormatFor(weights)));
+      if (q.defined()) return q;
+    }
+    std::vector<at::Tensor> dense;
+    for (const auto& [name, shape] : parts) {
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, load(name, shape));
+      dense.push_back(std::move(t));
+    }
+    at::Tensor w = dense.size() == 1 ? std::move(dense[0]) : at::cat(dense, 0);
+    return gated ? kernels::LinearWeight::PrepareGated(std::move(w)) : prepare(std::move(w));
+  };
   absl::Status st = CatchTorchErrors("preparing the LM head", [&]() -> absl::Status {
     if (cfg.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-      m->lm_head_ = prepare(std::move(embed));
+      SHARDLM_ASSIGN_OR_RETURN(m->lm_head_, projection({{"model.embed_tokens.weight", {V, H}}}, false));
     } else {
-      m->embed_ = std::move(embed);
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor head, load("lm_head.weight", {V, H}));
-      m->lm_head_ = prepare(std::move(head));
+      SHARDLM_ASSIGN_OR_RETURN(m->embed_, load("model.embed_tokens.weight", {V, H}));
+      SHARDLM_ASSIGN_OR_RETURN(m->lm_head_, projection({{"lm_head.weight", {V, H}}}, false));
     }
     return absl::OkStatus();
   });
@@ -87,10 +172,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
       Layer L;
       SHARDLM_ASSIGN_OR_RETURN(L.input_norm, load(p + "input_layernorm.weight", {H}));
       SHARDLM_ASSIGN_OR_RETURN(L.post_norm, load(p + "post_attention_layernorm.weight", {H}));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor q, load(p + "self_attn.q_proj.weight", {q_out, H}));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor k, load(p + "self_attn.k_proj.weight", {kv_out, H}));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor v, load(p + "self_attn.v_proj.weight", {kv_out, H}));
-      L.qkv = prepare(at::cat({q, k, v}, 0));  // one matmul instead of three
+      // One product instead of three.
+      SHARDLM_ASSIGN_OR_RETURN(L.qkv, projection({{p + "self_attn.q_proj.weight", {q_out, H}},
+                                                  {p + "self_attn.k_proj.weight", {kv_out, H}},
+                                                  {p + "self_attn.v_proj.weight", {kv_out, H}}},
+                                                 false));
       if (cfg.attention_bias) {
         SHARDLM_ASSIGN_OR_RETURN(at::Tensor qb, load(p + "self_attn.q_proj.bias", {q_out}));
         SHARDLM_ASSIGN_OR_RETURN(at::Tensor kb, load(p + "self_attn.k_proj.bias", {kv_out}));
@@ -101,13 +187,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
         SHARDLM_ASSIGN_OR_RETURN(L.q_norm, load(p + "self_attn.q_norm.weight", {d}));
         SHARDLM_ASSIGN_OR_RETURN(L.k_norm, load(p + "self_attn.k_norm.weight", {d}));
       }
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor o, load(p + "self_attn.o_proj.weight", {H, q_out}));
-      L.o = prepare(std::move(o));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor gate, load(p + "mlp.gate_proj.weight", {I, H}));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor up, load(p + "mlp.up_proj.weight", {I, H}));
-      L.gate_up = kernels::LinearWeight::PrepareGated(at::cat({gate, up}, 0));
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor down, load(p + "mlp.down_proj.weight", {H, I}));
-      L.down = prepare(std::move(down));
+      SHARDLM_ASSIGN_OR_RETURN(L.o, projection({{p + "self_attn.o_proj.weight", {H, q_out}}}, false));
+      SHARDLM_ASSIGN_OR_RETURN(
+          L.gate_up,
+          projection({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}}, true));
+      SHARDLM_ASSIGN_OR_RETURN(L.down, projection({{p + "mlp.down_proj.weight", {H, I}}}, false));
       m->layers_.push_back(std::move(L));
     }
     std::vector<float> inv = RotaryInverseFrequencies(cfg);
@@ -151,7 +235,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     std::vector<int64_t> local(T);
     for (int64_t t = 0; t < T; ++t) local[t] = std::clamp<int64_t>(ip[t] - start, 0, per_rank - 1);
     at::Tensor index = at::from_blob(local.data(), {T}, at::kLong);
-    rows = (embed_.defined() ? embed_.index_select(0, index) : lm_head_.Rows(index)).contiguous();
+    rows = (embed_.defined() ? embed_.index_select(0, index) : lm_head_.Rows(index)).to(dtype_).contiguous();
     const int64_t row_bytes = rows.size(1) * rows.element_size();
     for (int64_t t = 0; t < T; ++t) {
       // Another rank's token: zeros here, its row from the reduction.
@@ -162,7 +246,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     at::Tensor local = ids - start;
     at::Tensor mine = (local >= 0).logical_and(local < per_rank);
     rows = embed_.defined() ? embed_.index_select(0, local.clamp(0, per_rank - 1))
-                            : lm_head_.Rows(local.clamp(0, per_rank - 1));
+                            : lm_head_.Rows(local.clamp(0, per_rank - 1)).to(dtype_);
     if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   }
   // rows: dtype[tokens, hidden] {tp unreduced}

@@ -17,6 +17,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -32,11 +33,21 @@
 
 namespace shardlm {
 
+// What the projections' weights (q/k/v, o, gate/up, down, the LM head) are
+// kept as (--weights; docs/quantized_weights.md). kAuto: as the file has them
+// (a GGUF's Q8_0/Q4_0/Q4_1 blocks stay quantized on the CPU; on a GPU, and
+// for every other tensor, the compute dtype). kDense: the compute dtype.
+// kQ8_0/kQ4_0/kQ4_1: that block format, quantized at load where the file has
+// another (CPU only).
+enum class WeightFormat { kAuto, kDense, kQ8_0, kQ4_0, kQ4_1 };
+absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag);
+
 class LlamaModel {
  public:
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                           const ShardPlan& plan, at::ScalarType dtype,
-                                                          Communicator* comm, at::Device device = at::kCPU);
+                                                          Communicator* comm, at::Device device = at::kCPU,
+                                                          WeightFormat weights = WeightFormat::kAuto);
 
   // Runs the step's tokens through every layer, writing their K/V into `pool`,
   // and returns f32[rows, vocab] on rank 0: full logits for step.rows, in

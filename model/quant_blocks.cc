@@ -2,6 +2,8 @@
 // twice, as in llama.cpp and gguf-py, not once as a fused multiply-add would.
 #include "model/quant_blocks.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace shardlm {
@@ -9,7 +11,92 @@ namespace {
 
 uint16_t LoadU16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] << 8)); }
 
+void StoreU16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xff);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+void QuantizeQ8_0(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(b, FloatToHalf(d));
+  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+}
+
+void QuantizeQ4_0(const float* x, uint8_t* b) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(b, FloatToHalf(d));
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>(x[j] * id + 8.5f));
+    const int hi = std::min(15, static_cast<int>(x[j + 16] * id + 8.5f));
+    b[2 + j] = static_cast<uint8_t>(lo | hi << 4);
+  }
+}
+
+void QuantizeQ4_1(const float* x, uint8_t* b) {
+  float lo = x[0], hi = x[0];
+  for (int j = 1; j < 32; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  const float d = (hi - lo) / 15.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+  StoreU16(b, FloatToHalf(d));
+  StoreU16(b + 2, FloatToHalf(lo));
+  for (int j = 0; j < 16; ++j) {
+    const int a = std::min(15, static_cast<int>((x[j] - lo) * id + 0.5f));
+    const int c = std::min(15, static_cast<int>((x[j + 16] - lo) * id + 0.5f));
+    b[4 + j] = static_cast<uint8_t>(a | c << 4);
+  }
+}
+
 }  // namespace
+
+uint16_t FloatToHalf(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, sizeof(x));
+  const uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  const uint32_t abs = x & 0x7fffffffu;
+  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
+  if (abs >= 0x477ff000u) return sign | 0x7c00u;  // rounds past 65504: infinity
+  if (abs < 0x38800000u) {                        // below 2^-14: a subnormal half, in units of 2^-24
+    float v;
+    std::memcpy(&v, &abs, sizeof(v));
+    return sign | static_cast<uint16_t>(std::nearbyint(v * 16777216.0f));
+  }
+  uint32_t h = (abs >> 13) - ((127u - 15u) << 10);
+  const uint32_t rest = abs & 0x1fffu;
+  if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+  return static_cast<uint16_t>(sign | h);
+}
+
+void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* out) {
+  const BlockLayout layout = BlockLayoutOf(format);
+  for (int64_t b = 0; b < n / layout.elements; ++b) {
+    const float* x = src + b * layout.elements;
+    uint8_t* dst = out + b * layout.bytes;
+    switch (format) {
+      case BlockFormat::kQ8_0:
+        QuantizeQ8_0(x, dst);
+        break;
+      case BlockFormat::kQ4_0:
+        QuantizeQ4_0(x, dst);
+        break;
+      case BlockFormat::kQ4_1:
+        QuantizeQ4_1(x, dst);
+        break;
+      case BlockFormat::kNone:
+        return;
+    }
+  }
+}
 
 BlockLayout BlockLayoutOf(BlockFormat format) {
   switch (format) {

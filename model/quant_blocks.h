@@ -32,6 +32,16 @@ const char* BlockFormatName(BlockFormat format);
 // Dequantizes `n` weights (a multiple of the block's elements) from `src`.
 void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* out);
 
+// Quantizes `n` f32 weights (a multiple of 32) into the format's blocks at
+// `out` (n / 32 * block bytes), rounding as ggml's reference quantizers do:
+// Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = -(the value of largest
+// magnitude) / 8, nibble = min(15, trunc(x / d + 8.5)); Q4_1 d = (max - min) / 15,
+// m = min, nibble = min(15, trunc((x - m) / d + 0.5)). Scales stored in f16.
+void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* out);
+
+// f32 to IEEE binary16 bits, rounding to nearest even.
+uint16_t FloatToHalf(float f);
+
 // IEEE binary16 and bfloat16 bit patterns to f32 (exact).
 float HalfToFloat(uint16_t bits);
 float Bf16ToFloat32(uint16_t bits);

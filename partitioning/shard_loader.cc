@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -68,16 +69,79 @@ at::Tensor UndoRotaryPermutation(const at::Tensor& rows, int64_t head_dim) {
   return rows.reshape(shape).transpose(1, 2).reshape(rows.sizes());
 }
 
+absl::Status CheckShape(const Checkpoint& ckpt, const TensorView& view, const std::string& name,
+                        const std::vector<int64_t>& expected_shape) {
+  if (view.shape == expected_shape) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' in ", ckpt.dir(), " has shape [",
+                                                 absl::StrJoin(view.shape, ", "), "], expected [",
+                                                 absl::StrJoin(expected_shape, ", "), "]"));
+}
+
 }  // namespace
+
+absl::StatusOr<QuantShard> LoadQuantShard(const Checkpoint& ckpt, const ShardPlan& plan,
+                                          const std::string& name,
+                                          const std::vector<int64_t>& expected_shape) {
+  SHARDLM_ASSIGN_OR_RETURN(const TensorView* view, ckpt.Get(name));
+  SHARDLM_RETURN_IF_ERROR(CheckShape(ckpt, *view, name, expected_shape));
+  QuantShard shard;
+  if (view->block == BlockFormat::kNone || view->shape.size() != 2) return shard;
+  const BlockLayout layout = BlockLayoutOf(view->block);
+  const SliceSpec slice = plan.SliceFor(name);
+  int64_t row0 = 0, rows = view->shape[0], col0 = 0, cols = view->shape[1];
+  if (slice.dim == 0) {
+    row0 = slice.start;
+    rows = slice.length;
+  } else if (slice.dim == 1) {
+    col0 = slice.start;
+    cols = slice.length;
+  }
+  if (col0 % layout.elements != 0 || cols % layout.elements != 0) return shard;
+  const int64_t row_bytes = view->shape[1] / layout.elements * layout.bytes;
+  const int64_t out_bytes = cols / layout.elements * layout.bytes;
+  const int64_t skip = col0 / layout.elements * layout.bytes;
+  absl::Status st = CatchTorchErrors("loading " + name, [&]() -> absl::Status {
+    at::Tensor out = at::empty({rows, out_bytes}, at::kByte);
+    uint8_t* dst = out.data_ptr<uint8_t>();
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + r * out_bytes, view->data + (row0 + r) * row_bytes + skip,
+                  static_cast<size_t>(out_bytes));
+    }
+    if (view->rope_permuted_head_dim > 0) {
+      if (slice.dim > 0 || rows % view->rope_permuted_head_dim != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': a slice of ", rows,
+                                                       " rows is not a whole number of heads of ",
+                                                       view->rope_permuted_head_dim));
+      }
+      out = UndoRotaryPermutation(out, view->rope_permuted_head_dim).contiguous();
+    }
+    shard.rows = std::move(out);
+    return absl::OkStatus();
+  });
+  SHARDLM_RETURN_IF_ERROR(st);
+  shard.format = view->block;
+  shard.cols = cols;
+  return shard;
+}
+
+at::Tensor QuantizeRows(BlockFormat format, const at::Tensor& rows) {
+  const at::Tensor src = rows.to(at::kFloat).contiguous();
+  const int64_t n = src.size(0), k = src.size(1);
+  const BlockLayout layout = BlockLayoutOf(format);
+  const int64_t row_bytes = k / layout.elements * layout.bytes;
+  at::Tensor out = at::empty({n, row_bytes}, at::kByte);
+  const float* s = src.data_ptr<float>();
+  uint8_t* d = out.data_ptr<uint8_t>();
+  at::parallel_for(0, n, 16, [&](int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) QuantizeBlocks(format, s + r * k, k, d + r * row_bytes);
+  });
+  return out;
+}
 
 absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& plan, const std::string& name,
                                      const std::vector<int64_t>& expected_shape, at::ScalarType dtype) {
   SHARDLM_ASSIGN_OR_RETURN(const TensorView* view, ckpt.Get(name));
-  if (view->shape != expected_shape) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "' in ", ckpt.dir(), " has shape [",
-                                                   absl::StrJoin(view->shape, ", "), "], expected [",
-                                                   absl::StrJoin(expected_shape, ", "), "]"));
-  }
+  SHARDLM_RETURN_IF_ERROR(CheckShape(ckpt, *view, name, expected_shape));
   const SliceSpec slice = plan.SliceFor(name);
   at::Tensor result;
   absl::Status st = CatchTorchErrors("loading " + name, [&]() -> absl::Status {

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "model/checkpoint.h"
+#include "model/quant_blocks.h"
 #include "partitioning/shard_plan.h"
 
 namespace shardlm {
@@ -24,5 +25,24 @@ namespace shardlm {
 // naming the tensor.
 absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& plan, const std::string& name,
                                      const std::vector<int64_t>& expected_shape, at::ScalarType dtype);
+
+// One rank's shard of a block-quantized matrix (GGUF Q8_0, Q4_0, Q4_1) kept
+// in its blocks: `rows` uint8[rows, cols / 32 * block bytes], q/k rows in
+// Hugging Face's order. `format` is kNone (and `rows` undefined) when the
+// tensor is not block-quantized, or when the rank's slice of its columns
+// does not start and end on a block (the caller then loads it dense).
+struct QuantShard {
+  BlockFormat format = BlockFormat::kNone;
+  at::Tensor rows;
+  int64_t cols = 0;
+};
+absl::StatusOr<QuantShard> LoadQuantShard(const Checkpoint& ckpt, const ShardPlan& plan,
+                                          const std::string& name,
+                                          const std::vector<int64_t>& expected_shape);
+
+// Rows of f32 weights, f32[n, k] with k a multiple of 32, quantized to
+// `format`'s GGUF blocks (round to nearest, as ggml's reference quantizers):
+// uint8[n, k / 32 * block bytes]. For weights quantized at load (--weights).
+at::Tensor QuantizeRows(BlockFormat format, const at::Tensor& rows);
 
 }  // namespace shardlm

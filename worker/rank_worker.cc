@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   w->comm_ = std::move(comm);
   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(options.model_dir));
   SHARDLM_ASSIGN_OR_RETURN(at::ScalarType dtype, ResolveDtype(options.dtype, cfg));
+  SHARDLM_ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(options.weights));
   SHARDLM_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(options.device, options.local_rank));
   // Kernels of our own launch on the current device: make it the rank's on
   // the loading thread (and on the stepping thread, in Execute).
@@ -47,7 +48,8 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   SHARDLM_ASSIGN_OR_RETURN(ShardPlan plan, ShardPlan::Make(cfg, w->comm_->rank_info()));
   const Clock::time_point t_config = Clock::now();
   SHARDLM_ASSIGN_OR_RETURN(w->ckpt_, Checkpoint::Open(options.model_dir));
-  SHARDLM_ASSIGN_OR_RETURN(w->model_, LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get(), device));
+  SHARDLM_ASSIGN_OR_RETURN(w->model_,
+                           LlamaModel::Load(cfg, *w->ckpt_, plan, dtype, w->comm_.get(), device, weights));
   w->ckpt_.reset();  // weights are owned copies: unmap the checkpoint
   const Clock::time_point t_weights = Clock::now();
   KvPoolShape shape;

@@ -26,6 +26,7 @@ namespace shardlm {
 struct RankWorkerOptions {
   std::string model_dir;
   std::string dtype = "auto";  // "auto" (the checkpoint's), "f32" or "bf16"
+  std::string weights = "auto";  // the projections' weights (--weights): auto, dense, q8_0, q4_0, q4_1
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t block_size = 16;
   // "auto", "cpu", "cuda" or "cuda:N" (model/device.h); `local_rank` picks the

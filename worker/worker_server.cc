@@ -546,6 +546,7 @@ class WorkerProcess {
       RankWorkerOptions wo;
       wo.model_dir = options_.model_dir;
       wo.dtype = assigned.dtype();
+      wo.weights = assigned.weights().empty() ? "auto" : assigned.weights();
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
       wo.device = device_.str();

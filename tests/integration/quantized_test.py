@@ -1,0 +1,185 @@
+#!/usr/bin/python3
+"""Weights kept quantized (--weights; docs/quantized_weights.md), end to end.
+
+  real_model: SmolLM2-135M-Instruct's Q4_1 GGUF (its token embedding, the tied LM head, Q8_0)
+      scored with --weights auto (the blocks kept, activations quantized per block of 32 to
+      int8) against --weights dense (the same file dequantized to f32): per-token log-probs
+      within --max-diff (0.6) and on average within --mean-diff (0.15); 32 greedy tokens equal
+      until the first difference, which must be a near tie of the dense run (its top two
+      within --tie (0.5)).
+  tensor_parallel: the same file kept quantized at --tp 2 and --tp 3 (9 heads and 3 KV heads:
+      uneven at 2; every shard of o and down on the 32-weight block grid) against the dense run
+      within the same bounds, greedy tokens equal up to near ties (a sharded run sums in another
+      order, which flips some 8-bit activation roundings: over 30 layers that is quantization
+      noise, not rounding noise); a tiny 2-layer model at --tp 2 within 1e-3 of one rank.
+  quantize_at_load: the real model's weights quantized again at load to q8_0 (within the
+      bounds above) and q4_0 (a second 4-bit rounding: within 4.0 and 1.6); a tiny safetensors
+      llama quantized at load to each format; a model whose rows are not whole blocks (hidden
+      48, intermediate 120) stays dense under --weights q8_0, the dense run's exact scores.
+  bad_flag: --weights q9 exits 2 naming the flag.
+
+Usage:
+  python3 tests/integration/quantized_test.py --shardlm build/shardlm --workdir DIR --gguf FILE
+Prints PASS/FAIL per case; exit 0 iff every case passes.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+TEXT = ("Tensor parallelism splits each layer's weights across devices, so that every GPU holds a "
+        "shard and the activations are exchanged with all-gather and reduce-scatter collectives.")
+
+
+def run(args, cmd):
+    p = subprocess.run([args.shardlm] + cmd, capture_output=True, text=True, timeout=300)
+    return p
+
+
+def run_json(args, cmd):
+    p = run(args, cmd + ["--json"])
+    if p.returncode != 0:
+        raise AssertionError("%s failed (%d): %s" % (" ".join(cmd[:1]), p.returncode, p.stderr[-800:]))
+    return json.loads(p.stdout)
+
+
+def scores(args, model, *extra):
+    out = run_json(args, ["score", "--model", model, "--prompt", TEXT] + list(extra))
+    return out["scores"][1:]
+
+
+def greedy(args, model, *extra):
+    return run_json(args, ["generate", "--model", model, "--prompt", "What is tensor parallelism?",
+                           "--max-new-tokens", "32", "--temperature", "0", "--ignore-eos",
+                           "--top-logprobs", "2"] + list(extra))
+
+
+def diffs(a, b):
+    d = [abs(x - y) for x, y in zip(a, b)]
+    assert len(a) == len(b) and d, "score lengths %d and %d" % (len(a), len(b))
+    return max(d), sum(d) / len(d)
+
+
+def case_real_model(args):
+    dense, kept = scores(args, args.gguf, "--weights", "dense"), scores(args, args.gguf)
+    mx, mean = diffs(dense, kept)
+    print("  log-probs of %d tokens, kept Q4_1 vs dequantized f32: max |diff| %.3f, mean %.3f"
+          % (len(dense), mx, mean))
+    assert mx <= args.max_diff and mean <= args.mean_diff, "beyond %.2f / %.2f" % (args.max_diff, args.mean_diff)
+    check_greedy(args, greedy(args, args.gguf, "--weights", "dense"), greedy(args, args.gguf), "kept Q4_1")
+
+
+def case_tensor_parallel(args):
+    # Sharded, each rank's f32 sums run in another order (log-probs move by ~1e-5 in the dense
+    # model); an 8-bit activation rounding at a .5 boundary then flips, so across 30 layers a
+    # sharded quantized run differs from one rank's by quantization noise, not by rounding
+    # noise: each is held to the bounds against the dense run, and greedy tokens to near ties.
+    dense = scores(args, args.gguf, "--weights", "dense")
+    g_dense = greedy(args, args.gguf, "--weights", "dense")
+    for tp in ("2", "3"):
+        mx, mean = diffs(dense, scores(args, args.gguf, "--tp", tp))
+        print("  --tp %s kept quantized: log-probs max |diff| %.3f, mean %.3f against dense one rank"
+              % (tp, mx, mean))
+        assert mx <= args.max_diff and mean <= args.mean_diff, "--tp %s beyond the bounds" % tp
+        check_greedy(args, g_dense, greedy(args, args.gguf, "--tp", tp), "--tp " + tp)
+    # Two layers of a tiny model: too few to amplify the reordering; equal to one rank's run.
+    model = tiny(args, "tiny64", 64, 4, 2)
+    for fmt in ("q8_0", "q4_1"):
+        one = tiny_scores(args, model, "--weights", fmt)
+        mx, _ = diffs(one, tiny_scores(args, model, "--weights", fmt, "--tp", "2"))
+        print("  tiny %s --tp 2 against one rank: max |diff| %.1e" % (fmt, mx))
+        assert mx <= 1e-3, "tiny %s --tp 2 differs by %.1e" % (fmt, mx)
+
+
+def check_greedy(args, g_dense, g, what):
+    same = 0
+    for a, b in zip(g_dense["token_ids"], g["token_ids"]):
+        if a != b:
+            break
+        same += 1
+    if same < len(g_dense["token_ids"]):
+        top = g_dense["top_logprobs"][same]
+        gap = top[0]["logprob"] - top[1]["logprob"]
+        print("  %s greedy: %d tokens equal, then a near tie of the dense run (top-2 gap %.3f)" % (what, same, gap))
+        assert gap < args.tie, "%s: token %d differs with a top-2 gap of %.3f" % (what, same, gap)
+    else:
+        print("  %s greedy: all %d tokens equal the dense run's" % (what, same))
+
+
+def tiny(args, name, hidden, heads, kv, inter=128):
+    path = os.path.join(args.workdir, name)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        p = run(args, ["make-tiny-model", path, "--no-tokenizer", "--vocab-size", "512",
+                       "--hidden-size", str(hidden), "--num-heads", str(heads), "--num-kv-heads", str(kv),
+                       "--intermediate-size", str(inter), "--num-layers", "2", "--seed", "3"])
+        assert p.returncode == 0, p.stderr[-500:]
+    return path
+
+
+def tiny_scores(args, model, *extra):
+    ids = ",".join(str((i * 37 + 11) % 512) for i in range(40))
+    out = run_json(args, ["score", "--model", model, "--prompt-ids", ids] + list(extra))
+    return out["scores"][1:]
+
+
+def case_quantize_at_load(args):
+    # The real model's weights (the file's Q4_1 values, dequantized) quantized again at load.
+    # Q8_0 adds little to the activations' rounding; Q4_0 of values already on Q4_1's grid
+    # loses much more (a second 4-bit rounding, symmetric this time): bounds from measurement.
+    dense = scores(args, args.gguf, "--weights", "dense")
+    for fmt, max_diff, mean_diff in (("q8_0", args.max_diff, args.mean_diff), ("q4_0", 4.0, 1.6)):
+        mx, mean = diffs(dense, scores(args, args.gguf, "--weights", fmt))
+        print("  %s at load: log-probs max |diff| %.3f, mean %.3f (bounds %.2f, %.2f)"
+              % (fmt, mx, mean, max_diff, mean_diff))
+        assert mx <= max_diff and mean <= mean_diff, "%s beyond its bounds" % fmt
+    # A safetensors checkpoint: every format quantizes at load and changes the scores.
+    model = tiny(args, "tiny64", 64, 4, 2)
+    plain = tiny_scores(args, model, "--weights", "dense")
+    for fmt in ("q8_0", "q4_0", "q4_1"):
+        mx, _ = diffs(plain, tiny_scores(args, model, "--weights", fmt))
+        print("  tiny safetensors, %s at load: max |diff| %.3f from dense" % (fmt, mx))
+        assert 0 < mx < 10, "%s at load: max |diff| %.3f" % (fmt, mx)
+    odd = tiny(args, "tiny48", 48, 4, 2, inter=120)
+    a, b = tiny_scores(args, odd, "--weights", "dense"), tiny_scores(args, odd, "--weights", "q8_0")
+    assert a == b, "rows of 48 and 120 are not whole blocks: --weights q8_0 must leave them dense"
+    print("  hidden 48, intermediate 120: --weights q8_0 leaves the weights dense (scores identical)")
+
+
+def case_bad_flag(args):
+    p = run(args, ["score", "--model", args.gguf, "--prompt", "x", "--weights", "q9"])
+    assert p.returncode == 2 and "--weights" in p.stderr, "rc %d: %s" % (p.returncode, p.stderr[-300:])
+    print("  %s" % p.stderr.strip().splitlines()[-1][:160])
+
+
+CASES = [("real_model", case_real_model), ("tensor_parallel", case_tensor_parallel),
+         ("quantize_at_load", case_quantize_at_load), ("bad_flag", case_bad_flag)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardlm", required=True)
+    ap.add_argument("--workdir", required=True)
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--max-diff", type=float, default=0.6)
+    ap.add_argument("--mean-diff", type=float, default=0.15)
+    ap.add_argument("--tie", type=float, default=0.5)
+    ap.add_argument("--only", default="")
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    failed = 0
+    for name, fn in CASES:
+        if args.only and name not in args.only.split(","):
+            continue
+        try:
+            fn(args)
+            print("PASS %s" % name)
+        except (AssertionError, subprocess.TimeoutExpired, ValueError) as e:
+            print("FAIL %s: %s" % (name, e))
+            failed += 1
+    print("quantized: %d failed" % failed)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,171 @@
+// The quantized products (kernels/cpu/quant.h through kernels::Linear):
+// against an f32 product of the file's dequantized weight, within the bound
+// the activations' 8-bit rounding allows; the AVX-512 VNNI kernel against the
+// portable loop bit for bit; rows of a tied head as the file dequantizes them;
+// the residual add; shapes with a short last panel.
+#include "kernels/cpu/quant.h"
+
+#include <ATen/ATen.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/isa.h"
+#include "kernels/linear.h"
+
+namespace shardlm::kernels {
+namespace {
+
+// IEEE half bits of a small float (normal range only; the test's scales are).
+uint16_t ToHalf(float f) {
+  at::Tensor t = at::tensor({f}).to(at::kHalf);
+  uint16_t h;
+  std::memcpy(&h, t.data_ptr(), 2);
+  return h;
+}
+float FromHalf(uint16_t h) {
+  at::Tensor t = at::empty({1}, at::kHalf);
+  std::memcpy(t.data_ptr(), &h, 2);
+  return t.to(at::kFloat).item<float>();
+}
+
+// n random rows of k weights in GGUF blocks, and the same weights in f32
+// (the GGUF formulas: Q8_0 q * d, Q4_0 (nibble - 8) * d, Q4_1 nibble * d + m;
+// nibble j of a block is the low half of byte j, nibble j + 16 the high).
+struct Rows {
+  at::Tensor bytes;  // uint8[n, k / 32 * block bytes]
+  at::Tensor dense;  // f32[n, k]
+};
+
+Rows RandomRows(QuantFormat f, int64_t n, int64_t k, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(0.001f, 0.02f);
+  const int64_t blocks = k / 32, gb = QuantGgufBlockBytes(f);
+  Rows r{at::empty({n, blocks * gb}, at::kByte), at::empty({n, k}, at::kFloat)};
+  uint8_t* b = r.bytes.data_ptr<uint8_t>();
+  float* w = r.dense.data_ptr<float>();
+  for (int64_t o = 0; o < n; ++o) {
+    for (int64_t bl = 0; bl < blocks; ++bl) {
+      uint8_t* blk = b + (o * blocks + bl) * gb;
+      const uint16_t dh = ToHalf(scale(rng)), mh = ToHalf(-scale(rng) * 8);
+      std::memcpy(blk, &dh, 2);
+      const float d = FromHalf(dh), m = FromHalf(mh);
+      float* wb = w + o * k + bl * 32;
+      if (f == QuantFormat::kQ8_0) {
+        for (int j = 0; j < 32; ++j) {
+          const int8_t q = static_cast<int8_t>(byte(rng) - 128);
+          blk[2 + j] = static_cast<uint8_t>(q);
+          wb[j] = static_cast<float>(q) * d;
+        }
+        continue;
+      }
+      uint8_t* qs = blk + 2;
+      if (f == QuantFormat::kQ4_1) {
+        std::memcpy(blk + 2, &mh, 2);
+        qs = blk + 4;
+      }
+      for (int j = 0; j < 16; ++j) {
+        qs[j] = static_cast<uint8_t>(byte(rng));
+        const int lo = qs[j] & 15, hi = qs[j] >> 4;
+        wb[j] = f == QuantFormat::kQ4_0 ? static_cast<float>(lo - 8) * d : static_cast<float>(lo) * d + m;
+        wb[j + 16] =
+            f == QuantFormat::kQ4_0 ? static_cast<float>(hi - 8) * d : static_cast<float>(hi) * d + m;
+      }
+    }
+  }
+  return r;
+}
+
+// |x w^T - the quantized product| may be up to sum_j |w_j| * dx_j / 2 (each
+// activation rounded to its block's step dx = max|x| / 127), plus f32
+// rounding of the sums.
+at::Tensor Bound(const at::Tensor& x, const at::Tensor& w) {
+  const int64_t m = x.size(0), k = x.size(1);
+  at::Tensor step = x.abs().view({m, k / 32, 32}).amax(2) / 127.0;  // [m, blocks]
+  at::Tensor half_step = step.repeat_interleave(32, 1) / 2;         // [m, k]
+  return at::matmul(half_step, w.abs().t()) * 1.001 + 1e-5;
+}
+
+class QuantLinearTest : public ::testing::TestWithParam<QuantFormat> {};
+
+TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding) {
+  const QuantFormat f = GetParam();
+  for (int64_t n : {16, 37, 80}) {
+    for (int64_t k : {32, 96, 576}) {
+      const Rows rows = RandomRows(f, n, k, static_cast<uint32_t>(n * 1000 + k));
+      const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
+      ASSERT_TRUE(w.quantized());
+      EXPECT_EQ(w.nbytes(), QuantPackedBytes(f, n, k));
+      for (int64_t m : {1, 3, 8, 11, 20}) {
+        at::manual_seed(m * 7 + n);
+        const at::Tensor x = at::randn({m, k});
+        const at::Tensor bias = at::randn({n});
+        const at::Tensor got = Linear(x, w, bias);
+        const at::Tensor want = at::matmul(x, rows.dense.t()) + bias;
+        const at::Tensor excess = (got - want).abs() - Bound(x, rows.dense);
+        EXPECT_LE(excess.max().item<float>(), 0.0f)
+            << QuantFormatName(f) << " n " << n << " k " << k << " m " << m;
+      }
+    }
+  }
+}
+
+TEST_P(QuantLinearTest, VnniKernelEqualsThePortableLoopBitForBit) {
+  if (DetectedIsa() != Isa::kAvx512 || !HasAvx512Vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
+  const QuantFormat f = GetParam();
+  const Rows rows = RandomRows(f, 53, 192, 7);
+  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 192);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t m : {1, 2, 8, 9, 33}) {
+      at::manual_seed(m);
+      const at::Tensor x = at::randn({m, 192}).to(dtype);
+      const at::Tensor fast = Linear(x, w);
+      const Isa before = SetIsaForTesting(Isa::kScalar);
+      const at::Tensor slow = Linear(x, w);
+      SetIsaForTesting(before);
+      EXPECT_TRUE(at::equal(fast, slow)) << QuantFormatName(f) << " m " << m << " " << dtype;
+    }
+  }
+}
+
+TEST_P(QuantLinearTest, RowsAreTheFilesValues) {
+  const QuantFormat f = GetParam();
+  const Rows rows = RandomRows(f, 37, 64, 3);
+  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 64);
+  const at::Tensor index = at::tensor({0, 36, 17, 16, 99, -1}, at::kLong);
+  const at::Tensor got = w.Rows(index);
+  const at::Tensor want = rows.dense.index_select(0, index.clamp(0, 36));
+  EXPECT_TRUE(at::equal(got, want));
+}
+
+TEST_P(QuantLinearTest, AddToAddsTheRoundedProduct) {
+  const QuantFormat f = GetParam();
+  const Rows rows = RandomRows(f, 40, 128, 5);
+  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 128);
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    const at::Tensor x = at::randn({5, 128}).to(dtype);
+    const at::Tensor y0 = at::randn({5, 40}).to(dtype);
+    at::Tensor y = y0.clone();
+    LinearAddTo(y, x, w);
+    EXPECT_TRUE(at::equal(y, y0 + Linear(x, w))) << dtype;
+  }
+}
+
+TEST(QuantLinearShapes, RejectsRowsThatAreNotWholeBlocks) {
+  const Rows rows = RandomRows(QuantFormat::kQ8_0, 4, 64, 1);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(QuantFormat::kQ8_0, rows.bytes, 48), c10::Error);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(QuantFormat::kQ4_0, rows.bytes, 64), c10::Error);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantLinearTest,
+                         ::testing::Values(QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_1),
+                         [](const ::testing::TestParamInfo<QuantFormat>& p) {
+                           return std::string(QuantFormatName(p.param));
+                         });
+
+}  // namespace
+}  // namespace shardlm::kernels

@@ -244,6 +244,8 @@ int Main(int argc, char** argv) {
       "the projections' weights: auto (as the file has them), dense, q8_0, q4_0 or q4_1 (see shardlm serve "
       "--help); the rows are labelled DTYPE/WEIGHTS when given",
       false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
+  f.String("kv-dtype", "the KV cache's dtype: auto (the compute dtype), f32 or bf16", false, "auto",
+           {"auto", "f32", "bf16"});
   f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
   f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
   f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix");
@@ -351,7 +353,9 @@ int Main(int argc, char** argv) {
     wo.model_dir = dir;
     wo.dtype = compute;
     wo.weights = f.GetString("weights");
-    const std::string dtype = f.Has("weights") ? compute + "/" + wo.weights : compute;
+    wo.kv_dtype = f.GetString("kv-dtype");
+    std::string dtype = f.Has("weights") ? compute + "/" + wo.weights : compute;
+    if (f.Has("kv-dtype")) dtype += " kv " + wo.kv_dtype;
     wo.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     wo.device = device->str();
     wo.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");

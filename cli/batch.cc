@@ -59,7 +59,7 @@ absl::Status CheckMode(const FlagSet& f) {
   static const std::vector<const char*> kLocal = {
       "tp",           "dtype",  "device",           "kv-cache-mb",          "max-batch-tokens",
       "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens",
-      "collectives",  "weights"};
+      "collectives",  "weights", "kv-dtype"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {
@@ -137,7 +137,7 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
   f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddWeightsFlag(f);
+  AddStorageFlags(f);
   AddDeviceFlag(f);
   AddCollectivesFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);

@@ -68,7 +68,7 @@ void AddModelFlags(FlagSet& f) {
   f.String("prompt", "prompt text");
   f.String("prompt-ids", "prompt token ids, comma-separated");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddWeightsFlag(f);
+  AddStorageFlags(f);
   AddDeviceFlag(f, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
@@ -77,7 +77,7 @@ void AddModelFlags(FlagSet& f) {
   f.Bool("json", "print one JSON object");
 }
 
-void AddWeightsFlag(FlagSet& f) {
+void AddStorageFlags(FlagSet& f) {
   f.String("weights",
            "the projections' weights: auto (as the file has them: a GGUF's Q8_0/Q4_0/Q4_1 blocks stay "
            "quantized on "
@@ -85,6 +85,11 @@ void AddWeightsFlag(FlagSet& f) {
            "another; "
            "CPU only)",
            false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
+  f.String("kv-dtype",
+           "the KV cache's dtype: auto (the compute dtype), f32 or bf16; bf16 under f32 compute halves the "
+           "cache's "
+           "bytes (twice the tokens in --kv-cache-mb) and rounds q, k and v to bf16 for attention (CPU only)",
+           false, "auto", {"auto", "f32", "bf16"});
 }
 
 void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
@@ -141,6 +146,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     go.tp = static_cast<int>(f.GetInt("tp"));
     go.dtype = f.GetString("dtype");
     go.weights = f.GetString("weights");
+    go.kv_dtype = f.GetString("kv-dtype");
     go.device = f.GetString("device");
     go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     go.warmup_tokens = f.GetInt("warmup-tokens");
@@ -159,6 +165,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
     o.model_dir = dir;
     o.dtype = f.GetString("dtype");
     o.weights = f.GetString("weights");
+    o.kv_dtype = f.GetString("kv-dtype");
     o.device = f.GetString("device");
     o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
     o.warmup_tokens = f.GetInt("warmup-tokens");

@@ -52,8 +52,9 @@ void AddModelFlags(FlagSet& f);
 // first request then costs what later ones do); a one-shot command does not
 // (the warm-up would only delay its first token): `warmup_tokens` is the default.
 void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens = 256);
-// --weights: what the projections' weights are kept as (model/llama_model.h).
-void AddWeightsFlag(FlagSet& f);
+// --weights (what the projections' weights are kept as, model/llama_model.h)
+// and --kv-dtype (the KV cache's dtype, worker/rank_worker.h).
+void AddStorageFlags(FlagSet& f);
 
 // `--device` for `tp` local workers: a CUDA device needs a GPU per rank
 // (rank r takes GPU r), checked before any worker starts.

@@ -140,7 +140,7 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local) {
   f.String("worker-listen", "address workers register at (port 0: any)", false,
            spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052");
   f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddWeightsFlag(f);
+  AddStorageFlags(f);
   AddDeviceFlag(f);
   if (spawn_local) AddCollectivesFlag(f);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
@@ -274,6 +274,7 @@ absl::StatusOr<WorkerGroupOptions> GroupOptions(const FlagSet& f, const CliEnv& 
   go.tp = in.tp;
   go.dtype = f.GetString("dtype");
   go.weights = f.GetString("weights");
+  go.kv_dtype = f.GetString("kv-dtype");
   go.device = f.GetString("device");
   go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
   go.warmup_tokens = f.GetInt("warmup-tokens");

@@ -34,6 +34,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   settings.set_store_prefix(absl::StrCat("group-", getpid(), "-", *fingerprint));
   settings.set_dtype(options.dtype);
   settings.set_weights(options.weights);
+  settings.set_kv_dtype(options.kv_dtype);
   settings.set_kv_cache_bytes(options.kv_cache_bytes);
   settings.set_block_size(options.block_size);
   settings.set_collective_timeout_ms(options.collective_timeout_ms);

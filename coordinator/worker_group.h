@@ -50,6 +50,7 @@ struct WorkerGroupOptions {
   int tp = 1;
   std::string dtype = "auto";
   std::string weights = "auto";          // --weights (model/llama_model.h, WeightFormat)
+  std::string kv_dtype = "auto";         // --kv-dtype (worker/rank_worker.h)
   std::string device = "auto";           // each local worker's --device (cuda: rank r takes GPU r)
   int64_t cuda_graph_max_batch = 64;     // each local worker's --cuda-graph-max-batch
   std::string collectives = "auto";      // each local worker's --collectives

@@ -419,6 +419,12 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
 at::Tensor AttendLayer(const at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,
                        at::Tensor& k_pool, at::Tensor& v_pool, int64_t layer, const AttentionBatch& batch,
                        bool kv_written) {
+  if (k_pool.scalar_type() != qkv.scalar_type() && !kv_written) {
+    // A KV cache in another dtype (--kv-dtype): attention runs in the pool's
+    // dtype, q, k and v rounded to it, and the output goes back.
+    return AttendLayer(qkv.to(k_pool.scalar_type()), heads, kv_heads, head_dim, k_pool, v_pool, layer, batch)
+        .to(qkv.scalar_type());
+  }
   const int64_t tokens = qkv.size(0), d = head_dim;
   const bool f32 = qkv.scalar_type() == at::kFloat;
   const bool vector_kernel = f32 ? FastKernel<float>(d) != nullptr

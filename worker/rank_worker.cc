@@ -20,6 +20,22 @@
 namespace shardlm {
 namespace {
 
+// --kv-dtype: the compute dtype unless it names another (then on the CPU only:
+// the GPU's rotary kernel writes K and V in the compute dtype).
+absl::StatusOr<at::ScalarType> ResolveKvDtype(const std::string& flag, at::ScalarType compute,
+                                              const at::Device& device) {
+  if (flag == "auto") return compute;
+  if (flag != "f32" && flag != "bf16")
+    return InvalidField("kv_dtype", "--kv-dtype must be auto, f32 or bf16, got '" + flag + "'");
+  const at::ScalarType kv = flag == "f32" ? at::kFloat : at::kBFloat16;
+  if (kv != compute && !device.is_cpu()) {
+    return InvalidField("kv_dtype", "--kv-dtype " + flag +
+                                        " differs from the compute dtype: the CPU only; on " + device.str() +
+                                        " the KV cache has the compute dtype (--dtype)");
+  }
+  return kv;
+}
+
 absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const ModelConfig& cfg) {
   std::string name = flag;
   if (name == "auto") name = cfg.torch_dtype == "float32" ? "f32" : "bf16";
@@ -41,6 +57,7 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   SHARDLM_ASSIGN_OR_RETURN(at::ScalarType dtype, ResolveDtype(options.dtype, cfg));
   SHARDLM_ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(options.weights));
   SHARDLM_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(options.device, options.local_rank));
+  SHARDLM_ASSIGN_OR_RETURN(at::ScalarType kv_dtype, ResolveKvDtype(options.kv_dtype, dtype, device));
   // Kernels of our own launch on the current device: make it the rank's on
   // the loading thread (and on the stepping thread, in Execute).
   c10::OptionalDeviceGuard guard;
@@ -57,11 +74,11 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   shape.block_size = options.block_size;
   shape.num_kv_heads_per_rank = plan.num_kv_heads_per_rank();
   shape.head_dim = cfg.head_dim;
-  shape.num_blocks = KvPool::BlocksForBudget(shape, dtype, options.kv_cache_bytes);
+  shape.num_blocks = KvPool::BlocksForBudget(shape, kv_dtype, options.kv_cache_bytes);
   // CUDA graphs point their padding rows at a scratch block past the
   // allocator's.
   const bool graphs = options.cuda_graph_max_batch > 0 && (device.is_cuda() || !options.cuda_graph_capture);
-  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, dtype, device, graphs ? 1 : 0));
+  SHARDLM_ASSIGN_OR_RETURN(w->pool_, KvPool::Create(shape, kv_dtype, device, graphs ? 1 : 0));
   w->options_ = options;
   SHARDLM_RETURN_IF_ERROR(w->MakeGraphs());
   // Weights and the pool are in place: from here on a step's freed

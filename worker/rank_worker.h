@@ -27,6 +27,9 @@ struct RankWorkerOptions {
   std::string model_dir;
   std::string dtype = "auto";  // "auto" (the checkpoint's), "f32" or "bf16"
   std::string weights = "auto";  // the projections' weights (--weights): auto, dense, q8_0, q4_0, q4_1
+  // The KV cache's dtype (--kv-dtype): "auto" (the compute dtype), "f32" or
+  // "bf16". Another than the compute dtype runs attention in it (the CPU only).
+  std::string kv_dtype = "auto";
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t block_size = 16;
   // "auto", "cpu", "cuda" or "cuda:N" (model/device.h); `local_rank` picks the

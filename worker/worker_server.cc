@@ -547,6 +547,7 @@ class WorkerProcess {
       wo.model_dir = options_.model_dir;
       wo.dtype = assigned.dtype();
       wo.weights = assigned.weights().empty() ? "auto" : assigned.weights();
+      wo.kv_dtype = assigned.kv_dtype().empty() ? "auto" : assigned.kv_dtype();
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
       wo.device = device_.str();

@@ -260,11 +260,31 @@ bool HasAvx512Vnni() {
 #endif
 }
 
+namespace {
+
+bool HasF16c() {
+#if defined(__x86_64__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("f16c") != 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace
+
 QuantF32Fn QuantF32(Isa isa) {
-  return isa == Isa::kAvx512 && HasAvx512Vnni() ? internal::QuantF32Vnni : internal::QuantF32Scalar;
+  if (isa == Isa::kAvx512 && HasAvx512Vnni()) return internal::QuantF32Vnni;
+  if (isa >= Isa::kAvx2 && HasF16c()) return internal::QuantF32Avx2;
+  return internal::QuantF32Scalar;
 }
 QuantBf16Fn QuantBf16(Isa isa) {
-  return isa == Isa::kAvx512 && HasAvx512Vnni() ? internal::QuantBf16Vnni : internal::QuantBf16Scalar;
+  if (isa == Isa::kAvx512 && HasAvx512Vnni()) return internal::QuantBf16Vnni;
+  if (isa >= Isa::kAvx2 && HasF16c()) return internal::QuantBf16Avx2;
+  return internal::QuantBf16Scalar;
 }
 
 }  // namespace shardlm::kernels

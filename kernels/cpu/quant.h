@@ -96,8 +96,9 @@ struct QuantArgs {
 using QuantF32Fn = void (*)(const QuantArgs<float>&, int64_t p_begin, int64_t p_end);
 using QuantBf16Fn = void (*)(const QuantArgs<uint16_t>&, int64_t p_begin, int64_t p_end);
 
-// AVX-512 VNNI where the CPU has it (and the active ISA is AVX-512), else a
-// portable loop with the same sums.
+// AVX-512 VNNI where the CPU has it (and the active ISA is AVX-512), else
+// AVX2 (with F16C) where the active ISA allows, else a portable loop; all
+// three give the same values.
 QuantF32Fn QuantF32(Isa isa);
 QuantBf16Fn QuantBf16(Isa isa);
 // Whether this CPU has AVX-512 VNNI (VPDPBUSD on 512-bit registers).
@@ -108,6 +109,8 @@ void QuantF32Scalar(const QuantArgs<float>&, int64_t, int64_t);
 void QuantBf16Scalar(const QuantArgs<uint16_t>&, int64_t, int64_t);
 void QuantF32Vnni(const QuantArgs<float>&, int64_t, int64_t);
 void QuantBf16Vnni(const QuantArgs<uint16_t>&, int64_t, int64_t);
+void QuantF32Avx2(const QuantArgs<float>&, int64_t, int64_t);
+void QuantBf16Avx2(const QuantArgs<uint16_t>&, int64_t, int64_t);
 void QuantizeRowsF32Avx512(const float* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
                            float* dx, int32_t* sx);
 }  // namespace internal

@@ -114,20 +114,44 @@ TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding)
   }
 }
 
-TEST_P(QuantLinearTest, VnniKernelEqualsThePortableLoopBitForBit) {
-  if (DetectedIsa() != Isa::kAvx512 || !HasAvx512Vnni()) GTEST_SKIP() << "no AVX-512 VNNI here";
+// y through the kernel of `isa` (capped as SHARDLM_CPU_ISA would), or with
+// kAddTo into a copy of y0.
+at::Tensor LinearAt(Isa isa, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias,
+                    const at::Tensor& y0) {
+  const Isa before = SetIsaForTesting(isa);
+  at::Tensor y;
+  if (y0.defined()) {
+    y = y0.clone();
+    LinearAddTo(y, x, w, bias);
+  } else {
+    y = Linear(x, w, bias);
+  }
+  SetIsaForTesting(before);
+  return y;
+}
+
+TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
   const QuantFormat f = GetParam();
   const Rows rows = RandomRows(f, 53, 192, 7);
   const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 192);
+  std::vector<Isa> simd;
+  if (DetectedIsa() == Isa::kAvx512 && HasAvx512Vnni()) simd.push_back(Isa::kAvx512);
+  if (DetectedIsa() >= Isa::kAvx2) simd.push_back(Isa::kAvx2);
+  if (simd.empty()) GTEST_SKIP() << "no AVX2 here";
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (int64_t m : {1, 2, 8, 9, 33}) {
+    for (int64_t m : {1, 2, 5, 8, 9, 33}) {
       at::manual_seed(m);
       const at::Tensor x = at::randn({m, 192}).to(dtype);
-      const at::Tensor fast = Linear(x, w);
-      const Isa before = SetIsaForTesting(Isa::kScalar);
-      const at::Tensor slow = Linear(x, w);
-      SetIsaForTesting(before);
-      EXPECT_TRUE(at::equal(fast, slow)) << QuantFormatName(f) << " m " << m << " " << dtype;
+      const at::Tensor bias = at::randn({53}).to(dtype);
+      const at::Tensor y0 = at::randn({m, 53}).to(dtype);
+      for (const at::Tensor& y : {at::Tensor(), y0}) {
+        const at::Tensor slow = LinearAt(Isa::kScalar, x, w, bias, y);
+        for (Isa isa : simd) {
+          EXPECT_TRUE(at::equal(LinearAt(isa, x, w, bias, y), slow))
+              << QuantFormatName(f) << " " << IsaName(isa) << " m " << m << " " << dtype
+              << (y.defined() ? " add-to" : "");
+        }
+      }
     }
   }
 }

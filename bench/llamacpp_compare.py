@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""shardlm against llama.cpp on the same GGUF files, interleaved, medians of N rounds.
+
+llama.cpp is built outside the project for this comparison only (docs/benchmarks.md says how);
+this script only runs the binaries it is given:
+
+    python3 bench/llamacpp_compare.py --shardlm-bench build/shardlm_bench \\
+        --llama-bench /path/llama-bench --llama-batched-bench /path/llama-batched-bench \\
+        --model third_party/models/SmolLM2-135M-Instruct.Q4_1.gguf --model other.Q8_0.gguf
+
+Each round runs, per file, shardlm_bench (512-token prompt at batch 1; decode at batch 1 and 8
+after a 16-token prompt, 64 steps; the read-bandwidth floor of the weights' bytes), then
+llama-bench (-p 512 -n 64, one repetition) and llama-batched-bench (8 parallel sequences of a
+16-token prompt and 64 generated tokens), all with --threads threads. Prints one markdown table
+of medians: batch-1 decode ms/token, 512-token prompt tokens/s, batch-8 decode tokens/s.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+
+def shardlm_round(args, model):
+    out = subprocess.run([args.shardlm_bench, "--model-dir", model, "--dtypes", "f32", "--batches", "1,8",
+                          "--decode-steps", "64", "--prompt-len", "512", "--weights", "auto"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = {}
+    floor = None
+    for line in out.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        # | dtype | batch | prefill tok/s | prefill GFLOP/s | vs GEMM | decode tok/s | decode ms/step | floor ms | ...
+        if len(cells) >= 8 and cells[0] == "f32/auto" and cells[1].isdigit() and cells[1] not in rows:
+            try:
+                rows[cells[1]] = (float(cells[2]), float(cells[5]), float(cells[6]), float(cells[7]))
+            except ValueError:
+                continue
+    if "1" not in rows or "8" not in rows:
+        sys.exit("could not read shardlm_bench's table:\n" + out[-2000:])
+    floor = rows["1"][3]
+    return {"decode_ms": rows["1"][2], "prompt_tps": rows["1"][0], "batch8_tps": rows["8"][1], "floor_ms": floor}
+
+
+def llamacpp_round(args, model):
+    out = subprocess.run([args.llama_bench, "-m", model, "-t", str(args.threads), "-p", "512", "-n", "64",
+                          "-r", "1", "-o", "json"], capture_output=True, text=True, check=True).stdout
+    res = {}
+    for r in json.loads(out):
+        if r["n_prompt"] == 512 and r["n_gen"] == 0:
+            res["prompt_tps"] = r["avg_ts"]
+        if r["n_gen"] == 64 and r["n_prompt"] == 0:
+            res["decode_ms"] = 1e3 / r["avg_ts"]
+    if args.llama_batched_bench:
+        out = subprocess.run([args.llama_batched_bench, "-m", model, "-t", str(args.threads), "-c", "4096",
+                              "-b", "2048", "-ub", "512", "-npp", "16", "-ntg", "64", "-npl", "8",
+                              "--output-format", "jsonl"], capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            if line.startswith("{"):
+                r = json.loads(line)
+                if r.get("pl") == 8:
+                    res["batch8_tps"] = r["speed_tg"]
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shardlm-bench", required=True)
+    ap.add_argument("--llama-bench", required=True)
+    ap.add_argument("--llama-batched-bench", default="")
+    ap.add_argument("--model", action="append", required=True)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    runs = {(m, who): [] for m in args.model for who in ("shardlm", "llama.cpp")}
+    for r in range(args.rounds):
+        for m in args.model:
+            runs[(m, "shardlm")].append(shardlm_round(args, m))
+            runs[(m, "llama.cpp")].append(llamacpp_round(args, m))
+        print("round %d of %d done" % (r + 1, args.rounds), file=sys.stderr)
+
+    def med(m, who, key):
+        vals = [x[key] for x in runs[(m, who)] if key in x]
+        return statistics.median(vals) if vals else float("nan")
+
+    print("| file | engine | batch-1 decode ms/token | floor ms | 512-token prompt tok/s | batch-8 decode tok/s |")
+    print("|---|---|---|---|---|---|")
+    for m in args.model:
+        name = m.rsplit("/", 1)[-1]
+        for who in ("shardlm", "llama.cpp"):
+            floor = "%.2f" % med(m, "shardlm", "floor_ms") if who == "shardlm" else ""
+            print("| %s | %s | %.2f | %s | %.0f | %.0f |" % (name, who, med(m, who, "decode_ms"), floor,
+                                                            med(m, who, "prompt_tps"), med(m, who, "batch8_tps")))
+    print("\nmedians of %d interleaved rounds, %d threads" % (args.rounds, args.threads))
+
+
+if __name__ == "__main__":
+    main()

@@ -93,20 +93,45 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
   return true;
 }
 
-// The parameters both endpoints share, into `base` and `r`.
-bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::GenerateRequest& base) {
+// model: one of the names this server serves (404 model_not_found otherwise).
+bool ModelOf(Params& p, const ModelContext& model, OpenAiRequest& r) {
   if (!p.Has("model") || !p.At("model").is_string()) return p.Fail("model", "model is required (a string)");
   r.model = p.At("model").get<std::string>();
-  bool known = false;
-  for (const std::string& name : model.names) known |= name == r.model;
-  if (!known) {
-    p.Fail("model", absl::StrCat("The model '", r.model, "' does not exist; this server serves '",
-                                 absl::StrJoin(model.names, "', '"), "'"));
-    p.SetStatus(404, "model_not_found");
-    return false;
+  for (const std::string& name : model.names) {
+    if (name == r.model) return true;
   }
-  pb::SamplingParams& s = *base.mutable_sampling();
-  // OpenAI documents 0 to 2, narrower than the engine's kTemperatureBound.
+  p.Fail("model", absl::StrCat("The model '", r.model, "' does not exist; this server serves '",
+                               absl::StrJoin(model.names, "', '"), "'"));
+  p.SetStatus(404, "model_not_found");
+  return false;
+}
+
+// logit_bias: token id (as a string key) -> bias within kLogitBiasBound.
+bool LogitBiasOf(Params& p, const ModelContext& model, pb::SamplingParams& s) {
+  if (!p.Has("logit_bias")) return true;
+  const Json& v = p.At("logit_bias");
+  if (!v.is_object()) return p.Fail("logit_bias", "logit_bias must be an object of token id -> bias");
+  if (v.size() > static_cast<size_t>(kMaxLogitBias))
+    return p.Fail("logit_bias", absl::StrCat("logit_bias holds at most ", kMaxLogitBias, " entries"));
+  for (auto it = v.begin(); it != v.end(); ++it) {
+    char* end = nullptr;
+    const long id = std::strtol(it.key().c_str(), &end, 10);
+    if (it.key().empty() || *end != '\0' || id < 0 || id >= model.vocab_size) {
+      return p.Fail("logit_bias", absl::StrCat("logit_bias key '", it.key(), "' must be a token id in [0, ",
+                                               model.vocab_size, ")"));
+    }
+    if (!it.value().is_number() || !kLogitBiasBound.Contains(it.value().get<double>())) {
+      return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in ",
+                                               kLogitBiasBound.Text(), ", got ", Shown(it.value())));
+    }
+    (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
+  }
+  return true;
+}
+
+// The sampling parameters, each within the one table of bounds
+// (model/sampling_limits.h) but temperature, which OpenAI documents as 0 to 2.
+bool SamplingOf(Params& p, const ModelContext& model, pb::SamplingParams& s) {
   s.set_temperature(p.Number("temperature", 0, 2, false).value_or(1.0f));
   if (auto v = p.Bounded("top_p", kTopPBound)) s.set_top_p(*v);
   if (auto v = p.Bounded("presence_penalty", kPresencePenaltyBound)) s.set_presence_penalty(*v);
@@ -121,24 +146,30 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
     if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + Shown(v));
     s.set_seed(v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>()));
   }
-  int64_t n = 1;
-  if (p.Integer("n", 1, kMaxSamples, &n)) r.n = static_cast<int>(n);
-  base.set_n(r.n);
+  return true;
+}
+
+// stream and stream_options (include_usage only, and only when streaming).
+bool StreamOf(Params& p, OpenAiRequest& r) {
   p.Bool("stream", &r.stream);
-  if (p.Has("stream_options")) {
-    const Json& so = p.At("stream_options");
-    if (!r.stream) return p.Fail("stream_options", "stream_options is only allowed when stream is true");
-    if (!so.is_object()) return p.Fail("stream_options", "stream_options must be an object");
-    for (auto it = so.begin(); it != so.end(); ++it) {
-      if (it.key() == "include_usage" && it.value().is_boolean()) {
-        r.include_usage = it.value().get<bool>();
-      } else if (it.key() != "include_usage") {
-        return p.Fail("stream_options." + it.key(), "Unrecognized stream option: " + it.key());
-      } else {
-        return p.Fail("stream_options.include_usage", "stream_options.include_usage must be true or false");
-      }
+  if (!p.Has("stream_options")) return true;
+  const Json& so = p.At("stream_options");
+  if (!r.stream) return p.Fail("stream_options", "stream_options is only allowed when stream is true");
+  if (!so.is_object()) return p.Fail("stream_options", "stream_options must be an object");
+  for (auto it = so.begin(); it != so.end(); ++it) {
+    if (it.key() == "include_usage" && it.value().is_boolean()) {
+      r.include_usage = it.value().get<bool>();
+    } else if (it.key() != "include_usage") {
+      return p.Fail("stream_options." + it.key(), "Unrecognized stream option: " + it.key());
+    } else {
+      return p.Fail("stream_options.include_usage", "stream_options.include_usage must be true or false");
     }
   }
+  return true;
+}
+
+// stop: a string or a list of strings, each within the limits.
+bool StopStringsOf(Params& p, pb::GenerateRequest& base) {
   if (p.Has("stop")) {
     const Json& v = p.At("stop");
     std::vector<std::string> stops;
@@ -161,38 +192,37 @@ bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::Gen
       base.add_stop(stops[k]);
     }
   }
-  if (p.Has("logit_bias")) {
-    const Json& v = p.At("logit_bias");
-    if (!v.is_object()) return p.Fail("logit_bias", "logit_bias must be an object of token id -> bias");
-    if (v.size() > static_cast<size_t>(kMaxLogitBias))
-      return p.Fail("logit_bias", absl::StrCat("logit_bias holds at most ", kMaxLogitBias, " entries"));
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      char* end = nullptr;
-      const long id = std::strtol(it.key().c_str(), &end, 10);
-      if (it.key().empty() || *end != '\0' || id < 0 || id >= model.vocab_size) {
-        return p.Fail("logit_bias", absl::StrCat("logit_bias key '", it.key(), "' must be a token id in [0, ",
-                                                 model.vocab_size, ")"));
-      }
-      if (!it.value().is_number() || !kLogitBiasBound.Contains(it.value().get<double>())) {
-        return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in ",
-                                                 kLogitBiasBound.Text(), ", got ", Shown(it.value())));
-      }
-      (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
-    }
-  }
+  return true;
+}
+
+// vLLM's ignore_eos and stop_token_ids.
+bool StopTokensOf(Params& p, const ModelContext& model, pb::GenerateRequest& base) {
   bool ignore_eos = false;
   if (p.Bool("ignore_eos", &ignore_eos)) base.set_ignore_eos(ignore_eos);
-  if (p.Has("stop_token_ids")) {
-    const Json& v = p.At("stop_token_ids");
-    if (!v.is_array()) return p.Fail("stop_token_ids", "stop_token_ids must be a list of token ids");
-    for (const Json& e : v) {
-      if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model.vocab_size) {
-        return p.Fail("stop_token_ids",
-                      absl::StrCat("stop_token_ids must hold token ids in [0, ", model.vocab_size, ")"));
-      }
-      base.add_stop_token_ids(e.get<int32_t>());
+  if (!p.Has("stop_token_ids")) return true;
+  const Json& v = p.At("stop_token_ids");
+  if (!v.is_array()) return p.Fail("stop_token_ids", "stop_token_ids must be a list of token ids");
+  for (const Json& e : v) {
+    if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model.vocab_size) {
+      return p.Fail("stop_token_ids",
+                    absl::StrCat("stop_token_ids must hold token ids in [0, ", model.vocab_size, ")"));
     }
+    base.add_stop_token_ids(e.get<int32_t>());
   }
+  return true;
+}
+
+// The parameters both endpoints share, into `base` and `r`.
+bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::GenerateRequest& base) {
+  if (!ModelOf(p, model, r)) return false;
+  if (!SamplingOf(p, model, *base.mutable_sampling())) return false;
+  int64_t n = 1;
+  if (p.Integer("n", 1, kMaxSamples, &n)) r.n = static_cast<int>(n);
+  base.set_n(r.n);
+  if (!StreamOf(p, r)) return false;
+  if (!StopStringsOf(p, base)) return false;
+  if (!LogitBiasOf(p, model, *base.mutable_sampling())) return false;
+  if (!StopTokensOf(p, model, base)) return false;
   if (p.Has("user") && !p.At("user").is_string()) return p.Fail("user", "user must be a string");
   if (!ConstraintInto(p, r, base)) return false;
   return !p.failed();

@@ -108,50 +108,55 @@ const char* ArchitectureName(Arch arch) {
   return "?";
 }
 
-}  // namespace
+// The checkpoint's sizes, checked, and the tokenizer's facts.
+struct TinySizes {
+  TokenizerFacts facts;
+  int64_t vocab = 0, head_dim = 0;
+};
 
-absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
-  namespace fs = std::filesystem;
+absl::StatusOr<TinySizes> SizesOf(const TinyModelOptions& o) {
   const bool has_tokenizer = !o.tokenizer.empty();
   if (has_tokenizer && o.tokenizer != "llama3" && o.tokenizer != "qwen3") {
     return absl::InvalidArgumentError("--tokenizer must be llama3 or qwen3, got '" + o.tokenizer + "'");
   }
-  TokenizerFacts facts = has_tokenizer ? FactsFor(o.tokenizer) : TokenizerFacts{512, 0, {1}};
-  const int64_t vocab = o.vocab_size > 0 ? o.vocab_size : facts.vocab_size;
-  if (has_tokenizer && vocab < facts.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", vocab, " is smaller than the ",
-                                                   o.tokenizer, " tokenizer's ", facts.vocab_size));
+  TinySizes t;
+  t.facts = has_tokenizer ? FactsFor(o.tokenizer) : TokenizerFacts{512, 0, {1}};
+  t.vocab = o.vocab_size > 0 ? o.vocab_size : t.facts.vocab_size;
+  if (has_tokenizer && t.vocab < t.facts.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--vocab-size ", t.vocab, " is smaller than the ",
+                                                   o.tokenizer, " tokenizer's ", t.facts.vocab_size));
   }
-  if (!has_tokenizer) facts.eos = {vocab - 1};
-  const int64_t H = o.hidden_size, L = o.num_layers, nh = o.num_heads, nkv = o.num_kv_heads;
-  const int64_t d = o.head_dim > 0 ? o.head_dim : (nh > 0 ? H / nh : 0);
-  if (H <= 0 || L <= 0 || nh <= 0 || nkv <= 0 || o.intermediate_size <= 0 || vocab <= 0 || d <= 0 ||
-      d % 2 != 0 || nh % nkv != 0) {
+  if (!has_tokenizer) t.facts.eos = {t.vocab - 1};
+  const int64_t H = o.hidden_size, nh = o.num_heads, nkv = o.num_kv_heads;
+  t.head_dim = o.head_dim > 0 ? o.head_dim : (nh > 0 ? H / nh : 0);
+  if (H <= 0 || o.num_layers <= 0 || nh <= 0 || nkv <= 0 || o.intermediate_size <= 0 || t.vocab <= 0 ||
+      t.head_dim <= 0 || t.head_dim % 2 != 0 || nh % nkv != 0) {
     return absl::InvalidArgumentError(
         "sizes must be positive, head_dim even, and num_heads a multiple of num_kv_heads");
   }
   if (o.shards < 1 || o.shards > 99) return absl::InvalidArgumentError("--shards must be in [1, 99]");
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError("cannot create " + dir + ": " + ec.message());
+  return t;
+}
 
+// config.json and generation_config.json.
+absl::Status WriteConfigs(const std::string& dir, const TinyModelOptions& o, const TinySizes& t) {
   json cfg = {{"architectures", {ArchitectureName(o.arch)}},
               {"model_type", ArchName(o.arch)},
-              {"vocab_size", vocab},
-              {"hidden_size", H},
+              {"vocab_size", t.vocab},
+              {"hidden_size", o.hidden_size},
               {"intermediate_size", o.intermediate_size},
-              {"num_hidden_layers", L},
-              {"num_attention_heads", nh},
-              {"num_key_value_heads", nkv},
-              {"head_dim", d},
+              {"num_hidden_layers", o.num_layers},
+              {"num_attention_heads", o.num_heads},
+              {"num_key_value_heads", o.num_kv_heads},
+              {"head_dim", t.head_dim},
               {"max_position_embeddings", o.max_position_embeddings},
               {"rms_norm_eps", 1e-6},
               {"rope_theta", 10000.0},
               {"hidden_act", "silu"},
               {"tie_word_embeddings", o.tie_embeddings},
               {"torch_dtype", o.dtype == DType::kF32 ? "float32" : "bfloat16"},
-              {"bos_token_id", facts.bos},
-              {"eos_token_id", facts.eos.front()}};
+              {"bos_token_id", t.facts.bos},
+              {"eos_token_id", t.facts.eos.front()}};
   if (o.arch == Arch::kMistral) cfg["sliding_window"] = o.sliding_window;
   if (o.arch == Arch::kQwen2) cfg["use_sliding_window"] = false;
   if (o.rope_scaling_llama3) {
@@ -163,16 +168,20 @@ absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
     cfg["rope_theta"] = 500000.0;
   }
   SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/config.json", cfg.dump(2) + "\n"));
-  json gen = {{"bos_token_id", facts.bos}, {"eos_token_id", facts.eos}};
-  SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/generation_config.json", gen.dump(2) + "\n"));
+  json gen = {{"bos_token_id", t.facts.bos}, {"eos_token_id", t.facts.eos}};
+  return WriteStringToFile(dir + "/generation_config.json", gen.dump(2) + "\n");
+}
 
-  // Scales: inputs to every projection are RMS-normalised (unit per element),
-  // so 1/sqrt(fan_in) keeps activations near unit scale; output projections
-  // are drawn 2x larger so each block outweighs the unit-scale embedding.
-  TensorWriter w(o.seed, o.dtype, o.fast_random);
+// The weights, drawn in checkpoint order. Scales: inputs to every projection
+// are RMS-normalised (unit per element), so 1/sqrt(fan_in) keeps activations
+// near unit scale; output projections are drawn 2x larger so each block
+// outweighs the unit-scale embedding.
+void DrawWeights(const TinyModelOptions& o, const TinySizes& t, TensorWriter& w) {
+  const int64_t H = o.hidden_size, nh = o.num_heads, nkv = o.num_kv_heads, d = t.head_dim;
+  const int64_t I = o.intermediate_size;
   const double in_std = 1.0 / std::sqrt(static_cast<double>(H));
-  w.Add("model.embed_tokens.weight", {vocab, H}, 0.0, 1.0);
-  for (int64_t i = 0; i < L; ++i) {
+  w.Add("model.embed_tokens.weight", {t.vocab, H}, 0.0, 1.0);
+  for (int64_t i = 0; i < o.num_layers; ++i) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     w.Add(p + "input_layernorm.weight", {H}, 1.0, 0.1);
     w.Add(p + "self_attn.q_proj.weight", {nh * d, H}, 0.0, in_std);
@@ -189,43 +198,60 @@ absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
     }
     w.Add(p + "self_attn.o_proj.weight", {H, nh * d}, 0.0, 2.0 / std::sqrt(static_cast<double>(nh * d)));
     w.Add(p + "post_attention_layernorm.weight", {H}, 1.0, 0.1);
-    w.Add(p + "mlp.gate_proj.weight", {o.intermediate_size, H}, 0.0, in_std);
-    w.Add(p + "mlp.up_proj.weight", {o.intermediate_size, H}, 0.0, in_std);
-    w.Add(p + "mlp.down_proj.weight", {H, o.intermediate_size}, 0.0,
-          2.0 / std::sqrt(static_cast<double>(o.intermediate_size)));
+    w.Add(p + "mlp.gate_proj.weight", {I, H}, 0.0, in_std);
+    w.Add(p + "mlp.up_proj.weight", {I, H}, 0.0, in_std);
+    w.Add(p + "mlp.down_proj.weight", {H, I}, 0.0, 2.0 / std::sqrt(static_cast<double>(I)));
   }
   w.Add("model.norm.weight", {H}, 1.0, 0.1);
-  if (!o.tie_embeddings) w.Add("lm_head.weight", {vocab, H}, 0.0, 4.0 * in_std);
+  if (!o.tie_embeddings) w.Add("lm_head.weight", {t.vocab, H}, 0.0, 4.0 * in_std);
+}
 
-  std::vector<OwnedTensor>& all = w.tensors();
-  if (o.shards == 1) {
-    SHARDLM_RETURN_IF_ERROR(WriteSafetensors(dir + "/model.safetensors", all, {{"format", "pt"}}));
-  } else {
-    json weight_map = json::object();
-    size_t total = 0;
-    for (int s = 0; s < o.shards; ++s) {
-      char name[64];
-      std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, o.shards);
-      std::vector<OwnedTensor> part;
-      for (size_t i = s; i < all.size(); i += o.shards) {
-        weight_map[all[i].name] = name;
-        total += all[i].bytes.size();
-        part.push_back(std::move(all[i]));
-      }
-      SHARDLM_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + name, part, {{"format", "pt"}}));
+// One model.safetensors, or `shards` files and their index (tensors dealt
+// round-robin).
+absl::Status WriteShards(const std::string& dir, int shards, std::vector<OwnedTensor>& all) {
+  if (shards == 1) return WriteSafetensors(dir + "/model.safetensors", all, {{"format", "pt"}});
+  json weight_map = json::object();
+  size_t total = 0;
+  for (int s = 0; s < shards; ++s) {
+    char name[64];
+    std::snprintf(name, sizeof(name), "model-%05d-of-%05d.safetensors", s + 1, shards);
+    std::vector<OwnedTensor> part;
+    for (size_t i = s; i < all.size(); i += shards) {
+      weight_map[all[i].name] = name;
+      total += all[i].bytes.size();
+      part.push_back(std::move(all[i]));
     }
-    json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-    SHARDLM_RETURN_IF_ERROR(WriteStringToFile(dir + "/model.safetensors.index.json", index.dump(2)));
+    SHARDLM_RETURN_IF_ERROR(WriteSafetensors(dir + "/" + name, part, {{"format", "pt"}}));
   }
-  if (has_tokenizer) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      fs::copy_file(o.tokenizer_dir + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing, ec);
-      if (ec) {
-        return absl::NotFoundError(absl::StrCat("cannot copy ", o.tokenizer_dir, "/", f, ": ", ec.message(),
-                                                " (run scripts/setup.sh)"));
-      }
+  json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+  return WriteStringToFile(dir + "/model.safetensors.index.json", index.dump(2));
+}
+
+absl::Status CopyTokenizer(const std::string& dir, const std::string& from) {
+  namespace fs = std::filesystem;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::error_code ec;
+    fs::copy_file(from + "/" + f, dir + "/" + f, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      return absl::NotFoundError(
+          absl::StrCat("cannot copy ", from, "/", f, ": ", ec.message(), " (run scripts/setup.sh)"));
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteTinyModel(const std::string& dir, const TinyModelOptions& o) {
+  SHARDLM_ASSIGN_OR_RETURN(TinySizes t, SizesOf(o));
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::PermissionDeniedError("cannot create " + dir + ": " + ec.message());
+  SHARDLM_RETURN_IF_ERROR(WriteConfigs(dir, o, t));
+  TensorWriter w(o.seed, o.dtype, o.fast_random);
+  DrawWeights(o, t, w);
+  SHARDLM_RETURN_IF_ERROR(WriteShards(dir, o.shards, w.tensors()));
+  if (!o.tokenizer.empty()) SHARDLM_RETURN_IF_ERROR(CopyTokenizer(dir, o.tokenizer_dir));
   return absl::OkStatus();
 }
 

@@ -76,8 +76,15 @@ struct Row {
 // overlapped steps (docs/scheduler.md), as serve's engine loop runs it: the
 // next step planned and queued on the workers while one runs. Medians of 3
 // alternating runs of each.
+// --weights and --kv-dtype, as every engine here is given them.
+struct Storage {
+  std::string weights = "auto";
+  std::string kv_dtype = "auto";
+};
+
 void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
-                         const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype) {
+                         const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype,
+                         const Storage& storage) {
   std::printf(
       "\n| dtype | tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead "
       "| "
@@ -88,6 +95,8 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
     go.model_dir = dir;
     go.tp = tp;
     go.dtype = dtype;
+    go.weights = storage.weights;
+    go.kv_dtype = storage.kv_dtype;
     go.kv_cache_bytes = 256ll << 20;
     go.exe = exe;
     go.worker_log_level = 1;
@@ -166,10 +175,12 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
 // Time to first token of a 1000-token prompt whose first 900 tokens are
 // cached (automatic prefix caching, and an explicit prefix handle), against
 // the same prompt cold. In-process, one rank.
-void BenchCachedPrefix(const std::string& dir, const std::string& dtype) {
+void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const Storage& storage) {
   RankWorkerOptions wo;
   wo.model_dir = dir;
   wo.dtype = dtype;
+  wo.weights = storage.weights;
+  wo.kv_dtype = storage.kv_dtype;
   wo.kv_cache_bytes = 1ll << 30;
   auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
   if (!worker.ok()) return;
@@ -425,7 +436,8 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (f.GetBool("ttft")) BenchCachedPrefix(dir, "f32");
+  const Storage storage{f.GetString("weights"), f.GetString("kv-dtype")};
+  if (f.GetBool("ttft")) BenchCachedPrefix(dir, "f32", storage);
   if (!f.GetString("tp").empty()) {
     std::vector<int32_t> tps;
     ParseIdList("tp", f.GetString("tp"), &tps).IgnoreError();
@@ -442,7 +454,7 @@ int Main(int argc, char** argv) {
     // The worker processes in each of --dtypes (f32 when it is empty).
     std::vector<std::string> tp_dtypes = absl::StrSplit(f.GetString("dtypes"), ',', absl::SkipEmpty());
     if (tp_dtypes.empty()) tp_dtypes = {"f32"};
-    for (const std::string& dtype : tp_dtypes) BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype);
+    for (const std::string& dtype : tp_dtypes) BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, storage);
   }
   if (rows.empty()) return 0;
   std::printf(

@@ -16,15 +16,18 @@ of medians: batch-1 decode ms/token, 512-token prompt tokens/s, batch-8 decode t
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 
 
 def shardlm_round(args, model):
+    # The same threads as llama.cpp: shardlm's kernels use ATen's thread count.
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     out = subprocess.run([args.shardlm_bench, "--model-dir", model, "--dtypes", "f32", "--batches", "1,8",
                           "--decode-steps", "64", "--prompt-len", "512", "--weights", "auto"],
-                         capture_output=True, text=True, check=True).stdout
+                         capture_output=True, text=True, check=True, env=env).stdout
     rows = {}
     floor = None
     for line in out.splitlines():

@@ -61,53 +61,18 @@ Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_block
   if (options_.target_step_ms > 0) scheduler_.LimitStepTokens(kFirstStepTokens);
 }
 
-absl::Status Engine::Validate(const GenerateRequest& r) const {
-  // The field first, as the message starts: "temperature must be in ...".
-  auto bad = [](const std::string& field, auto... parts) {
-    return WithField(absl::InvalidArgumentError(absl::StrCat(parts...)), field);
-  };
-  int64_t prefix_len = 0;
-  if (!r.prefix_handle.empty()) {
-    auto it = handles_.find(r.prefix_handle);
-    if (it == handles_.end() || it->second.expiry_ms <= NowMs() || it->second.owner != r.owner) {
-      return HandleNotFound("prefix handle", r.prefix_handle);
-    }
-    prefix_len = static_cast<int64_t>(it->second.tokens.size());
-  }
-  if (r.prompt.empty() && prefix_len == 0) return bad("prompt", "prompt must hold at least one token");
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    if (r.prompt[i] < 0 || r.prompt[i] >= cfg_.vocab_size) {
-      return bad("prompt", "prompt token ", i, " has id ", r.prompt[i], ", outside the vocabulary [0, ",
-                 cfg_.vocab_size, ")");
-    }
-  }
-  if (r.max_new_tokens < 0)
-    return bad("max_new_tokens", "max_new_tokens must be >= 0, got ", r.max_new_tokens);
-  const int64_t total = prefix_len + static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
-  const int64_t prompt_len = prefix_len + static_cast<int64_t>(r.prompt.size());
-  const std::string from_prefix = prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "";
-  if (r.max_new_tokens == 0 && total > cfg_.max_position_embeddings) {
-    // Scoring and prefill generate nothing: only the prompt counts.
-    return bad("prompt", "prompt must hold at most ", cfg_.max_position_embeddings,
-               " tokens (the context length); given ", prompt_len, from_prefix);
-  }
-  if (total > cfg_.max_position_embeddings) {
-    return bad("prompt", "prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
-               " (the context length). Given: ", prefix_len + static_cast<int64_t>(r.prompt.size()),
-               " prompt tokens", prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "",
-               " and ", r.max_new_tokens, " max_new_tokens");
-  }
-  const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
-  if (r.max_new_tokens == 0 && total > capacity) {
-    return bad("prompt", "prompt must hold at most ", capacity,
-               " tokens (the KV cache capacity: ", allocator_.num_blocks(), " blocks of ", block_size_,
-               "); given ", prompt_len, from_prefix);
-  }
-  if (total > capacity) {
-    return bad("prompt", "prompt tokens + max_new_tokens must be <= ", capacity,
-               " (the KV cache capacity). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
-               " max_new_tokens");
-  }
+namespace {
+
+// InvalidArgument naming `field` (the field first, as the message starts:
+// "temperature must be in ...").
+template <typename... Parts>
+absl::Status Bad(const std::string& field, const Parts&... parts) {
+  return WithField(absl::InvalidArgumentError(absl::StrCat(parts...)), field);
+}
+
+// The sampling parameters and stop tokens against the one table of bounds
+// (model/sampling_limits.h) and the vocabulary.
+absl::Status ValidateSampling(const GenerateRequest& r, int64_t vocab_size) {
   const SamplingParams& s = r.sampling;
   const std::pair<const char*, std::pair<double, SamplingBound>> bounded[] = {
       {"temperature", {s.temperature, kTemperatureBound}},
@@ -119,31 +84,85 @@ absl::Status Engine::Validate(const GenerateRequest& r) const {
   };
   for (const auto& [name, value_bound] : bounded) {
     const auto& [value, bound] = value_bound;
-    if (!bound.Contains(value)) return bad(name, name, " must be in ", bound.Text(), ", got ", value);
+    if (!bound.Contains(value)) return Bad(name, name, " must be in ", bound.Text(), ", got ", value);
   }
-  if (s.top_k < 0) return bad("top_k", "top_k must be >= 0 (0 = off), got ", s.top_k);
+  if (s.top_k < 0) return Bad("top_k", "top_k must be >= 0 (0 = off), got ", s.top_k);
   if (s.num_top_logprobs < 0 || s.num_top_logprobs > kMaxTopLogprobs) {
-    return bad("top_logprobs", "top logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
+    return Bad("top_logprobs", "top logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
                s.num_top_logprobs);
   }
   if (s.logit_bias.size() > kMaxLogitBiasEntries)
-    return bad("logit_bias", "logit_bias holds at most ", kMaxLogitBiasEntries, " entries, got ",
+    return Bad("logit_bias", "logit_bias holds at most ", kMaxLogitBiasEntries, " entries, got ",
                s.logit_bias.size());
   for (const auto& [id, bias] : s.logit_bias) {
-    if (id < 0 || id >= cfg_.vocab_size) {
-      return bad("logit_bias", "logit_bias token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size,
+    if (id < 0 || id >= vocab_size) {
+      return Bad("logit_bias", "logit_bias token id ", id, " is outside the vocabulary [0, ", vocab_size,
                  ")");
     }
     if (!kLogitBiasBound.Contains(bias))
-      return bad("logit_bias", "logit_bias for token ", id, " must be in ", kLogitBiasBound.Text(), ", got ",
+      return Bad("logit_bias", "logit_bias for token ", id, " must be in ", kLogitBiasBound.Text(), ", got ",
                  bias);
   }
   for (int32_t id : r.stop_token_ids) {
-    if (id < 0 || id >= cfg_.vocab_size)
-      return bad("stop_token_ids", "stop token id ", id, " is outside the vocabulary [0, ", cfg_.vocab_size,
-                 ")");
+    if (id < 0 || id >= vocab_size)
+      return Bad("stop_token_ids", "stop token id ", id, " is outside the vocabulary [0, ", vocab_size, ")");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+// The prompt (and its prefix handle) and the length asked for: within the
+// vocabulary, the context and the KV cache.
+absl::Status Engine::ValidateLength(const GenerateRequest& r) const {
+  int64_t prefix_len = 0;
+  if (!r.prefix_handle.empty()) {
+    auto it = handles_.find(r.prefix_handle);
+    if (it == handles_.end() || it->second.expiry_ms <= NowMs() || it->second.owner != r.owner) {
+      return HandleNotFound("prefix handle", r.prefix_handle);
+    }
+    prefix_len = static_cast<int64_t>(it->second.tokens.size());
+  }
+  if (r.prompt.empty() && prefix_len == 0) return Bad("prompt", "prompt must hold at least one token");
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    if (r.prompt[i] < 0 || r.prompt[i] >= cfg_.vocab_size) {
+      return Bad("prompt", "prompt token ", i, " has id ", r.prompt[i], ", outside the vocabulary [0, ",
+                 cfg_.vocab_size, ")");
+    }
+  }
+  if (r.max_new_tokens < 0)
+    return Bad("max_new_tokens", "max_new_tokens must be >= 0, got ", r.max_new_tokens);
+  const int64_t total = prefix_len + static_cast<int64_t>(r.prompt.size()) + r.max_new_tokens;
+  const int64_t prompt_len = prefix_len + static_cast<int64_t>(r.prompt.size());
+  const std::string from_prefix = prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "";
+  if (r.max_new_tokens == 0 && total > cfg_.max_position_embeddings) {
+    // Scoring and prefill generate nothing: only the prompt counts.
+    return Bad("prompt", "prompt must hold at most ", cfg_.max_position_embeddings,
+               " tokens (the context length); given ", prompt_len, from_prefix);
+  }
+  if (total > cfg_.max_position_embeddings) {
+    return Bad("prompt", "prompt tokens + max_new_tokens must be <= ", cfg_.max_position_embeddings,
+               " (the context length). Given: ", prefix_len + static_cast<int64_t>(r.prompt.size()),
+               " prompt tokens", prefix_len > 0 ? absl::StrCat(" (", prefix_len, " from the prefix)") : "",
+               " and ", r.max_new_tokens, " max_new_tokens");
+  }
+  const int64_t capacity = static_cast<int64_t>(allocator_.num_blocks()) * block_size_;
+  if (r.max_new_tokens == 0 && total > capacity) {
+    return Bad("prompt", "prompt must hold at most ", capacity,
+               " tokens (the KV cache capacity: ", allocator_.num_blocks(), " blocks of ", block_size_,
+               "); given ", prompt_len, from_prefix);
+  }
+  if (total > capacity) {
+    return Bad("prompt", "prompt tokens + max_new_tokens must be <= ", capacity,
+               " (the KV cache capacity). Given: ", r.prompt.size(), " prompt tokens and ", r.max_new_tokens,
+               " max_new_tokens");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::Validate(const GenerateRequest& r) const {
+  SHARDLM_RETURN_IF_ERROR(ValidateLength(r));
+  return ValidateSampling(r, cfg_.vocab_size);
 }
 
 absl::StatusOr<int64_t> Engine::Submit(GenerateRequest request) {

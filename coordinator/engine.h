@@ -190,6 +190,7 @@ class Engine : private KvSpace {
   bool Stop(int64_t id);
   // Submit's checks alone (const: safe to call beside a running step).
   absl::Status Validate(const GenerateRequest& r) const;
+  absl::Status ValidateLength(const GenerateRequest& r) const;
 
   // Convenience: submit one request and step until it finishes.
   absl::StatusOr<GenerateResult> Run(GenerateRequest request);

@@ -210,7 +210,10 @@ void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::
   a.k = w.in_features();
   a.epilogue = epilogue;
   const int64_t panels = (a.n + kQuantPanelRows - 1) / kQuantPanelRows;
-  const int64_t unit_bytes = (a.k / kQuantBlock) * QuantPanelBlockBytes(a.format);
+  // A panel's work grows with the row groups that pass over it: a prompt
+  // chunk's panels are compute, not a stream of a few KB each.
+  const int64_t groups = (a.m + 7) / 8;
+  const int64_t unit_bytes = (a.k / kQuantBlock) * QuantPanelBlockBytes(a.format) * groups;
   ParallelFor(0, panels, UnitsPerTask(unit_bytes, 1), [&](int64_t b, int64_t e) { fn(a, b, e); });
 }
 

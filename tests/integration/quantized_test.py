@@ -70,6 +70,7 @@ def case_real_model(args):
     print("  log-probs of %d tokens, kept Q4_1 vs dequantized f32: max |diff| %.3f, mean %.3f"
           % (len(dense), mx, mean))
     assert mx <= args.max_diff and mean <= args.mean_diff, "beyond %.2f / %.2f" % (args.max_diff, args.mean_diff)
+    assert mx > 0, "the kept blocks gave the dense scores exactly: nothing was kept quantized"
     check_greedy(args, greedy(args, args.gguf, "--weights", "dense"), greedy(args, args.gguf), "kept Q4_1")
 
 
@@ -85,6 +86,7 @@ def case_tensor_parallel(args):
         print("  --tp %s kept quantized: log-probs max |diff| %.3f, mean %.3f against dense one rank"
               % (tp, mx, mean))
         assert mx <= args.max_diff and mean <= args.mean_diff, "--tp %s beyond the bounds" % tp
+        assert mx > 0, "--tp %s gave the dense scores exactly: its shards were not kept quantized" % tp
         check_greedy(args, g_dense, greedy(args, args.gguf, "--tp", tp), "--tp " + tp)
     # Two layers of a tiny model: too few to amplify the reordering; equal to one rank's run.
     model = tiny(args, "tiny64", 64, 4, 2)

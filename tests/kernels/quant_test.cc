@@ -132,24 +132,27 @@ at::Tensor LinearAt(Isa isa, const at::Tensor& x, const LinearWeight& w, const a
 
 TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
   const QuantFormat f = GetParam();
-  const Rows rows = RandomRows(f, 53, 192, 7);
-  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 192);
   std::vector<Isa> simd;
   if (DetectedIsa() == Isa::kAvx512 && HasAvx512Vnni()) simd.push_back(Isa::kAvx512);
   if (DetectedIsa() >= Isa::kAvx2) simd.push_back(Isa::kAvx2);
   if (simd.empty()) GTEST_SKIP() << "no AVX2 here";
-  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    for (int64_t m : {1, 2, 5, 8, 9, 33}) {
-      at::manual_seed(m);
-      const at::Tensor x = at::randn({m, 192}).to(dtype);
-      const at::Tensor bias = at::randn({53}).to(dtype);
-      const at::Tensor y0 = at::randn({m, 53}).to(dtype);
-      for (const at::Tensor& y : {at::Tensor(), y0}) {
-        const at::Tensor slow = LinearAt(Isa::kScalar, x, w, bias, y);
-        for (Isa isa : simd) {
-          EXPECT_TRUE(at::equal(LinearAt(isa, x, w, bias, y), slow))
-              << QuantFormatName(f) << " " << IsaName(isa) << " m " << m << " " << dtype
-              << (y.defined() ? " add-to" : "");
+  // Last panels of 5 rows (53) and of 13 (45: AVX2's second half-panel short).
+  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{53, 192}, {45, 96}}) {
+    const Rows rows = RandomRows(f, n, k, static_cast<uint32_t>(7 + n));
+    const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
+    for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+      for (int64_t m : {1, 2, 5, 8, 9, 33}) {
+        at::manual_seed(m);
+        const at::Tensor x = at::randn({m, k}).to(dtype);
+        const at::Tensor bias = at::randn({n}).to(dtype);
+        const at::Tensor y0 = at::randn({m, n}).to(dtype);
+        for (const at::Tensor& y : {at::Tensor(), y0}) {
+          const at::Tensor slow = LinearAt(Isa::kScalar, x, w, bias, y);
+          for (Isa isa : simd) {
+            EXPECT_TRUE(at::equal(LinearAt(isa, x, w, bias, y), slow))
+                << QuantFormatName(f) << " " << IsaName(isa) << " m " << m << " " << dtype
+                << (y.defined() ? " add-to" : "") << " n " << n;
+          }
         }
       }
     }

@@ -67,4 +67,23 @@ export -f serve_stream
 export bin
 step serve_nccl 150 serve_stream 50071 --collectives nccl
 step serve_tp2_one_gpu 150 serve_stream 50072 --tp 2 --collectives host
+# Quantized weights and a KV cache in another dtype are the CPU's: on a GPU both are refused
+# naming the flag (docs/gpu.md, "Quantized weights on a GPU").
+storage_refused() {
+  local err
+  "$bin" make-tiny-model /tmp/gpu-storage-model --arch llama --no-tokenizer --vocab-size 512 >/dev/null || return 1
+  for flags in "--weights q8_0" "--kv-dtype bf16"; do
+    # shellcheck disable=SC2086
+    if err=$("$bin" generate --model /tmp/gpu-storage-model --device cuda --dtype f32 $flags --prompt-ids 1,2 \
+             --max-new-tokens 2 2>&1); then
+      echo "$flags was accepted on cuda"; return 1
+    fi
+    echo "$err" | tail -1
+    echo "$err" | grep -q -- "${flags%% *}" || { echo "the error does not name ${flags%% *}"; return 1; }
+  done
+  "$bin" generate --model /tmp/gpu-storage-model --device cuda --weights dense --kv-dtype auto --prompt-ids 1,2 \
+    --max-new-tokens 2
+}
+export -f storage_refused
+step storage_refused 120 storage_refused
 exit $status

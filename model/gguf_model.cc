@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {
@@ -177,51 +178,59 @@ bool GetBool(const GgufHeader& h, const std::string& key, bool fallback) {
 
 }  // namespace
 
-absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::string& label) {
-  auto arch = GetString(h, "general.architecture", label);
-  if (!arch.ok()) return arch.status();
+namespace {
+
+// architectures and model_type from general.architecture (one llama.cpp knows
+// and this engine runs).
+absl::Status ArchitectureInto(const GgufHeader& h, const std::string& label, const std::string& arch,
+                              json& cfg) {
   std::string architecture;
   std::vector<std::string> known;
   for (const auto& [name, hf] : kArchitectures) {
-    if (*arch == name) architecture = hf;
+    if (arch == name) architecture = hf;
     known.push_back(name);
   }
   if (architecture.empty()) {
-    return Bad(label, "general.architecture '" + *arch +
+    return Bad(label, "general.architecture '" + arch +
                           "' is not supported (supported: " + absl::StrJoin(known, ", ") + ")");
   }
-  const std::string a = *arch + ".";
-  json cfg = json::object();
   cfg["architectures"] = {architecture};
-  cfg["model_type"] = *arch;
+  cfg["model_type"] = arch;
+  return absl::OkStatus();
+}
+
+// The layer sizes and heads under the architecture's prefix `a` ("llama.").
+absl::Status ShapeInto(const GgufHeader& h, const std::string& label, const std::string& a, json& cfg) {
   for (auto [hf, key] : {std::pair{"hidden_size", "embedding_length"},
                          {"intermediate_size", "feed_forward_length"},
                          {"num_hidden_layers", "block_count"},
                          {"num_attention_heads", "attention.head_count"},
                          {"max_position_embeddings", "context_length"}}) {
-    auto v = GetInt(h, a + key, label);
-    if (!v.ok()) return v.status();
-    cfg[hf] = *v;
+    SHARDLM_ASSIGN_OR_RETURN(int64_t v, GetInt(h, a + key, label));
+    cfg[hf] = v;
   }
-  auto kv_heads = GetInt(h, a + "attention.head_count_kv", label, cfg["num_attention_heads"].get<int64_t>());
-  if (!kv_heads.ok()) return kv_heads.status();
-  cfg["num_key_value_heads"] = *kv_heads;
   const int64_t heads = cfg["num_attention_heads"].get<int64_t>();
+  SHARDLM_ASSIGN_OR_RETURN(int64_t kv_heads, GetInt(h, a + "attention.head_count_kv", label, heads));
+  cfg["num_key_value_heads"] = kv_heads;
   const int64_t default_head_dim = heads > 0 ? cfg["hidden_size"].get<int64_t>() / heads : 1;
-  auto head_dim = GetInt(h, a + "attention.key_length", label, default_head_dim);
-  if (!head_dim.ok()) return head_dim.status();
-  cfg["head_dim"] = *head_dim;
-  auto value_dim = GetInt(h, a + "attention.value_length", label, *head_dim);
-  if (!value_dim.ok()) return value_dim.status();
-  if (*value_dim != *head_dim) {
+  SHARDLM_ASSIGN_OR_RETURN(int64_t head_dim, GetInt(h, a + "attention.key_length", label, default_head_dim));
+  cfg["head_dim"] = head_dim;
+  SHARDLM_ASSIGN_OR_RETURN(int64_t value_dim, GetInt(h, a + "attention.value_length", label, head_dim));
+  if (value_dim != head_dim) {
     return Bad(label,
-               absl::StrCat(a, "attention.value_length (", *value_dim, ") != key_length (", *head_dim, ")"));
+               absl::StrCat(a, "attention.value_length (", value_dim, ") != key_length (", head_dim, ")"));
   }
-  auto rope_dims = GetInt(h, a + "rope.dimension_count", label, *head_dim);
-  if (!rope_dims.ok()) return rope_dims.status();
-  if (*rope_dims != *head_dim) {
-    return Bad(label, absl::StrCat(a, "rope.dimension_count (", *rope_dims, ") must equal the head size (",
-                                   *head_dim, "): partial rotary embeddings are not supported"));
+  return absl::OkStatus();
+}
+
+// Rotary embedding (full head size, no scaling), norm epsilon, rope base and
+// sliding window.
+absl::Status PositionsInto(const GgufHeader& h, const std::string& label, const std::string& a, json& cfg) {
+  const int64_t head_dim = cfg["head_dim"].get<int64_t>();
+  SHARDLM_ASSIGN_OR_RETURN(int64_t rope_dims, GetInt(h, a + "rope.dimension_count", label, head_dim));
+  if (rope_dims != head_dim) {
+    return Bad(label, absl::StrCat(a, "rope.dimension_count (", rope_dims, ") must equal the head size (",
+                                   head_dim, "): partial rotary embeddings are not supported"));
   }
   if (const GgufValue* v = h.Find(a + "rope.scaling.type");
       v != nullptr && (v->type != GgufValueType::kString || v->s != "none")) {
@@ -244,6 +253,13 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
     cfg["sliding_window"] = v->i;
     cfg["use_sliding_window"] = true;
   }
+  return absl::OkStatus();
+}
+
+// The vocabulary's size (the token embedding's rows, else the token list's
+// length, unless the metadata says), the special token ids, and what the
+// tensors present say (tied head, q/k/v biases).
+absl::Status VocabularyInto(const GgufHeader& h, const std::string& label, const std::string& a, json& cfg) {
   int64_t vocab = -1;
   if (const GgufValue* tokens = h.Find("tokenizer.ggml.tokens"))
     vocab = static_cast<int64_t>(tokens->strings.size());
@@ -251,15 +267,10 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
       embd != nullptr && embd->dims.size() == 2) {
     vocab = embd->dims[1];
   }
-  auto vocab_size = GetInt(h, a + "vocab_size", label, vocab < 0 ? 0 : vocab);
-  if (!vocab_size.ok()) return vocab_size.status();
-  cfg["vocab_size"] = *vocab_size;
+  SHARDLM_ASSIGN_OR_RETURN(int64_t vocab_size, GetInt(h, a + "vocab_size", label, vocab < 0 ? 0 : vocab));
+  cfg["vocab_size"] = vocab_size;
   cfg["tie_word_embeddings"] = FindTensor(h, "output.weight") == nullptr;
   cfg["attention_bias"] = FindTensor(h, "blk.0.attn_q.bias") != nullptr;
-  cfg["hidden_act"] = "silu";
-  // Quantized files dequantize exactly into f32; F16/BF16 files run in bf16 by default.
-  const int64_t file_type = GetInt(h, "general.file_type", label, 0).value_or(0);
-  cfg["torch_dtype"] = file_type == 1 || file_type == 32 ? "bfloat16" : "float32";
   for (auto [hf, key] : {std::pair{"bos_token_id", "tokenizer.ggml.bos_token_id"},
                          {"eos_token_id", "tokenizer.ggml.eos_token_id"}}) {
     if (const GgufValue* v = h.Find(key); v != nullptr && v->is_integer()) cfg[hf] = v->i;
@@ -272,6 +283,24 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
       cfg["eos_token_id"] = {cfg["eos_token_id"].get<int64_t>(), eot->i};
     }
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::string& label) {
+  SHARDLM_ASSIGN_OR_RETURN(std::string arch, GetString(h, "general.architecture", label));
+  const std::string a = arch + ".";
+  json cfg = json::object();
+  SHARDLM_RETURN_IF_ERROR(ArchitectureInto(h, label, arch, cfg));
+  SHARDLM_RETURN_IF_ERROR(ShapeInto(h, label, a, cfg));
+  SHARDLM_RETURN_IF_ERROR(PositionsInto(h, label, a, cfg));
+  SHARDLM_RETURN_IF_ERROR(VocabularyInto(h, label, a, cfg));
+  cfg["hidden_act"] = "silu";
+  // Quantized files compute in f32 (their blocks kept on the CPU, dequantized
+  // to f32 elsewhere: --weights); F16/BF16 files in bf16 by default.
+  const int64_t file_type = GetInt(h, "general.file_type", label, 0).value_or(0);
+  cfg["torch_dtype"] = file_type == 1 || file_type == 32 ? "bfloat16" : "float32";
   return Dump(cfg, label, "the model metadata");
 }
 

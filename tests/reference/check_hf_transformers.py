@@ -103,9 +103,12 @@ def engine_generate(ctx, ids, tp):
 
 
 def engine_run(ctx, model, ids, n, tp):
+    # --weights dense: the file's blocks dequantized to f32, as transformers (through gguf-py)
+    # does. The blocks kept quantized are judged against this very run by
+    # tests/integration/quantized_test.py.
     cmd = [ctx.binary, "generate", "--model", model, "--prompt-ids", harness.ids_arg(ids),
            "--max-new-tokens", str(n), "--temperature", "0", "--ignore-eos", "--dtype", "f32",
-           "--json", "--warmup-tokens", "0"]
+           "--weights", "dense", "--json", "--warmup-tokens", "0"]
     if tp > 1:
         cmd += ["--tp", str(tp)]
     proc, _ = harness.run_engine(cmd, timeout=600)

@@ -57,8 +57,8 @@ absl::Status CheckMode(const FlagSet& f) {
     return absl::InvalidArgumentError("give exactly one of --model or --server");
   const bool remote = f.Has("server");
   static const std::vector<const char*> kLocal = {
-      "tp",           "dtype",  "device",           "kv-cache-mb",          "max-batch-tokens",
-      "max-num-seqs", "policy", "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens",
+      "tp",           "dtype",   "device",           "kv-cache-mb",          "max-batch-tokens",
+      "max-num-seqs", "policy",  "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens",
       "collectives",  "weights", "kv-dtype"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
@@ -128,8 +128,9 @@ void BatchResults::Finish() {
   std::fflush(out_);
 }
 
-int RunBatch(int argc, char** argv, const CliEnv& env) {
-  FlagSet f("batch");
+namespace {
+
+void AddBatchFlags(FlagSet& f) {
   f.String("model", "checkpoint directory: run the file on an engine in this process");
   f.String("server", "send the file to a running shardlm server at HOST:PORT instead");
   f.String("input", "JSON lines, one request each ('-': stdin)", /*required=*/true);
@@ -151,26 +152,11 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
   f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000);
   f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true);
   AddApiClientFlags(f);
-  int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  if (absl::Status st = CheckMode(f); !st.ok()) return Fail(st);
+}
 
-  auto lines = ReadLines(f.GetString("input"));
-  if (!lines.ok()) return Fail(lines.status());
-  const std::string out_path = f.GetString("output");
-  std::FILE* out = out_path == "-" ? stdout : std::fopen(out_path.c_str(), "wb");
-  if (out == nullptr) return Fail(absl::NotFoundError("--output: cannot write '" + out_path + "'"));
-  BatchResults results(out, &*lines);
-  BatchRunInfo info;
-  const absl::Status st = f.Has("server") ? RunRemoteBatch(f, env, *lines, results, &info)
-                                          : RunLocalBatch(f, env, *lines, results, &info);
-  results.Finish();
-  const bool write_failed = std::ferror(out) != 0 || (out != stdout && std::fclose(out) != 0);
-  if (write_failed) return Fail(absl::DataLossError("--output: error writing '" + out_path + "'"));
-  if (!st.ok() && results.done() < static_cast<int64_t>(lines->size())) return Fail(st);
-
+// The run's summary (the --json-summary file), and its line on stderr.
+json Summary(const FlagSet& f, const BatchResults& results, const BatchRunInfo& info, int64_t total) {
   const double wall = std::max(results.wall_s(), 1e-9);
-  const int64_t total = static_cast<int64_t>(lines->size());
   json summary = {
       {"mode", info.mode},
       {"requests", total},
@@ -198,6 +184,34 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
                static_cast<long long>(results.prompt_tokens()),
                static_cast<long long>(results.output_tokens()), wall, static_cast<double>(total) / wall,
                static_cast<double>(results.output_tokens()) / wall);
+  return summary;
+}
+
+}  // namespace
+
+int RunBatch(int argc, char** argv, const CliEnv& env) {
+  FlagSet f("batch");
+  AddBatchFlags(f);
+  int code = 0;
+  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  if (absl::Status st = CheckMode(f); !st.ok()) return Fail(st);
+
+  auto lines = ReadLines(f.GetString("input"));
+  if (!lines.ok()) return Fail(lines.status());
+  const std::string out_path = f.GetString("output");
+  std::FILE* out = out_path == "-" ? stdout : std::fopen(out_path.c_str(), "wb");
+  if (out == nullptr) return Fail(absl::NotFoundError("--output: cannot write '" + out_path + "'"));
+  BatchResults results(out, &*lines);
+  BatchRunInfo info;
+  const absl::Status st = f.Has("server") ? RunRemoteBatch(f, env, *lines, results, &info)
+                                          : RunLocalBatch(f, env, *lines, results, &info);
+  results.Finish();
+  const bool write_failed = std::ferror(out) != 0 || (out != stdout && std::fclose(out) != 0);
+  if (write_failed) return Fail(absl::DataLossError("--output: error writing '" + out_path + "'"));
+  if (!st.ok() && results.done() < static_cast<int64_t>(lines->size())) return Fail(st);
+
+  const int64_t total = static_cast<int64_t>(lines->size());
+  const json summary = Summary(f, results, info, total);
   if (f.Has("json-summary")) {
     std::ofstream js(f.GetString("json-summary"), std::ios::binary | std::ios::trunc);
     js << summary.dump(2) << "\n";

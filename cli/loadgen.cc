@@ -207,8 +207,9 @@ absl::StatusOr<double> ParseRate(const std::string& text) {
 
 }  // namespace
 
-int RunBench(int argc, char** argv, const CliEnv& env) {
-  FlagSet f("bench");
+namespace {
+
+void AddBenchFlags(FlagSet& f) {
   f.String("server", "the shardlm server to load, HOST:PORT", /*required=*/true);
   f.Int("num-requests", "requests to send (with --duration-s: at most this many)", 100, 1, int64_t{1} << 40);
   f.Float("duration-s", "send for this long instead of a fixed number", 0, 0, 1e7, /*min_exclusive=*/true);
@@ -224,6 +225,69 @@ int RunBench(int argc, char** argv, const CliEnv& env) {
         int64_t{1} << 31);
   f.Bool("json", "print one JSON object instead of the table");
   AddApiClientFlags(f);
+}
+
+// How much to send: --num-requests, or --duration-s (with a finite rate or a
+// concurrency cap), and the cap.
+absl::StatusOr<PhaseLimits> LimitsOf(const FlagSet& f, double rate) {
+  PhaseLimits lim;
+  if (f.Has("duration-s")) {
+    lim.duration_s = f.GetFloat("duration-s");
+    if (f.Has("num-requests")) lim.requests = f.GetInt("num-requests");
+    if (rate == 0 && f.GetInt("concurrency") == 0) {
+      return absl::InvalidArgumentError("--duration-s needs a finite --rate or a --concurrency");
+    }
+  } else {
+    lim.requests = f.GetInt("num-requests");
+  }
+  if (f.GetInt("concurrency") > 0) lim.cap = static_cast<int>(f.GetInt("concurrency"));
+  return lim;
+}
+
+// The ids' range: --vocab-size, else the server's vocabulary (GetModelInfo).
+absl::StatusOr<int64_t> VocabOf(const FlagSet& f, ApiClient& client) {
+  int64_t vocab = f.GetInt("vocab-size");
+  if (f.Has("vocab-size")) {
+    if (vocab <= 10) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--vocab-size must be > 10 (ids start at 10), got ", vocab));
+    }
+    return vocab;
+  }
+  pb::ModelInfo info;
+  grpc::ClientContext ctx;
+  client.Prepare(ctx, 30);
+  grpc::Status st = client.stub().GetModelInfo(&ctx, pb::GetModelInfoRequest(), &info);
+  if (!st.ok()) {
+    return absl::Status(FromGrpcStatus(st).code(),
+                        absl::StrCat("GetModelInfo at ", client.server(), ": ", GrpcCodeName(st.error_code()),
+                                     ": ", st.error_message()));
+  }
+  if (info.vocab_size() <= 10)
+    return absl::FailedPreconditionError("the server's vocabulary has no ids past 10");
+  return info.vocab_size();
+}
+
+// --warmup requests sent and awaited first, their errors reported, not counted.
+void Warmup(const FlagSet& f, GenerateStreams& streams, Workload warm, const PhaseLimits& lim,
+            const CliEnv& env) {
+  PhaseLimits wl;
+  wl.requests = f.GetInt("warmup");
+  wl.cap = lim.cap;
+  BenchRecorder wrec;
+  RunPhase("bench warmup", streams, warm, wl, env, &wrec);
+  BenchReport w = wrec.Report(0);
+  for (const auto& [c, ce] : w.errors) {
+    std::fprintf(stderr, "bench: warmup: %lld %s, e.g. %s\n", static_cast<long long>(ce.first), c.c_str(),
+                 ce.second.c_str());
+  }
+}
+
+}  // namespace
+
+int RunBench(int argc, char** argv, const CliEnv& env) {
+  FlagSet f("bench");
+  AddBenchFlags(f);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
   auto rate = ParseRate(f.GetString("rate"));
@@ -232,54 +296,20 @@ int RunBench(int argc, char** argv, const CliEnv& env) {
   if (!prompt_len.ok()) return Fail(prompt_len.status());
   auto output_len = LengthDist::Parse("output-len", f.GetString("output-len"));
   if (!output_len.ok()) return Fail(output_len.status());
-  PhaseLimits lim;
-  if (f.Has("duration-s")) {
-    lim.duration_s = f.GetFloat("duration-s");
-    if (f.Has("num-requests")) lim.requests = f.GetInt("num-requests");
-    if (*rate == 0 && f.GetInt("concurrency") == 0) {
-      return Fail(absl::InvalidArgumentError("--duration-s needs a finite --rate or a --concurrency"));
-    }
-  } else {
-    lim.requests = f.GetInt("num-requests");
-  }
-  if (f.GetInt("concurrency") > 0) lim.cap = static_cast<int>(f.GetInt("concurrency"));
+  auto limits = LimitsOf(f, *rate);
+  if (!limits.ok()) return Fail(limits.status());
+  const PhaseLimits lim = *limits;
   auto client = ApiClient::Connect(f);
   if (!client.ok()) return Fail(client.status());
-
-  int64_t vocab = f.GetInt("vocab-size");
-  if (f.Has("vocab-size") && vocab <= 10) {
-    return Fail(
-        absl::InvalidArgumentError(absl::StrCat("--vocab-size must be > 10 (ids start at 10), got ", vocab)));
-  }
-  if (!f.Has("vocab-size")) {
-    pb::ModelInfo info;
-    grpc::ClientContext ctx;
-    (*client)->Prepare(ctx, 30);
-    grpc::Status st = (*client)->stub().GetModelInfo(&ctx, pb::GetModelInfoRequest(), &info);
-    if (!st.ok()) {
-      return Fail(absl::Status(FromGrpcStatus(st).code(),
-                               absl::StrCat("GetModelInfo at ", (*client)->server(), ": ",
-                                            GrpcCodeName(st.error_code()), ": ", st.error_message())));
-    }
-    vocab = info.vocab_size();
-    if (vocab <= 10) return Fail(absl::FailedPreconditionError("the server's vocabulary has no ids past 10"));
-  }
+  auto vocab_or = VocabOf(f, **client);
+  if (!vocab_or.ok()) return Fail(vocab_or.status());
+  const int64_t vocab = *vocab_or;
   const double prefix_frac = f.GetFloat("shared-prefix-frac");
   const uint64_t seed = static_cast<uint64_t>(f.GetInt("seed"));
   GenerateStreams streams(client->get(), f.GetFloat("timeout-s"));
 
   if (f.GetInt("warmup") > 0) {
-    Workload warm(*prompt_len, *output_len, prefix_frac, vocab, 0, seed + 1);
-    PhaseLimits wl;
-    wl.requests = f.GetInt("warmup");
-    wl.cap = lim.cap;
-    BenchRecorder wrec;
-    RunPhase("bench warmup", streams, warm, wl, env, &wrec);
-    BenchReport w = wrec.Report(0);
-    for (const auto& [c, ce] : w.errors) {
-      std::fprintf(stderr, "bench: warmup: %lld %s, e.g. %s\n", static_cast<long long>(ce.first), c.c_str(),
-                   ce.second.c_str());
-    }
+    Warmup(f, streams, Workload(*prompt_len, *output_len, prefix_frac, vocab, 0, seed + 1), lim, env);
   }
   Workload work(*prompt_len, *output_len, prefix_frac, vocab, *rate, seed);
   BenchRecorder rec;

@@ -652,7 +652,9 @@ void Engine::LearnStepCost(const PlannedStep& plan) {
   scheduler_.LimitStepTokens(std::max<int64_t>(limit, kMinTokens));
 }
 
-absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
+// The step's bookkeeping undone whatever its outcome: in-flight counts, rows
+// pending, copied blocks released.
+void Engine::SettleStep(PlannedStep& plan) {
   --steps_in_flight_;
   LearnStepCost(plan);
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
@@ -664,18 +666,11 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
     if (o.scored_index == -1) --o.seq->pending;  // in `tokens` below, or dropped
   }
   for (const auto& [src, dst] : plan.copies) allocator_.Release(src);  // copied now (or never needed)
-  if (!results.ok()) {
-    // Fail the work in flight, keep the engine usable. A sequence also in
-    // the step behind this one ends when that one is applied.
-    // One that had already ended ends as it did: its tokens' steps ran.
-    for (Sequence* seq : plan.in_step) {
-      RequestEnd(*seq, FinishReason::kNone, results.status());
-      if (!seq->in_flight) FinishAndErase(*seq, seq->end_reason, seq->end_status);
-    }
-    return results.status();
-  }
-  for (size_t k = 0; k < plan.in_step.size(); ++k) {
-    Sequence* seq = plan.in_step[k];
+}
+
+// The computed blocks published to the prefix cache, prompt tokens counted.
+void Engine::PublishComputed(PlannedStep& plan) {
+  for (Sequence* seq : plan.in_step) {
     // One whose earlier step failed has positions nobody wrote.
     if (options_.prefix_caching && (!seq->end_requested || seq->end_status.ok())) PublishBlocks(*seq);
     if (options_.metrics && !seq->prompt_counted &&
@@ -684,44 +679,50 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
       options_.metrics->prompt_tokens->Add(static_cast<double>(seq->request.prompt.size()));
     }
   }
-  for (size_t i = 0; i < plan.owners.size(); ++i) {
-    Sequence* seq = plan.owners[i].seq;
-    if (seq->end_requested) continue;  // cancelled or stopped while executing
-    const RowResult& r = (*results)[i];
-    std::vector<TopLogprob> top;
-    for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
-    if (plan.owners[i].scored_index == kNextTopRow) {
-      seq->result.next_top = std::move(top);
-      continue;
-    }
-    if (plan.owners[i].scored_index >= 0) {
-      seq->result.prompt_scores[plan.owners[i].scored_index] = r.target_logprob;
-      seq->result.prompt_top[plan.owners[i].scored_index] = std::move(top);
-      continue;
-    }
-    if (seq->result.tokens.empty()) {
-      seq->first_token = std::chrono::steady_clock::now();
-      const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
-      if (options_.metrics) options_.metrics->time_to_first_token->Observe(ttft.count());
-    }
-    if (options_.metrics) options_.metrics->generation_tokens->Add();
-    seq->tokens.push_back(r.token);
-    seq->result.tokens.push_back(r.token);
-    seq->result.logprobs.push_back(r.logprob);
-    if (seq->request.on_token) seq->request.on_token(r.token, r.logprob, top);
-    seq->result.top_logprobs.push_back(std::move(top));
-    Constrain(*seq, r.token);
-    if (IsStop(*seq, r.token)) {
-      seq->result.finish_reason = FinishReason::kStop;
-    } else if (seq->result.finish_reason == FinishReason::kNone &&
-               static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
-      seq->result.finish_reason = FinishReason::kLength;
-      seq->result.constraint_unfinished = seq->matcher && !seq->matcher->accepting();
-    }
+}
+
+// One row's result into its sequence: a scored prompt position, the next
+// token's alternatives, or a sampled token (streamed, constrained, and
+// checked for a stop or the length).
+void Engine::ApplyRow(const RowOwner& owner, const RowResult& r) {
+  Sequence* seq = owner.seq;
+  if (seq->end_requested) return;  // cancelled or stopped while executing
+  std::vector<TopLogprob> top;
+  for (size_t j = 0; j < r.top_ids.size(); ++j) top.push_back({r.top_ids[j], r.top_logprobs[j]});
+  if (owner.scored_index == kNextTopRow) {
+    seq->result.next_top = std::move(top);
+    return;
   }
-  // Retire what ended: cancelled or stopped meanwhile, generation done, or a
-  // scoring-only prompt fully computed. One also in the step behind this one
-  // ends when that one is applied (the workers write its blocks until then).
+  if (owner.scored_index >= 0) {
+    seq->result.prompt_scores[owner.scored_index] = r.target_logprob;
+    seq->result.prompt_top[owner.scored_index] = std::move(top);
+    return;
+  }
+  if (seq->result.tokens.empty()) {
+    seq->first_token = std::chrono::steady_clock::now();
+    const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
+    if (options_.metrics) options_.metrics->time_to_first_token->Observe(ttft.count());
+  }
+  if (options_.metrics) options_.metrics->generation_tokens->Add();
+  seq->tokens.push_back(r.token);
+  seq->result.tokens.push_back(r.token);
+  seq->result.logprobs.push_back(r.logprob);
+  if (seq->request.on_token) seq->request.on_token(r.token, r.logprob, top);
+  seq->result.top_logprobs.push_back(std::move(top));
+  Constrain(*seq, r.token);
+  if (IsStop(*seq, r.token)) {
+    seq->result.finish_reason = FinishReason::kStop;
+  } else if (seq->result.finish_reason == FinishReason::kNone &&
+             static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
+    seq->result.finish_reason = FinishReason::kLength;
+    seq->result.constraint_unfinished = seq->matcher && !seq->matcher->accepting();
+  }
+}
+
+// Retires what ended: cancelled or stopped meanwhile, generation done, or a
+// scoring-only prompt fully computed. One also in the step behind this one
+// ends when that one is applied (the workers write its blocks until then).
+void Engine::RetireEnded(PlannedStep& plan) {
   for (Sequence* seq : plan.in_step) {
     if (seq->in_flight) {
       if (seq->result.finish_reason != FinishReason::kNone) RequestEnd(*seq, seq->result.finish_reason, {});
@@ -735,6 +736,23 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
       FinishAndErase(*seq, scored_only ? FinishReason::kLength : seq->result.finish_reason);
     }
   }
+}
+
+absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
+  SettleStep(plan);
+  if (!results.ok()) {
+    // Fail the work in flight, keep the engine usable. A sequence also in
+    // the step behind this one ends when that one is applied.
+    // One that had already ended ends as it did: its tokens' steps ran.
+    for (Sequence* seq : plan.in_step) {
+      RequestEnd(*seq, FinishReason::kNone, results.status());
+      if (!seq->in_flight) FinishAndErase(*seq, seq->end_reason, seq->end_status);
+    }
+    return results.status();
+  }
+  PublishComputed(plan);
+  for (size_t i = 0; i < plan.owners.size(); ++i) ApplyRow(plan.owners[i], (*results)[i]);
+  RetireEnded(plan);
   UpdateGauges();
   return absl::OkStatus();
 }

@@ -318,6 +318,11 @@ class Engine : private KvSpace {
   void Constrain(Sequence& seq, int32_t token);
   // Sets the metrics' gauges from the current state (when metrics are on).
   void UpdateGauges() const;
+  // ApplyStep's parts, in order.
+  void SettleStep(PlannedStep& plan);
+  void PublishComputed(PlannedStep& plan);
+  void ApplyRow(const RowOwner& owner, const RowResult& r);
+  void RetireEnded(PlannedStep& plan);
 
   StepExecutor* executor_;
   ModelConfig cfg_;

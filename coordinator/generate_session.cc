@@ -45,44 +45,41 @@ GenerateSession::~GenerateSession() {
   if (!ended_) Abandon();
 }
 
-grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::function<void()> notify) {
-  req_ = request;
-  const pb::GenerateRequest* req = &req_;
-  n_ = req->n() == 0 ? 1 : req->n();
-  if (n_ < 1 || n_ > kMaxSamples) {
-    return ToGrpcStatus(Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req->n())));
-  }
+// n and the stop strings within their limits (the engine checks the rest).
+absl::Status GenerateSession::CheckRequest(const pb::GenerateRequest& req) const {
+  if (n_ < 1 || n_ > kMaxSamples)
+    return Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req.n()));
   if (n_ > service_->loop()->max_queued_requests()) {
-    return ToGrpcStatus(Invalid(
-        "n",
-        absl::StrCat("n is ", n_, "; this server queues at most ", service_->loop()->max_queued_requests(),
-                     " sequences at once (--max-queued-requests), so the samples could "
-                     "never run together")));
+    return Invalid("n", absl::StrCat("n is ", n_, "; this server queues at most ",
+                                     service_->loop()->max_queued_requests(),
+                                     " sequences at once (--max-queued-requests), so the samples could "
+                                     "never run together"));
   }
-  if (req->stop_size() > kMaxStopStrings) {
-    return ToGrpcStatus(Invalid(
-        "stop", absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req->stop_size())));
+  if (req.stop_size() > kMaxStopStrings) {
+    return Invalid("stop",
+                   absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req.stop_size()));
   }
-  for (int i = 0; i < req->stop_size(); ++i) {
-    if (req->stop(i).empty() || req->stop(i).size() > kMaxStopStringBytes) {
-      return ToGrpcStatus(
-          Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes")));
+  for (int i = 0; i < req.stop_size(); ++i) {
+    if (req.stop(i).empty() || req.stop(i).size() > kMaxStopStringBytes) {
+      return Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
     }
   }
-  const Tokenizer* tokenizer = service_->tokenizer();
-  if (req->stop_size() > 0 && tokenizer == nullptr) {
-    return ToGrpcStatus(Invalid("stop", "stop strings need a tokenizer.json in the model"));
+  if (req.stop_size() > 0 && service_->tokenizer() == nullptr) {
+    return Invalid("stop", "stop strings need a tokenizer.json in the model");
   }
-  auto prompt = service_->PromptIds(req->prompt(), req->prefix_handle().empty(), "prompt", *call_);
-  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+  return absl::OkStatus();
+}
 
+// The engine's request from the gRPC one: sampling defaults filled in, the
+// constraint compiled.
+absl::Status GenerateSession::FillBase(const pb::GenerateRequest& req, std::vector<int32_t> prompt) {
   GenerateRequest& base = base_;
   base.owner = owner_;
   base.request_id = call_->id();
   base.arrival = call_->start();
-  base.prefix_handle = req->prefix_handle();
-  base.prompt = *prompt;
-  const pb::SamplingParams& sp = req->sampling();
+  base.prefix_handle = req.prefix_handle();
+  base.prompt = std::move(prompt);
+  const pb::SamplingParams& sp = req.sampling();
   base.sampling.temperature = sp.has_temperature() ? sp.temperature() : 1.0f;
   base.sampling.top_k = sp.top_k();
   base.sampling.top_p = sp.has_top_p() ? sp.top_p() : 1.0f;
@@ -91,22 +88,49 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
   base.sampling.presence_penalty = sp.presence_penalty();
   base.sampling.frequency_penalty = sp.frequency_penalty();
   for (const auto& [id, bias] : sp.logit_bias()) base.sampling.logit_bias.emplace_back(id, bias);
-  base.sampling.num_top_logprobs = req->top_logprobs();
+  base.sampling.num_top_logprobs = req.top_logprobs();
   base.has_seed = sp.has_seed();
   base.sampling.seed = sp.seed();
-  base.max_new_tokens = req->max_new_tokens();
-  base.stop_token_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());
-  base.ignore_eos = req->ignore_eos();
-  base.keep_handle = req->return_chunk_result();
-  if (req->has_constraint()) {
-    auto constraint = service_->CompileConstraint(req->constraint());
-    if (!constraint.ok()) return ToGrpcStatus(constraint.status());
-    base.constraint = *std::move(constraint);
-  }
+  base.max_new_tokens = req.max_new_tokens();
+  base.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
+  base.ignore_eos = req.ignore_eos();
+  base.keep_handle = req.return_chunk_result();
+  if (!req.has_constraint()) return absl::OkStatus();
+  SHARDLM_ASSIGN_OR_RETURN(base.constraint, service_->CompileConstraint(req.constraint()));
+  return absl::OkStatus();
+}
 
+// n > 1: the prompt prefilled once into a hidden handle the samples share
+// (the samples' own limits validated before any work).
+absl::Status GenerateSession::PrefillShared() {
+  SHARDLM_RETURN_IF_ERROR(service_->loop()->Validate(base_));
+  GenerateRequest pre;
+  pre.owner = owner_;
+  pre.request_id = call_->id();
+  pre.arrival = call_->start();
+  pre.prefix_handle = base_.prefix_handle;
+  pre.prompt = base_.prompt;
+  pre.max_new_tokens = 0;
+  pre.keep_handle = true;
+  pre.transient_handle = true;  // released as soon as the samples hold its blocks
+  SHARDLM_ASSIGN_OR_RETURN(
+      int64_t id, service_->loop()->Submit(std::move(pre), [channel = channel_](GenerateResult result) {
+        channel->Push(Event{-1, -1, 0, {}, std::move(result)});
+      }));
+  ids_.push_back(id);
+  return absl::OkStatus();
+}
+
+grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::function<void()> notify) {
+  req_ = request;
+  n_ = req_.n() == 0 ? 1 : req_.n();
+  if (absl::Status st = CheckRequest(req_); !st.ok()) return ToGrpcStatus(st);
+  auto prompt = service_->PromptIds(req_.prompt(), req_.prefix_handle().empty(), "prompt", *call_);
+  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
+  if (absl::Status st = FillBase(req_, *std::move(prompt)); !st.ok()) return ToGrpcStatus(st);
   for (int s = 0; s < n_; ++s) {
     texts_.push_back(std::make_unique<StopText>(
-        tokenizer, std::vector<std::string>(req->stop().begin(), req->stop().end())));
+        service_->tokenizer(), std::vector<std::string>(req_.stop().begin(), req_.stop().end())));
   }
   finish_.assign(n_, "");
   stopping_.assign(n_, false);
@@ -116,27 +140,7 @@ grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::fun
     std::lock_guard<std::mutex> lock(channel_->mu);
     channel_->notify = std::move(notify);
   }
-  if (n_ == 1) return ToGrpcStatus(SubmitSamples());
-
-  // n > 1: prefill the prompt once into a hidden handle the samples share.
-  // Validate the samples' own limits before doing any work.
-  absl::Status st = service_->loop()->Validate(base);
-  if (!st.ok()) return ToGrpcStatus(st);
-  GenerateRequest pre;
-  pre.owner = owner_;
-  pre.request_id = call_->id();
-  pre.arrival = call_->start();
-  pre.prefix_handle = base.prefix_handle;
-  pre.prompt = base.prompt;
-  pre.max_new_tokens = 0;
-  pre.keep_handle = true;
-  pre.transient_handle = true;  // released as soon as the samples hold its blocks
-  auto id = service_->loop()->Submit(std::move(pre), [channel = channel_](GenerateResult result) {
-    channel->Push(Event{-1, -1, 0, {}, std::move(result)});
-  });
-  if (!id.ok()) return ToGrpcStatus(id.status());
-  ids_.push_back(*id);
-  return grpc::Status::OK;
+  return ToGrpcStatus(n_ == 1 ? SubmitSamples() : PrefillShared());
 }
 
 absl::Status GenerateSession::SubmitSamples() {
@@ -196,6 +200,67 @@ bool GenerateSession::End(const absl::Status& status, grpc::Status* out) {
   return true;
 }
 
+// The final message: each sample's finish reason (and ChunkResult when asked),
+// the usage; the handles kept now belong to the client.
+pb::GenerateResponse GenerateSession::FinalMessage() {
+  pb::GenerateResponse last;
+  int32_t generated = 0;
+  for (int s = 0; s < n_; ++s) {
+    pb::SampleResult* sr = last.add_results();
+    sr->set_sample(s);
+    sr->set_finish_reason(finish_[s]);
+    generated += sent_tokens_[s];
+    if (!results_[s]) continue;
+    sr->set_constraint_unfinished(results_[s]->constraint_unfinished);
+    if (n_ == 1) {
+      prompt_tokens_ = results_[s]->prefix_tokens + static_cast<int32_t>(results_[s]->prompt.size());
+      cached_tokens_ = results_[s]->cached_tokens;
+    }
+    if (req_.return_chunk_result())
+      FillChunkResult(*results_[s], /*generated=*/true, sr->mutable_chunk_result());
+  }
+  last.mutable_usage()->set_prompt_tokens(prompt_tokens_);
+  last.mutable_usage()->set_cached_tokens(cached_tokens_);
+  last.mutable_usage()->set_generated_tokens(generated);
+  call_->SetTokens(prompt_tokens_, cached_tokens_, generated);
+  if (first_) last.mutable_prompt_token_ids()->Add(base_.prompt.begin(), base_.prompt.end());
+  return last;
+}
+
+// One event of sample e.sample into its message: a token (text, stop
+// strings), or its end. False (with `status`) when the call ends here.
+bool GenerateSession::ApplyEvent(Event& e, std::optional<pb::GenerateResponse>& msg, grpc::Status* status) {
+  if (!finish_[e.sample].empty()) return true;
+  if (stopping_[e.sample] && !e.done) return true;  // tokens past the stop string
+  if (!msg) {
+    msg.emplace();
+    msg->set_sample(e.sample);
+  }
+  if (e.done) {
+    if (!e.done->status.ok()) {
+      if (!e.done->handle.empty()) service_->loop()->ReleaseHandle(e.done->handle, owner_).IgnoreError();
+      End(e.done->status, status);
+      return false;
+    }
+    msg->mutable_text()->append(texts_[e.sample]->Finish());
+    finish_[e.sample] = stopping_[e.sample] ? "stop" : FinishReasonName(e.done->finish_reason);
+    results_[e.sample] = std::move(e.done);
+    ++finished_;
+    return true;
+  }
+  msg->add_token_ids(e.token);
+  msg->add_logprobs(e.logprob);
+  ++sent_tokens_[e.sample];
+  if (req_.top_logprobs() > 0) FillTop(e.top, msg->add_top_logprobs());
+  msg->mutable_text()->append(texts_[e.sample]->Add(e.token));
+  if (texts_[e.sample]->stopped()) {
+    // End the sample now (keeping its handle when asked); its result follows.
+    service_->loop()->Stop(ids_[e.sample]);
+    stopping_[e.sample] = true;
+  }
+  return true;
+}
+
 bool GenerateSession::Drain(std::vector<pb::GenerateResponse>* out, grpc::Status* status) {
   if (ended_) return true;
   std::deque<Event> batch;
@@ -214,34 +279,7 @@ bool GenerateSession::Drain(std::vector<pb::GenerateResponse>* out, grpc::Status
       if (absl::Status st = SubmitSamples(); !st.ok()) return End(st, status);
       continue;
     }
-    if (!finish_[e.sample].empty()) continue;
-    if (stopping_[e.sample] && !e.done) continue;  // tokens past the stop string
-    auto& msg = msgs[e.sample];
-    if (!msg) {
-      msg.emplace();
-      msg->set_sample(e.sample);
-    }
-    if (e.done) {
-      if (!e.done->status.ok()) {
-        if (!e.done->handle.empty()) service_->loop()->ReleaseHandle(e.done->handle, owner_).IgnoreError();
-        return End(e.done->status, status);
-      }
-      msg->mutable_text()->append(texts_[e.sample]->Finish());
-      finish_[e.sample] = stopping_[e.sample] ? "stop" : FinishReasonName(e.done->finish_reason);
-      results_[e.sample] = std::move(e.done);
-      ++finished_;
-      continue;
-    }
-    msg->add_token_ids(e.token);
-    msg->add_logprobs(e.logprob);
-    ++sent_tokens_[e.sample];
-    if (req_.top_logprobs() > 0) FillTop(e.top, msg->add_top_logprobs());
-    msg->mutable_text()->append(texts_[e.sample]->Add(e.token));
-    if (texts_[e.sample]->stopped()) {
-      // End the sample now (keeping its handle when asked); its result follows.
-      service_->loop()->Stop(ids_[e.sample]);
-      stopping_[e.sample] = true;
-    }
+    if (!ApplyEvent(e, msgs[e.sample], status)) return true;
   }
   for (auto& msg : msgs) {
     if (!msg) continue;
@@ -252,30 +290,7 @@ bool GenerateSession::Drain(std::vector<pb::GenerateResponse>* out, grpc::Status
     out->push_back(std::move(*msg));
   }
   if (!samples_submitted_ || finished_ < n_) return false;
-
-  pb::GenerateResponse last;
-  int32_t generated = 0;
-  for (int s = 0; s < n_; ++s) {
-    pb::SampleResult* sr = last.add_results();
-    sr->set_sample(s);
-    sr->set_finish_reason(finish_[s]);
-    generated += sent_tokens_[s];
-    if (results_[s]) {
-      sr->set_constraint_unfinished(results_[s]->constraint_unfinished);
-      if (n_ == 1) {
-        prompt_tokens_ = results_[s]->prefix_tokens + static_cast<int32_t>(results_[s]->prompt.size());
-        cached_tokens_ = results_[s]->cached_tokens;
-      }
-      if (req_.return_chunk_result())
-        FillChunkResult(*results_[s], /*generated=*/true, sr->mutable_chunk_result());
-    }
-  }
-  last.mutable_usage()->set_prompt_tokens(prompt_tokens_);
-  last.mutable_usage()->set_cached_tokens(cached_tokens_);
-  last.mutable_usage()->set_generated_tokens(generated);
-  call_->SetTokens(prompt_tokens_, cached_tokens_, generated);
-  if (first_) last.mutable_prompt_token_ids()->Add(base_.prompt.begin(), base_.prompt.end());
-  out->push_back(std::move(last));
+  out->push_back(FinalMessage());
   ended_ = true;  // the handles kept now belong to the client
   {
     std::lock_guard<std::mutex> lock(channel_->mu);

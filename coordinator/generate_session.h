@@ -79,8 +79,15 @@ class GenerateSession {
     void Push(Event e);
   };
 
+  // Start's parts (generate_session.cc says what each does).
+  absl::Status CheckRequest(const ::shardlm::v1::GenerateRequest& req) const;
+  absl::Status FillBase(const ::shardlm::v1::GenerateRequest& req, std::vector<int32_t> prompt);
+  absl::Status PrefillShared();
   // Submits the samples (from the shared handle when n > 1).
   absl::Status SubmitSamples();
+  // Drain's parts.
+  bool ApplyEvent(Event& e, std::optional<::shardlm::v1::GenerateResponse>& msg, grpc::Status* status);
+  ::shardlm::v1::GenerateResponse FinalMessage();
   // Ends with `status` after cancelling the work; returns true for Drain.
   bool End(const absl::Status& status, grpc::Status* out);
 

@@ -205,78 +205,68 @@ grpc::Status OpenAiHttpServer::Run(const openai::OpenAiRequest& request, const s
 }
 
 // POST /v1/completions and /v1/chat/completions, on a request thread.
-void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& req, HttpExchange& exchange) {
-  const bool chat = endpoint == openai::Endpoint::kChat;
-  const std::string* request_id = req.Header("x-request-id");
-  CallRecord call(request_id ? *request_id : "", chat ? "CreateChatCompletion" : "CreateCompletion",
-                  service_->metrics());
-  const HttpHeaders id_header{{"x-request-id", call.id()}};
-  auto fail = [&](const ApiError& e) {
-    HttpReply r = ErrorReply(e);
-    r.headers = id_header;
-    exchange.Send(r);
-    call.Finish(grpc::Status(CodeForHttp(e.http_status), e.message));
-  };
-  std::string owner;
-  if (auto refused = Admit(req, &owner)) {
-    refused->headers = id_header;
-    exchange.Send(*refused);
-    call.Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "rejected"));
-    return;
-  }
-  call.SetAbandonedCheck([&exchange] { return exchange.ClientGone(); });
-  openai::OpenAiRequest request;
+namespace {
+
+// The body parsed into `request`, or the ApiError to send: JSON that does not
+// parse is named by byte offset only (the parser's own message quotes the
+// body, a prompt fragment that must not reach the log).
+std::optional<ApiError> ParseBody(openai::Endpoint endpoint, const std::string& body,
+                                  const openai::ModelContext& model, openai::OpenAiRequest* request,
+                                  const Tokenizer::StopCheck& stop) {
   ApiError error;
-  bool parsed = false;
   try {
-    // Tokenizing a long prompt stops when the client leaves or the server stops.
-    parsed = openai::ParseRequest(endpoint, openai::ParseJson(req.body), options_.model, &request, &error,
-                                  [this, &call] { return stopping_.load() || call.Abandoned(); });
+    if (openai::ParseRequest(endpoint, openai::ParseJson(body), model, request, &error, stop))
+      return std::nullopt;
+    return error;
   } catch (const Json::parse_error& ex) {
-    // The parser's own message quotes the body around the error ("last read: ..."): a
-    // prompt fragment that must not reach the log. Say where, never what.
-    return fail(ApiError{400,
-                         absl::StrCat("the request body is not valid JSON: a syntax error at byte ", ex.byte),
-                         "invalid_request_error", "", ""});
+    return ApiError{400, absl::StrCat("the request body is not valid JSON: a syntax error at byte ", ex.byte),
+                    "invalid_request_error", "", ""};
   } catch (const Json::exception& ex) {
-    return fail(ApiError{400, absl::StrCat("the request body is not valid JSON (error ", ex.id, ")"),
-                         "invalid_request_error", "", ""});
+    return ApiError{400, absl::StrCat("the request body is not valid JSON (error ", ex.id, ")"),
+                    "invalid_request_error", "", ""};
   } catch (const std::invalid_argument& ex) {
-    return fail(ApiError{400, absl::StrCat("the request body is not accepted: ", ex.what()),
-                         "invalid_request_error", "", ""});
+    return ApiError{400, absl::StrCat("the request body is not accepted: ", ex.what()),
+                    "invalid_request_error", "", ""};
   } catch (const std::exception& ex) {
-    return fail(ApiError{500, ex.what(), "server_error", "", ""});
+    return ApiError{500, ex.what(), "server_error", "", ""};
   }
-  if (!parsed) return fail(error);
-  const std::string id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", call.id());
-  const int64_t created = UnixNow();
-  const Tokenizer* tokenizer = options_.model.tokenizer;
-  if (!request.stream) {
-    std::string body;
-    openai::ResponseWriter out(request, tokenizer, id, created, [&](const std::string& s) {
-      body = s;
-      return true;
-    });
-    grpc::Status st = Run(request, owner, call, out, exchange);
-    call.Finish(st);
-    HttpReply r;
-    if (st.ok()) {
-      out.Finish();
-      r.body = std::move(body);
-    } else {
-      r = ErrorReply(openai::FromStatus(st, request.constraint_param));
-    }
-    r.headers = id_header;
-    exchange.Send(r);
-    return;
+}
+
+}  // namespace
+
+// The whole reply as one JSON body.
+void OpenAiHttpServer::ReplyWhole(const openai::OpenAiRequest& request, const std::string& owner,
+                                  CallRecord& call, const ReplyIds& ids, HttpExchange& exchange) {
+  std::string body;
+  openai::ResponseWriter out(request, options_.model.tokenizer, ids.id, ids.created,
+                             [&](const std::string& s) {
+                               body = s;
+                               return true;
+                             });
+  grpc::Status st = Run(request, owner, call, out, exchange);
+  call.Finish(st);
+  HttpReply r;
+  if (st.ok()) {
+    out.Finish();
+    r.body = std::move(body);
+  } else {
+    r = ErrorReply(openai::FromStatus(st, request.constraint_param));
   }
-  HttpHeaders headers = id_header;
+  r.headers = ids.headers;
+  exchange.Send(r);
+}
+
+// The reply as server-sent events, one per token batch; an error after the
+// stream began is its last event.
+void OpenAiHttpServer::ReplyStream(const openai::OpenAiRequest& request, const std::string& owner,
+                                   CallRecord& call, const ReplyIds& ids, HttpExchange& exchange) {
+  HttpHeaders headers = ids.headers;
   headers.emplace_back("Cache-Control", "no-cache");
   if (!exchange.BeginStream(200, "text/event-stream", headers)) {
     call.Finish(grpc::Status(grpc::StatusCode::CANCELLED, "client went away"));
     return;
   }
-  openai::ResponseWriter out(request, tokenizer, id, created,
+  openai::ResponseWriter out(request, options_.model.tokenizer, ids.id, ids.created,
                              [&exchange](const std::string& s) { return exchange.Write(s); });
   grpc::Status st = Run(request, owner, call, out, exchange);
   call.Finish(st);
@@ -286,6 +276,38 @@ void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& re
     out.Fail(openai::FromStatus(st, request.constraint_param));
   }
   exchange.EndStream();
+}
+
+void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& req, HttpExchange& exchange) {
+  const bool chat = endpoint == openai::Endpoint::kChat;
+  const std::string* request_id = req.Header("x-request-id");
+  CallRecord call(request_id ? *request_id : "", chat ? "CreateChatCompletion" : "CreateCompletion",
+                  service_->metrics());
+  ReplyIds ids{
+      absl::StrCat(chat ? "chatcmpl-" : "cmpl-", call.id()), UnixNow(), {{"x-request-id", call.id()}}};
+  std::string owner;
+  if (auto refused = Admit(req, &owner)) {
+    refused->headers = ids.headers;
+    exchange.Send(*refused);
+    call.Finish(grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "rejected"));
+    return;
+  }
+  call.SetAbandonedCheck([&exchange] { return exchange.ClientGone(); });
+  openai::OpenAiRequest request;
+  // Tokenizing a long prompt stops when the client leaves or the server stops.
+  if (auto error = ParseBody(endpoint, req.body, options_.model, &request,
+                             [this, &call] { return stopping_.load() || call.Abandoned(); })) {
+    HttpReply r = ErrorReply(*error);
+    r.headers = ids.headers;
+    exchange.Send(r);
+    call.Finish(grpc::Status(CodeForHttp(error->http_status), error->message));
+    return;
+  }
+  if (request.stream) {
+    ReplyStream(request, owner, call, ids, exchange);
+  } else {
+    ReplyWhole(request, owner, call, ids, exchange);
+  }
 }
 
 }  // namespace shardlm

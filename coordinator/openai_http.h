@@ -59,6 +59,16 @@ class OpenAiHttpServer {
   // the server stops (UNAVAILABLE).
   grpc::Status Run(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
                    openai::ResponseWriter& out, const HttpExchange& exchange);
+  // A reply's id ("chatcmpl-..."), creation time and headers (x-request-id).
+  struct ReplyIds {
+    std::string id;
+    int64_t created = 0;
+    HttpHeaders headers;
+  };
+  void ReplyWhole(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
+                  const ReplyIds& ids, HttpExchange& exchange);
+  void ReplyStream(const openai::OpenAiRequest& request, const std::string& owner, CallRecord& call,
+                   const ReplyIds& ids, HttpExchange& exchange);
 
   InferenceService* service_ = nullptr;
   OpenAiHttpOptions options_;

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/health_service.h"
 #include "common/logging.h"
+#include "common/status.h"
 #include "coordinator/rendezvous_service.h"
 #include "model/fingerprint.h"
 
@@ -21,47 +22,75 @@ constexpr auto kProbeTimeout = std::chrono::milliseconds(2000);
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGroupOptions& options) {
-  if (options.tp < 1 || options.tp > 64) {
-    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, 64], got ", options.tp));
-  }
-  auto fingerprint = ModelFingerprint(options.model_dir);
-  if (!fingerprint.ok()) return fingerprint.status();
-  std::unique_ptr<WorkerGroup> g(new WorkerGroup());
-  g->options_ = options;
-  g->fingerprint_ = *fingerprint;
+// The rendezvous (with the settings every rank is given) and the health
+// service on one gRPC server at options.listen; endpoint_ is where workers
+// reach it.
+absl::Status WorkerGroup::Listen() {
+  const WorkerGroupOptions& options = options_;
   ::shardlm::worker::v1::RegisterResponse settings;
-  settings.set_store_prefix(absl::StrCat("group-", getpid(), "-", *fingerprint));
+  settings.set_store_prefix(absl::StrCat("group-", getpid(), "-", fingerprint_));
   settings.set_dtype(options.dtype);
   settings.set_weights(options.weights);
   settings.set_kv_dtype(options.kv_dtype);
   settings.set_kv_cache_bytes(options.kv_cache_bytes);
   settings.set_block_size(options.block_size);
   settings.set_collective_timeout_ms(options.collective_timeout_ms);
-  g->rendezvous_ =
-      std::make_unique<RendezvousService>(options.tp, *fingerprint, settings, options.internal_token);
-  auto server_creds = ServerCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca");
-  if (!server_creds.ok()) return server_creds.status();
-  auto client_creds = ChannelCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca");
-  if (!client_creds.ok()) return client_creds.status();
+  rendezvous_ =
+      std::make_unique<RendezvousService>(options.tp, fingerprint_, settings, options.internal_token);
+  SHARDLM_ASSIGN_OR_RETURN(auto server_creds,
+                           ServerCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca"));
   int port = 0;
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen, *server_creds, &port);
-  builder.RegisterService(g->rendezvous_.get());
+  builder.AddListeningPort(options.listen, server_creds, &port);
+  builder.RegisterService(rendezvous_.get());
   // Probes of orchestrators (plaintext, no token): the group's state.
-  g->health_ = std::make_unique<HealthService>([p = g.get()] { return p->serving(); });
-  builder.RegisterService(g->health_.get());
+  health_ = std::make_unique<HealthService>([this] { return serving(); });
+  builder.RegisterService(health_.get());
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(4 << 20);
-  g->server_ = builder.BuildAndStart();
-  if (!g->server_ || port == 0) {
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0) {
     return absl::UnavailableError("cannot listen for workers on " + options.listen +
                                   " (address in use or not local?)");
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  g->endpoint_ = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  endpoint_ = absl::StrCat(host == "0.0.0.0" ? "127.0.0.1" : host, ":", port);
+  return absl::OkStatus();
+}
+
+// The local worker processes (when this group spawns them), each given its
+// share of the cores.
+void WorkerGroup::StartLocalWorkers() {
+  const WorkerGroupOptions& options = options_;
+  LocalWorkerOptions lo;
+  lo.exe = options.exe;
+  lo.coordinator = endpoint_;
+  lo.model_dir = options.model_dir;
+  lo.tp = options.tp;
+  lo.log_level = options.worker_log_level;
+  lo.threads = options.worker_threads;
+  lo.device = options.device;
+  lo.cuda_graph_max_batch = options.cuda_graph_max_batch;
+  lo.collectives = options.collectives;
+  lo.warmup_tokens = options.warmup_tokens;
+  lo.internal_token = options.internal_token;
+  if (options.metrics) lo.restarted = [m = options.metrics] { m->group_restarts->Add(); };
+  local_ = std::make_unique<LocalWorkers>(std::move(lo));
+}
+
+absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGroupOptions& options) {
+  if (options.tp < 1 || options.tp > 64) {
+    return absl::InvalidArgumentError(absl::StrCat("--tp must be in [1, 64], got ", options.tp));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(std::string fingerprint, ModelFingerprint(options.model_dir));
+  std::unique_ptr<WorkerGroup> g(new WorkerGroup());
+  g->options_ = options;
+  g->fingerprint_ = fingerprint;
+  SHARDLM_RETURN_IF_ERROR(g->Listen());
+  SHARDLM_ASSIGN_OR_RETURN(g->exec_options_.credentials,
+                           ChannelCredentials(options.internal_tls, "--internal-tls", "--internal-tls-ca"));
   if (g->options_.worker_threads <= 0) {
     // Local workers share this machine's cores.
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -71,24 +100,8 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   g->exec_options_.step_timeout = std::chrono::milliseconds(options.step_timeout_ms);
   g->exec_options_.step_timeout_per_token = std::chrono::milliseconds(options.step_timeout_per_token_ms);
   g->exec_options_.internal_token = options.internal_token;
-  g->exec_options_.credentials = *client_creds;
   g->exec_options_.metrics = options.metrics;
-  if (options.spawn_local) {
-    LocalWorkerOptions lo;
-    lo.exe = options.exe;
-    lo.coordinator = g->endpoint_;
-    lo.model_dir = options.model_dir;
-    lo.tp = options.tp;
-    lo.log_level = options.worker_log_level;
-    lo.threads = g->options_.worker_threads;
-    lo.device = options.device;
-    lo.cuda_graph_max_batch = options.cuda_graph_max_batch;
-    lo.collectives = options.collectives;
-    lo.warmup_tokens = options.warmup_tokens;
-    lo.internal_token = options.internal_token;
-    if (options.metrics) lo.restarted = [m = options.metrics] { m->group_restarts->Add(); };
-    g->local_ = std::make_unique<LocalWorkers>(std::move(lo));
-  }
+  if (options.spawn_local) g->StartLocalWorkers();
   // A newcomer for a formed group's rank: refused while the holder answers.
   WorkerGroup* self = g.get();
   g->rendezvous_->SetMemberAliveProbe([self](int rank) {
@@ -101,8 +114,7 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
     auto probes = exec->Probe(kProbeTimeout);
     return rank < static_cast<int>(probes.size()) && probes[rank].reachable;
   });
-  absl::Status connected = g->Connect(std::chrono::milliseconds(options.start_timeout_ms));
-  if (!connected.ok()) return connected;
+  SHARDLM_RETURN_IF_ERROR(g->Connect(std::chrono::milliseconds(options.start_timeout_ms)));
   g->supervisor_ = std::thread([self] { self->Supervise(); });
   return g;
 }

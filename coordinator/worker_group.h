@@ -110,6 +110,9 @@ class WorkerGroup final : public StepExecutor {
   // Waits up to `timeout` for the rendezvous to form a group, then handshakes
   // it; `*tried` is the epoch of the formation it handshook (0 if none formed).
   absl::Status Connect(std::chrono::milliseconds timeout, uint64_t* tried = nullptr);
+  // Start's parts: the rendezvous server, then the local worker processes.
+  absl::Status Listen();
+  void StartLocalWorkers();
   // A failed step's rows on `exec`: the group's failure if the step broke
   // it (then marked broken), else the step's own.
   absl::Status Judge(RemoteExecutor& exec, absl::Status failed);

@@ -474,6 +474,59 @@ class Renderer {
     return r;
   }
 
+  // [a, b] or (a, b).
+  absl::StatusOr<Value> EvalSequence(const Expr& e) {
+    std::vector<Value> items;
+    for (const ExprPtr& op : e.operands) {
+      SHARDLM_ASSIGN_OR_RETURN(Value v, Eval(*op));
+      items.push_back(std::move(v));
+    }
+    return e.kind == ExprKind::kList ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
+  }
+
+  // {k: v, ...}: keys must be hashable, as in Python.
+  absl::StatusOr<Value> EvalDict(const Expr& e) {
+    Dict dict;
+    for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
+      SHARDLM_ASSIGN_OR_RETURN(Value k, Eval(*e.operands[i]));
+      SHARDLM_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i + 1]));
+      if (k.is_sequence() && k.kind() == Value::Kind::kList) {
+        return absl::InvalidArgumentError("unhashable type: 'list'");
+      }
+      dict.Set(std::move(k), std::move(v));
+    }
+    return Value::MakeDict(std::move(dict));
+  }
+
+  // obj[key] or obj[start:stop:step].
+  absl::StatusOr<Value> EvalGetItem(const Expr& e) {
+    SHARDLM_ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0]));
+    const Expr& key = *e.operands[1];
+    if (key.kind == ExprKind::kSlice) {
+      Value bounds[3];
+      for (int i = 0; i < 3; ++i) {
+        if (key.operands[i]) {
+          SHARDLM_ASSIGN_OR_RETURN(bounds[i], Eval(*key.operands[i]));
+        }
+      }
+      return GetSlice(obj, bounds[0], bounds[1], bounds[2]);
+    }
+    SHARDLM_ASSIGN_OR_RETURN(Value k, Eval(key));
+    return GetItem(obj, k);
+  }
+
+  // a < b <= c ...: each operand evaluated once, stopping at the first false.
+  absl::StatusOr<Value> EvalChain(const Expr& e) {
+    SHARDLM_ASSIGN_OR_RETURN(Value left, Eval(*e.operands[0]));
+    for (size_t i = 0; i < e.compare_ops.size(); ++i) {
+      SHARDLM_ASSIGN_OR_RETURN(Value right, Eval(*e.operands[i + 1]));
+      SHARDLM_ASSIGN_OR_RETURN(bool ok, EvalCompare(e.compare_ops[i], left, right));
+      if (!ok) return Value::Bool(false);
+      left = std::move(right);
+    }
+    return Value::Bool(true);
+  }
+
   absl::StatusOr<Value> EvalInner(const Expr& e) {
     switch (e.kind) {
       case ExprKind::kConst:
@@ -481,45 +534,16 @@ class Renderer {
       case ExprKind::kName:
         return Lookup(e.name);
       case ExprKind::kList:
-      case ExprKind::kTuple: {
-        std::vector<Value> items;
-        for (const ExprPtr& op : e.operands) {
-          SHARDLM_ASSIGN_OR_RETURN(Value v, Eval(*op));
-          items.push_back(std::move(v));
-        }
-        return e.kind == ExprKind::kList ? Value::List(std::move(items)) : Value::Tuple(std::move(items));
-      }
-      case ExprKind::kDict: {
-        Dict dict;
-        for (size_t i = 0; i + 1 < e.operands.size(); i += 2) {
-          SHARDLM_ASSIGN_OR_RETURN(Value k, Eval(*e.operands[i]));
-          SHARDLM_ASSIGN_OR_RETURN(Value v, Eval(*e.operands[i + 1]));
-          if (k.is_sequence() && k.kind() == Value::Kind::kList) {
-            return absl::InvalidArgumentError("unhashable type: 'list'");
-          }
-          dict.Set(std::move(k), std::move(v));
-        }
-        return Value::MakeDict(std::move(dict));
-      }
+      case ExprKind::kTuple:
+        return EvalSequence(e);
+      case ExprKind::kDict:
+        return EvalDict(e);
       case ExprKind::kGetAttr: {
         SHARDLM_ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0]));
         return GetAttr(obj, e.name);
       }
-      case ExprKind::kGetItem: {
-        SHARDLM_ASSIGN_OR_RETURN(Value obj, Eval(*e.operands[0]));
-        const Expr& key = *e.operands[1];
-        if (key.kind == ExprKind::kSlice) {
-          Value bounds[3];
-          for (int i = 0; i < 3; ++i) {
-            if (key.operands[i]) {
-              SHARDLM_ASSIGN_OR_RETURN(bounds[i], Eval(*key.operands[i]));
-            }
-          }
-          return GetSlice(obj, bounds[0], bounds[1], bounds[2]);
-        }
-        SHARDLM_ASSIGN_OR_RETURN(Value k, Eval(key));
-        return GetItem(obj, k);
-      }
+      case ExprKind::kGetItem:
+        return EvalGetItem(e);
       case ExprKind::kSlice:
         return absl::InvalidArgumentError("a slice outside of []");
       case ExprKind::kCall: {
@@ -555,16 +579,8 @@ class Renderer {
         if (Truthy(a) == (e.kind == ExprKind::kOr)) return a;
         return Eval(*e.operands[1]);
       }
-      case ExprKind::kCompare: {
-        SHARDLM_ASSIGN_OR_RETURN(Value left, Eval(*e.operands[0]));
-        for (size_t i = 0; i < e.compare_ops.size(); ++i) {
-          SHARDLM_ASSIGN_OR_RETURN(Value right, Eval(*e.operands[i + 1]));
-          SHARDLM_ASSIGN_OR_RETURN(bool ok, EvalCompare(e.compare_ops[i], left, right));
-          if (!ok) return Value::Bool(false);
-          left = std::move(right);
-        }
-        return Value::Bool(true);
-      }
+      case ExprKind::kCompare:
+        return EvalChain(e);
       case ExprKind::kCondition: {
         SHARDLM_ASSIGN_OR_RETURN(Value cond, Eval(*e.operands[0]));
         if (Truthy(cond)) return Eval(*e.operands[1]);

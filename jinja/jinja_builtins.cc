@@ -77,6 +77,42 @@ bool SameAs(const Value& a, const Value& b) {
     name, [](const Value& v, const CallArgs& args) -> absl::StatusOr<bool> { return expr; } \
   }
 
+// The tests that take arguments.
+absl::StatusOr<bool> SameAsTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("sameas", args, {"other"}));
+  return SameAs(v, a[0]);
+}
+
+absl::StatusOr<bool> InTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("in", args, {"seq"}));
+  return Contains(a[0], v);
+}
+
+absl::StatusOr<bool> OddTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("odd", args, {}));
+  return ModuloIs(v, Value::Int(2), 1);
+}
+
+absl::StatusOr<bool> EvenTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("even", args, {}));
+  return ModuloIs(v, Value::Int(2), 0);
+}
+
+absl::StatusOr<bool> DivisibleByTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("divisibleby", args, {"num"}));
+  return ModuloIs(v, a[0], 0);
+}
+
+absl::StatusOr<bool> EqualTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("eq", args, {"other"}));
+  return Equals(v, a[0]);
+}
+
+absl::StatusOr<bool> NotEqualTest(const Value& v, const CallArgs& args) {
+  SHARDLM_ASSIGN_OR_RETURN(auto a, TestArgs("ne", args, {"other"}));
+  return !Equals(v, a[0]);
+}
+
 const std::map<std::string_view, TestFn>& Tests() {
   static const auto* tests = new std::map<std::string_view, TestFn>{
       SHARDLM_TEST("defined", Kind(v, args, !v.is_undefined())),
@@ -101,57 +137,15 @@ const std::map<std::string_view, TestFn>& Tests() {
       SHARDLM_TEST("escaped", Kind(v, args, false)),
       SHARDLM_TEST("filter", Kind(v, args, v.is_string() && IsKnownFilter(v.string_value()))),
       SHARDLM_TEST("test", Kind(v, args, v.is_string() && IsKnownTest(v.string_value()))),
-      {"sameas",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(
-                                                          auto a, TestArgs("sameas", args, {"other"}));
-                                                      return SameAs(v, a[0]);
-                                                    }},
-      {"in",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(auto a,
-                                                                               TestArgs("in", args, {"seq"}));
-                                                      return Contains(a[0], v);
-                                                    }},
-      {"odd",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(auto a,
-                                                                               TestArgs("odd", args, {}));
-                                                      return ModuloIs(v, Value::Int(2), 1);
-                                                    }},
-      {"even",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(auto a,
-                                                                               TestArgs("even", args, {}));
-                                                      return ModuloIs(v, Value::Int(2), 0);
-                                                    }},
-      {"divisibleby",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(
-                                                          auto a, TestArgs("divisibleby", args, {"num"}));
-                                                      return ModuloIs(v, a[0], 0);
-                                                    }},
+      {"sameas", SameAsTest},
+      {"in", InTest},
+      {"odd", OddTest},
+      {"even", EvenTest},
+      {"divisibleby", DivisibleByTest},
       SHARDLM_TEST("lower", CaseTest(v, args, "islower")),
       SHARDLM_TEST("upper", CaseTest(v, args, "isupper")),
-      {"==",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(
-                                                          auto a, TestArgs("eq", args, {"other"}));
-                                                      return Equals(v, a[0]);
-                                                    }},
-      {"!=",
-       [](const Value& v, const CallArgs& args) -> absl::
-                                                    StatusOr<bool> {
-                                                      SHARDLM_ASSIGN_OR_RETURN(
-                                                          auto a, TestArgs("ne", args, {"other"}));
-                                                      return !Equals(v, a[0]);
-                                                    }},
+      {"==", EqualTest},
+      {"!=", NotEqualTest},
       SHARDLM_TEST("<", Ordered(v, args, [](int c) { return c < 0; })),
       SHARDLM_TEST("<=", Ordered(v, args, [](int c) { return c <= 0; })),
       SHARDLM_TEST(">", Ordered(v, args, [](int c) { return c > 0; })),

@@ -341,17 +341,88 @@ void LlamaModel::SetAttentionLayout(AttentionBatch& batch) const {
   batch.q_head_offset = plan_.q_head_offset();
 }
 
-absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, const AttentionBatch& batch,
-                                                      KvPool& pool) {
+// x += the projection of `in` by w: with one rank nothing is reduced between
+// a projection and its residual add, so the product adds into x itself;
+// otherwise the partial products are reduce-scattered over the hidden parts.
+absl::Status LlamaModel::AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w) {
+  if (comm_->rank_info().world_size == 1) {
+    kernels::LinearAddTo(x, in, w);
+    return absl::OkStatus();
+  }
+  at::Tensor partial = kernels::Linear(in, w);  // dtype[tokens, hidden] {tp unreduced}
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
+                             return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
+                           }));
+  Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+  return absl::OkStatus();
+}
+
+// x's rows gathered over the hidden parts and RMS-normed: dtype[rows, hidden].
+absl::StatusOr<at::Tensor> LlamaModel::GatherNormed(const at::Tensor& x, const at::Tensor& weight) {
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
+                             return AllGatherParts(*comm_, x, 1, plan_.hidden_parts());
+                           }));
+  return Timed(kernels::StepPart::kElementwise,
+               [&] { return kernels::RmsNorm(h, weight, cfg_.rms_norm_eps); });
+}
+
+// Layer li's attention block: x += o(attention(rotary(qkv(norm(x))))), its K
+// and V written to the pool.
+absl::Status LlamaModel::AttentionBlock(size_t li, at::Tensor& x, const StepTensors& in,
+                                        const AttentionBatch& batch, KvPool& pool) {
+  const Layer& L = layers_[li];
   const int64_t d = cfg_.head_dim;
   const int64_t hq = plan_.num_heads_per_rank(), hkv = plan_.num_kv_heads_per_rank();
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, GatherNormed(x, L.input_norm));
+  // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
+  // normed (Qwen3) and rotated in place, then attended from where they are.
+  at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
+  bool kv_written = false;
+  {
+    kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
+    if (L.q_norm.defined()) {
+      kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, cfg_.rms_norm_eps);
+      kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, cfg_.rms_norm_eps);
+    }
+    // On a GPU one kernel rotates q and k and writes k and v to their slots.
+    if (qkv.is_cuda()) {
+      at::Tensor k_layer = pool.k().select(0, static_cast<int64_t>(li));
+      at::Tensor v_layer = pool.v().select(0, static_cast<int64_t>(li));
+      kv_written =
+          kernels::CudaRotaryKvInPlace(qkv, hq, hkv, d, in.cos, in.sin, batch.slots, k_layer, v_layer);
+    }
+    if (!kv_written) kernels::RotaryInPlace(qkv, hq + hkv, d, in.cos, in.sin);
+  }
+  at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
+    return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch, kv_written);
+  });
+  return AddProjected(x, attn, L.o);
+}
+
+// Layer li's MLP block: x += down(silu(gate(norm(x))) * up(norm(x))).
+absl::Status LlamaModel::MlpBlock(size_t li, at::Tensor& x) {
+  const Layer& L = layers_[li];
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, GatherNormed(x, L.post_norm));
+  at::Tensor act = kernels::LinearSwiGlu(h, L.gate_up);  // dtype[tokens, intermediate.tp]
+  return AddProjected(x, act, L.down);
+}
+
+// The LM head over the rows that need a distribution only; rank 0 (which
+// samples) receives the full vocabulary: f32[rows, vocab].
+absl::StatusOr<at::Tensor> LlamaModel::Head(const at::Tensor& x, const StepTensors& in) {
+  if (in.row_index.numel() == 0) {
+    return at::empty({0, cfg_.vocab_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, GatherNormed(x.index_select(0, in.row_index), final_norm_));
+  at::Tensor local = kernels::ToFloat32(kernels::Linear(h, lm_head_));  // f32[rows, vocab.tp]
+  return Timed(kernels::StepPart::kCollectives,
+               [&] { return GatherParts(*comm_, local, 1, /*root=*/0, plan_.vocab_parts()); });
+}
+
+absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, const AttentionBatch& batch,
+                                                      KvPool& pool) {
   at::Tensor logits;
   absl::Status st = CatchTorchErrors("forward", [&]() -> absl::Status {
-    const at::Tensor& cos = in.cos;
-    const at::Tensor& sin = in.sin;
-    const double eps = cfg_.rms_norm_eps;
-
-    const bool single_rank = comm_->rank_info().world_size == 1;
     at::Tensor x;
     {
       kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
@@ -359,74 +430,10 @@ absl::StatusOr<at::Tensor> LlamaModel::ForwardTensors(const StepTensors& in, con
       x = x.contiguous();
     }
     for (size_t li = 0; li < layers_.size(); ++li) {
-      const Layer& L = layers_[li];
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
-                                 return AllGatherParts(*comm_, x, 1,
-                                                       plan_.hidden_parts());  // dtype[tokens, hidden]
-                               }));
-      h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.input_norm, eps); });
-      // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
-      // normed (Qwen3) and rotated in place, then attended from where they are.
-      at::Tensor qkv = kernels::Linear(h, L.qkv, L.qkv_bias);
-      bool kv_written = false;
-      {
-        kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
-        if (L.q_norm.defined()) {
-          kernels::RmsNormHeadsInPlace(qkv, 0, hq, d, L.q_norm, eps);
-          kernels::RmsNormHeadsInPlace(qkv, hq, hkv, d, L.k_norm, eps);
-        }
-        // On a GPU one kernel rotates q and k and writes k and v to their slots.
-        if (qkv.is_cuda()) {
-          at::Tensor k_layer = pool.k().select(0, static_cast<int64_t>(li));
-          at::Tensor v_layer = pool.v().select(0, static_cast<int64_t>(li));
-          kv_written = kernels::CudaRotaryKvInPlace(qkv, hq, hkv, d, cos, sin, batch.slots, k_layer, v_layer);
-        }
-        if (!kv_written) kernels::RotaryInPlace(qkv, hq + hkv, d, cos, sin);
-      }
-      at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
-        return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch, kv_written);
-      });
-      // With one rank nothing is reduced between a projection and its
-      // residual add, so the product adds into x itself.
-      if (single_rank) {
-        kernels::LinearAddTo(x, attn, L.o);
-      } else {
-        at::Tensor partial = kernels::Linear(attn, L.o);  // dtype[tokens, hidden] {tp unreduced}
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
-                                   return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
-                                 }));
-        Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
-      }
-
-      SHARDLM_ASSIGN_OR_RETURN(h, Timed(kernels::StepPart::kCollectives,
-                                        [&] { return AllGatherParts(*comm_, x, 1, plan_.hidden_parts()); }));
-      h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, L.post_norm, eps); });
-      at::Tensor act = kernels::LinearSwiGlu(h, L.gate_up);  // dtype[tokens, intermediate.tp]
-      if (single_rank) {
-        kernels::LinearAddTo(x, act, L.down);
-      } else {
-        at::Tensor partial = kernels::Linear(act, L.down);
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
-                                   return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
-                                 }));
-        Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
-      }
+      SHARDLM_RETURN_IF_ERROR(AttentionBlock(li, x, in, batch, pool));
+      SHARDLM_RETURN_IF_ERROR(MlpBlock(li, x));
     }
-    // Only the rows that need a distribution go through the head, and only
-    // rank 0 (which samples) receives the full vocabulary.
-    if (in.row_index.numel() == 0) {
-      logits = at::empty({0, cfg_.vocab_size}, at::TensorOptions().dtype(at::kFloat).device(device_));
-      return absl::OkStatus();
-    }
-    at::Tensor sel = x.index_select(0, in.row_index);
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, Timed(kernels::StepPart::kCollectives, [&] {
-                               return AllGatherParts(*comm_, sel, 1, plan_.hidden_parts());
-                             }));
-    h = Timed(kernels::StepPart::kElementwise, [&] { return kernels::RmsNorm(h, final_norm_, eps); });
-    at::Tensor local = kernels::ToFloat32(kernels::Linear(h, lm_head_));  // f32[rows, vocab.tp]
-    SHARDLM_ASSIGN_OR_RETURN(logits, Timed(kernels::StepPart::kCollectives, [&] {
-                               return GatherParts(*comm_, local, 1, /*root=*/0, plan_.vocab_parts());
-                             }));
+    SHARDLM_ASSIGN_OR_RETURN(logits, Head(x, in));
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);

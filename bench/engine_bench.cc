@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "coordinator/engine.h"
 #include "coordinator/worker_group.h"
 #include "kernels/cuda_fused.h"
+#include "kernels/kernel_options.h"
 #include "kernels/step_profile.h"
 #include "model/cuda_attention.h"
 #include "model/device.h"
@@ -47,8 +49,8 @@ double Seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-GenerateRequest Request(int32_t prompt_len, int32_t new_tokens, int32_t salt, int64_t vocab) {
-  GenerateRequest r;
+EngineRequest Request(int32_t prompt_len, int32_t new_tokens, int32_t salt, int64_t vocab) {
+  EngineRequest r;
   for (int32_t i = 0; i < prompt_len; ++i)
     r.prompt.push_back(static_cast<int32_t>((i * 7919 + salt * 104729) % vocab));
   r.max_new_tokens = new_tokens;
@@ -186,7 +188,7 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const S
   if (!worker.ok()) return;
   RankWorker& w = **worker;
   const int64_t vocab = w.config().vocab_size;
-  auto ttft = [&](Engine& engine, GenerateRequest r) {
+  auto ttft = [&](Engine& engine, EngineRequest r) {
     auto t0 = Clock::now();
     engine.Run(std::move(r)).IgnoreError();
     return 1e3 * Seconds(t0, Clock::now());
@@ -194,17 +196,17 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const S
   Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()), static_cast<int32_t>(w.block_size()),
                 Engine::Options{4096});
   engine.Run(Request(16, 1, 99, vocab)).IgnoreError();  // warm-up
-  GenerateRequest full = Request(1000, 1, 7, vocab);
-  GenerateRequest other = Request(1000, 1, 8, vocab);  // same length, nothing cached
+  EngineRequest full = Request(1000, 1, 7, vocab);
+  EngineRequest other = Request(1000, 1, 8, vocab);  // same length, nothing cached
   const double cold = ttft(engine, other);
-  GenerateRequest prefix = full;
+  EngineRequest prefix = full;
   prefix.prompt.resize(900);
   prefix.max_new_tokens = 0;
   prefix.keep_handle = true;
   auto pre = engine.Run(prefix);
   // 896 tokens (56 full blocks) come from the prefix cache the prefill published.
   const double cached = ttft(engine, full);
-  GenerateRequest from_handle = full;
+  EngineRequest from_handle = full;
   from_handle.prompt.erase(from_handle.prompt.begin(), from_handle.prompt.begin() + 900);
   from_handle.prefix_handle = pre.ok() ? pre->handle : "";
   const double handle = ttft(engine, from_handle);
@@ -396,7 +398,7 @@ int Main(int argc, char** argv) {
       // Decode: prompts of decode_context tokens, then time `steps` decode steps.
       int32_t prefilled = 0;  // sequences past their prompt (their first token sampled)
       for (int32_t b = 0; b < batch; ++b) {
-        GenerateRequest r = Request(decode_context, steps + 2, b + 1000, vocab);
+        EngineRequest r = Request(decode_context, steps + 2, b + 1000, vocab);
         r.on_token = [&prefilled, first = true](int32_t, float, const std::vector<TopLogprob>&) mutable {
           if (first) ++prefilled;
           first = false;
@@ -454,7 +456,8 @@ int Main(int argc, char** argv) {
     // The worker processes in each of --dtypes (f32 when it is empty).
     std::vector<std::string> tp_dtypes = absl::StrSplit(f.GetString("dtypes"), ',', absl::SkipEmpty());
     if (tp_dtypes.empty()) tp_dtypes = {"f32"};
-    for (const std::string& dtype : tp_dtypes) BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, storage);
+    for (const std::string& dtype : tp_dtypes)
+      BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, storage);
   }
   if (rows.empty()) return 0;
   std::printf(
@@ -513,6 +516,10 @@ int main(int argc, char** argv) {
   // As in cli/main.cc: every core unless OMP_NUM_THREADS is set.
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  if (absl::Status st = shardlm::kernels::SetKernelOptionsFromEnvironment(); !st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], std::string(st.message()).c_str());
+    return 2;
   }
   return shardlm::Main(argc, argv);
 }

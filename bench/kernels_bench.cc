@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,6 +27,7 @@
 #include "common/openmp_env.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/fused.h"
+#include "kernels/kernel_options.h"
 #include "kernels/linear.h"
 #include "model/paged_attention.h"
 
@@ -214,6 +216,10 @@ int main(int argc, char** argv) {
   shardlm::UseShortOpenMpSpin(argv);  // may run this binary again (common/openmp_env.h)
   if (std::getenv("OMP_NUM_THREADS") == nullptr) {
     at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  if (absl::Status st = shardlm::kernels::SetKernelOptionsFromEnvironment(); !st.ok()) {
+    std::fprintf(stderr, "%s: %s\n", argv[0], std::string(st.message()).c_str());
+    return 2;
   }
   return shardlm::Main(argc, argv);
 }

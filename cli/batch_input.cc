@@ -157,7 +157,7 @@ absl::StatusOr<BatchItem> ParseBatchLine(const std::string& line) {
   }
   auto has = [&](const char* key) { return in.contains(key) && !in[key].is_null(); };
   BatchItem item;
-  GenerateRequest& r = item.request;
+  EngineRequest& r = item.request;
   if (has("prompt") == has("prompt_ids")) {
     return absl::InvalidArgumentError("give exactly one of \"prompt\" (text) or \"prompt_ids\" (token ids)");
   }

@@ -28,7 +28,7 @@ namespace shardlm {
 struct BatchItem {
   bool is_text = false;
   std::string text;               // "prompt" (tokenized with special tokens, as the API does)
-  GenerateRequest request;        // prompt ids (for "prompt_ids"), limits, sampling, stop ids
+  EngineRequest request;          // prompt ids (for "prompt_ids"), limits, sampling, stop ids
   std::vector<std::string> stop;  // stop strings: the text ends before the first one found
   ConstraintSpec constraint;      // compiled by whoever runs the line (kNone: none)
 };

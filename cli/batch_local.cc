@@ -38,8 +38,8 @@ struct Active {
 };
 
 // The request of line `slot`, with its on_token hooked to `active`.
-absl::StatusOr<GenerateRequest> Prepare(const BatchLine& line, LocalModel& model,
-                                        std::unique_ptr<Active>* active) {
+absl::StatusOr<EngineRequest> Prepare(const BatchLine& line, LocalModel& model,
+                                      std::unique_ptr<Active>* active) {
   const Tokenizer* tok = model.tokenizer.get();
   SHARDLM_ASSIGN_OR_RETURN(BatchItem item, ParseBatchLine(line.text));
   if (item.is_text) {
@@ -94,7 +94,7 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
     while (outcome.ok() && next < lines.size() && active.size() < window) {
       const size_t slot = next++;
       std::unique_ptr<Active> a;
-      absl::StatusOr<GenerateRequest> req = Prepare(lines[slot], model, &a);
+      absl::StatusOr<EngineRequest> req = Prepare(lines[slot], model, &a);
       if (req.ok()) {
         Active* ap = a.get();
         ap->slot = slot;
@@ -127,7 +127,7 @@ absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vecto
     }
     for (int64_t id : to_stop) engine.Stop(id);
     to_stop.clear();
-    std::vector<std::pair<int64_t, GenerateResult>> finished = engine.TakeFinished();
+    std::vector<std::pair<int64_t, EngineResult>> finished = engine.TakeFinished();
     for (auto& [id, r] : finished) {
       auto it = active.find(id);
       if (it == active.end()) continue;

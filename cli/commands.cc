@@ -246,8 +246,8 @@ void DeclareGenerateFlags(FlagSet& f) {
 }
 
 // The engine request the flags describe (all but the prompt and the constraint).
-absl::StatusOr<GenerateRequest> RequestFromFlags(const FlagSet& f) {
-  GenerateRequest req;
+absl::StatusOr<EngineRequest> RequestFromFlags(const FlagSet& f) {
+  EngineRequest req;
   req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
   req.sampling.temperature = static_cast<float>(f.GetFloat("temperature"));
   req.sampling.top_k = static_cast<int32_t>(f.GetInt("top-k"));
@@ -268,7 +268,7 @@ absl::StatusOr<GenerateRequest> RequestFromFlags(const FlagSet& f) {
 }
 
 // generate --json's one line.
-void PrintGenerateJson(const FlagSet& f, const GenerateResult& r, const std::string& text) {
+void PrintGenerateJson(const FlagSet& f, const EngineResult& r, const std::string& text) {
   json out = {{"prompt_token_ids", r.prompt},
               {"token_ids", r.tokens},
               {"logprobs", r.logprobs},
@@ -297,16 +297,16 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   if (!prompt_spec.ok()) return Fail(prompt_spec.status());
   absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(f);
   if (!constraint.ok()) return Fail(constraint.status());
-  absl::StatusOr<GenerateRequest> request = RequestFromFlags(f);
+  absl::StatusOr<EngineRequest> request = RequestFromFlags(f);
   if (!request.ok()) return Fail(request.status());
-  GenerateRequest& req = *request;
+  EngineRequest& req = *request;
   const bool as_json = f.GetBool("json");
   auto print = [&](const std::string& piece) {
     if (as_json || piece.empty()) return;
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   };
-  absl::StatusOr<GenerateResult> result;
+  absl::StatusOr<EngineResult> result;
   std::string text;
   if ((f.Has("prefix-handle") || f.Has("stop")) && !f.Has("server")) {
     return Fail(
@@ -363,7 +363,7 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
   if (!st.ok()) return Fail(st);
   auto prompt_spec = PromptFromFlags(f);
   if (!prompt_spec.ok()) return Fail(prompt_spec.status());
-  absl::StatusOr<GenerateResult> result;
+  absl::StatusOr<EngineResult> result;
   if (f.Has("server")) {
     result = RemoteScore(f.GetString("server"), *prompt_spec);
   } else {
@@ -371,7 +371,7 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
     if (!model.ok()) return Fail(model.status());
     auto prompt = PromptIds(f, model->tokenizer.get());
     if (!prompt.ok()) return Fail(prompt.status());
-    GenerateRequest req;
+    EngineRequest req;
     req.prompt = *prompt;
     req.max_new_tokens = 0;
     req.score_prompt = true;

@@ -7,7 +7,7 @@
 //
 // In-process, the spec is compiled against the model's own tokenizer
 // (ConstraintCompiler, built once per model); with --server it travels as
-// GenerateRequest.constraint and the server compiles it.
+// shardlm.v1.GenerateRequest.constraint and the server compiles it.
 #pragma once
 
 #include <memory>

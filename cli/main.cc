@@ -15,6 +15,7 @@
 #include "cli/commands.h"
 #include "common/logging.h"
 #include "common/openmp_env.h"
+#include "kernels/kernel_options.h"
 
 namespace {
 
@@ -62,6 +63,10 @@ int main(int argc, char** argv) {
     shardlm::UseShortOpenMpSpin(argv);
   }
   shardlm::InitLogging(argv[0]);
+  if (absl::Status st = shardlm::kernels::SetKernelOptionsFromEnvironment(); !st.ok()) {
+    std::fprintf(stderr, "shardlm: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "help") == 0) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

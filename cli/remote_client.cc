@@ -63,7 +63,7 @@ void SetConstraint(const ConstraintSpec& spec, pb::Constraint* out) {
 
 }  // namespace
 
-pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::vector<std::string>& stop,
+pb::GenerateRequest GenerateRequestProto(const EngineRequest& r, const std::vector<std::string>& stop,
                                          const ConstraintSpec& constraint) {
   pb::GenerateRequest req;
   if (!constraint.empty()) SetConstraint(constraint, req.mutable_constraint());
@@ -87,8 +87,8 @@ pb::GenerateRequest GenerateRequestProto(const GenerateRequest& r, const std::ve
   return req;
 }
 
-absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
-    const std::string& server, const PromptSpec& prompt, const GenerateRequest& r,
+absl::StatusOr<std::pair<EngineResult, std::string>> RemoteGenerate(
+    const std::string& server, const PromptSpec& prompt, const EngineRequest& r,
     const std::vector<std::string>& stop, const ConstraintSpec& constraint,
     const std::function<void(const std::string&)>& on_text) {
   pb::GenerateRequest req = GenerateRequestProto(r, stop, constraint);
@@ -96,7 +96,7 @@ absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
   auto stub = Connect(server);
   grpc::ClientContext ctx;
   auto reader = stub->Generate(&ctx, req);
-  GenerateResult result;
+  EngineResult result;
   std::string text;
   pb::GenerateResponse msg;
   while (reader->Read(&msg)) {
@@ -142,14 +142,14 @@ absl::StatusOr<std::string> RemotePrefill(const std::string& server, const Promp
   return json;
 }
 
-absl::StatusOr<GenerateResult> RemoteScore(const std::string& server, const PromptSpec& prompt) {
+absl::StatusOr<EngineResult> RemoteScore(const std::string& server, const PromptSpec& prompt) {
   pb::ScoreRequest req;
   SetPrompt(prompt, req.mutable_prompt());
   pb::ScoreResponse resp;
   grpc::ClientContext ctx;
   absl::Status st = Rpc(Connect(server)->Score(&ctx, req, &resp), server);
   if (!st.ok()) return st;
-  GenerateResult r;
+  EngineResult r;
   r.prompt.assign(resp.token_ids().begin(), resp.token_ids().end());
   for (float s : resp.scores())
     r.prompt_scores.push_back(std::isnan(s) ? std::nullopt : std::optional<float>(s));

@@ -24,15 +24,15 @@ struct PromptSpec {
 // The Generate message for `request` (all but the prompt): sampling, limits,
 // stop strings and ids, prefix handle. Shared by `generate --server` and
 // `batch --server`, so both send the same fields.
-::shardlm::v1::GenerateRequest GenerateRequestProto(const GenerateRequest& request,
+::shardlm::v1::GenerateRequest GenerateRequestProto(const EngineRequest& request,
                                                     const std::vector<std::string>& stop,
                                                     const ConstraintSpec& constraint = {});
 
 // Streams a generation; `on_text` gets each text delta as it arrives.
 // Returns the result and the whole text.
 // `request.prefix_handle` and `stop` are sent as given.
-absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
-    const std::string& server, const PromptSpec& prompt, const GenerateRequest& request,
+absl::StatusOr<std::pair<EngineResult, std::string>> RemoteGenerate(
+    const std::string& server, const PromptSpec& prompt, const EngineRequest& request,
     const std::vector<std::string>& stop, const ConstraintSpec& constraint,
     const std::function<void(const std::string&)>& on_text);
 
@@ -41,7 +41,7 @@ absl::StatusOr<std::pair<GenerateResult, std::string>> RemoteGenerate(
 absl::StatusOr<std::string> RemotePrefill(const std::string& server, const PromptSpec& chunk,
                                           const std::string& prefix_handle, int32_t top_k, bool keep);
 
-absl::StatusOr<GenerateResult> RemoteScore(const std::string& server, const PromptSpec& prompt);
+absl::StatusOr<EngineResult> RemoteScore(const std::string& server, const PromptSpec& prompt);
 
 absl::StatusOr<std::vector<int32_t>> RemoteTokenize(const std::string& server, const std::string& text,
                                                     bool add_special_tokens);

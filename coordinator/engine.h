@@ -1,12 +1,14 @@
 // The coordinator's engine: request state, iteration-level (Orca) continuous
-// batching over a paged KV cache, and stopping.
+// batching over a paged KV cache, and stopping. The cache's bookkeeping
+// (blocks, prefix cache, copy-on-write, handles) is the KvManager's.
 //
 // A request is validated and queued; the Scheduler (coordinator/scheduler.h)
 // picks each step's work: one token for each decoding sequence plus chunks of
 // prompts, under a token budget, --max-num-seqs and the free blocks, with
 // preemption when blocks run out (docs/scheduler.md). The engine turns that
 // choice into a StepInput, has the executor run it, and applies the results.
-// Finished sequences leave at once and free their blocks.
+// A sequence ends one way (End, then Retire once no step writes its blocks),
+// whether it finished, was stopped or cancelled, or failed.
 //
 // A step is three calls so that a caller can run the middle one without its
 // lock (EngineLoop): PlanStep and ApplyStep change state, ExecuteStep reads
@@ -16,26 +18,25 @@
 //   Engine engine(worker.get(), worker->config(), worker->num_blocks(), worker->block_size(), {});
 //   SHARDLM_ASSIGN_OR_RETURN(int64_t id, engine.Submit(std::move(request)));
 //   while (!engine.Idle()) SHARDLM_RETURN_IF_ERROR(engine.Step());
-//   GenerateResult r = *engine.TakeResult(id);
+//   EngineResult r = *engine.TakeResult(id);
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
-#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <random>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "constraints/matcher.h"
+#include "coordinator/engine_request.h"
+#include "coordinator/kv_manager.h"
 #include "coordinator/scheduler.h"
-#include "kv/block_allocator.h"
+#include "coordinator/sequence.h"
+#include "coordinator/validate_request.h"
 #include "model/model_config.h"
 #include "model/step.h"
 
@@ -43,65 +44,7 @@ namespace shardlm {
 
 class ServiceMetrics;
 
-enum class FinishReason { kNone, kLength, kStop };
-const char* FinishReasonName(FinishReason r);
-
-struct TopLogprob {
-  int32_t id;
-  float logprob;
-};
-
-struct GenerateRequest {
-  // KV handle of an earlier result whose tokens come before `prompt` (empty:
-  // none). Its blocks are shared, the partly filled last one copied.
-  std::string prefix_handle;
-  std::vector<int32_t> prompt;  // may be empty when a prefix handle is given
-  SamplingParams sampling;
-  bool has_seed = false;  // otherwise a random seed is drawn
-  int32_t max_new_tokens = 16;
-  std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids
-  bool ignore_eos = false;
-  bool score_prompt = false;  // fill GenerateResult::prompt_scores (and prompt_top)
-  bool next_top = false;      // fill GenerateResult::next_top after the prompt
-  bool keep_handle = false;   // keep the KV as a handle (GenerateResult::handle)
-  // The handle is the service's own and lives briefly (n > 1 samples'
-  // shared prompt): not counted against Options::max_handle_share.
-  bool transient_handle = false;
-  // Who asks (an API key's id; empty without keys): a handle is visible to
-  // its owner only, to anyone else it is NOT_FOUND.
-  std::string owner;
-  // For logs: the public request id, carried into the workers' logs.
-  std::string request_id;
-  // When the call arrived (time to first token counts from here); unset: at Submit.
-  std::chrono::steady_clock::time_point arrival{};
-  // Decoding constrained to a language (docs/structured_outputs.md): a matcher
-  // in its start state, compiled by the front end; each sequence decodes
-  // with its own clone. Null: unconstrained.
-  std::shared_ptr<const Matcher> constraint;
-  // Called for each generated token as soon as it is sampled, with its
-  // top-n alternatives when asked for.
-  std::function<void(int32_t token, float logprob, const std::vector<TopLogprob>& top)> on_token;
-};
-
-struct GenerateResult {
-  std::vector<int32_t> prompt;
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::vector<std::vector<TopLogprob>> top_logprobs;  // per generated token
-  std::vector<std::optional<float>> prompt_scores;    // per prompt token; empty for the very first token
-  std::vector<std::vector<TopLogprob>> prompt_top;    // per prompt token: top-n at its position
-  std::vector<TopLogprob> next_top;                   // top-n of the next token after the prompt
-  int32_t prefix_tokens = 0;                          // tokens that came from the prefix handle
-  int32_t cached_tokens = 0;     // prompt tokens whose KV was reused (handle or prefix cache)
-  std::string handle;            // when keep_handle: the KV handle of prefix + prompt + tokens
-  int64_t handle_expiry_ms = 0;  // unix time in ms
-  FinishReason finish_reason = FinishReason::kNone;
-  // With a constraint: it had not accepted the output when max_new_tokens ended it.
-  bool constraint_unfinished = false;
-  absl::Status status;
-};
-
-class Engine : private KvSpace {
+class Engine {
  public:
   struct PlannedStep;
   struct Options {
@@ -144,7 +87,7 @@ class Engine : private KvSpace {
 
   // Validates (InvalidArgument naming the field and the limit) and queues;
   // ResourceExhausted past the queue limits or the handle share.
-  absl::StatusOr<int64_t> Submit(GenerateRequest request);
+  absl::StatusOr<int64_t> Submit(EngineRequest request);
   // One scheduler iteration: PlanStep, ExecuteStep, ApplyStep. An executor
   // failure fails the work in flight.
   absl::Status Step();
@@ -177,9 +120,9 @@ class Engine : private KvSpace {
   void SendFollowingMasks(PlannedStep& plan, PendingStep& pending);
   bool Idle() const { return seqs_.empty(); }
   // The result of a finished request (once), or nullopt.
-  std::optional<GenerateResult> TakeResult(int64_t id);
+  std::optional<EngineResult> TakeResult(int64_t id);
   // Every finished request's result (each once), by id.
-  std::vector<std::pair<int64_t, GenerateResult>> TakeFinished();
+  std::vector<std::pair<int64_t, EngineResult>> TakeFinished();
   // Stops a queued or running request now and frees its blocks (after the
   // step executing it, if any); its result carries CANCELLED. False if the id
   // is not queued or running.
@@ -189,11 +132,10 @@ class Engine : private KvSpace {
   // the id is not running.
   bool Stop(int64_t id);
   // Submit's checks alone (const: safe to call beside a running step).
-  absl::Status Validate(const GenerateRequest& r) const;
-  absl::Status ValidateLength(const GenerateRequest& r) const;
+  absl::Status Validate(const EngineRequest& r) const;
 
   // Convenience: submit one request and step until it finishes.
-  absl::StatusOr<GenerateResult> Run(GenerateRequest request);
+  absl::StatusOr<EngineResult> Run(EngineRequest request);
 
   // Releases a handle's blocks. NotFound if unknown, released, expired or
   // another owner's.
@@ -209,53 +151,14 @@ class Engine : private KvSpace {
   // Releases every handle past its expiry (each Step does this too).
   void ExpireHandles();
   Stats stats() const;
-  int32_t num_free_blocks() const { return allocator_.num_free(); }
-  int32_t num_blocks() const { return allocator_.num_blocks(); }
+  int32_t num_free_blocks() const { return kv_.allocator().num_free(); }
+  int32_t num_blocks() const { return kv_.allocator().num_blocks(); }
   const ModelConfig& config() const { return cfg_; }
   const Options& options() const { return options_; }
   int64_t steps() const { return steps_; }
   int64_t preemptions() const { return scheduler_.preemptions(); }
 
  private:
-  struct Sequence : SchedSeq {
-    // Known tokens, and the one a step in flight samples (overlapped steps).
-    int32_t length() const override { return static_cast<int32_t>(tokens.size()) + pending; }
-    GenerateRequest request;
-    std::vector<int32_t> tokens;   // prefix handle's tokens, prompt, then generated
-    std::vector<int32_t> context;  // prefix + prompt: what penalties look back on
-    int32_t prompt_offset = 0;     // index of the first prompt token in `tokens`
-    std::vector<int32_t> blocks;
-    std::vector<uint64_t> hashes;                     // prefix hash through each published full block
-    std::vector<std::pair<int32_t, int32_t>> copies;  // copy-on-write (src, dst) before the next step
-    int32_t cow_src = -1;         // block to copy into the next block allocated (referenced), or -1
-    bool started = false;         // has been in a step since arrival or its last preemption
-    bool prompt_counted = false;  // its prompt tokens are in the metrics
-    bool prefix_counted = false;  // its prefix-cache lookup is in the metrics
-    // Cancel or Stop while its step was executing: ends when it is applied.
-    bool end_requested = false;
-    FinishReason end_reason = FinishReason::kNone;
-    absl::Status end_status;
-    // Of its steps in flight (SchedSeq::in_flight): num_computed counts their
-    // tokens already (`ahead` of them), and `pending` tokens they sample are
-    // not in `tokens` yet; the last one comes from row `pending_row` of the
-    // step planned last.
-    int32_t ahead = 0;
-    int32_t pending = 0;
-    int32_t pending_row = -1;
-    std::chrono::steady_clock::time_point arrival, first_token;
-    GenerateResult result;
-    // The request's constraint: its own matcher, and the mask of its next token.
-    std::unique_ptr<Matcher> matcher;
-    std::vector<uint32_t> mask;
-  };
-  struct Handle {
-    std::string owner;
-    std::vector<int32_t> tokens;
-    int32_t num_computed = 0;
-    std::vector<int32_t> blocks;
-    int64_t expiry_ms = 0;
-  };
-
   // For each row of a planned step: the sequence it belongs to and, for
   // scoring rows, the prompt index scored.
   struct RowOwner {
@@ -278,29 +181,16 @@ class Engine : private KvSpace {
   };
 
  private:
-  // KvSpace, for the scheduler.
-  void Admit(SchedSeq& seq) override;
-  int32_t BlocksShort(const SchedSeq& seq, int32_t tokens) const override;
-  int32_t FreeBlocks() const override { return allocator_.num_available(); }
-  void Grow(SchedSeq& seq, int32_t tokens) override;
-  void Evict(SchedSeq& seq) override;
-  // The blocks held by ChunkResult handles (each once).
-  std::unordered_set<int32_t> HandleBlockSet() const;
-  // Finishes `seq` and forgets it (its result goes to done_).
-  void FinishAndErase(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
-  // Shares the handle's blocks with `seq` (copying the partly filled last one).
-  absl::Status Attach(Sequence& seq, const Handle& handle);
-  // Takes cached full blocks for `seq`'s leading tokens (automatic prefix caching).
-  void LookupPrefix(Sequence& seq);
-  // Publishes `seq`'s newly completed full blocks to the prefix cache.
-  void PublishBlocks(Sequence& seq);
-  static int64_t NowMs();
-  void Finish(Sequence& seq, FinishReason reason, absl::Status status = absl::OkStatus());
-  // Finishes running request `id` now; false if it is not running.
-  bool EndRunning(int64_t id, FinishReason reason, absl::Status status);
-  // Marks `seq` (in a step in flight) to end with `reason` and `status` once
-  // its last step is applied, unless an end was already asked for.
-  static void RequestEnd(Sequence& seq, FinishReason reason, absl::Status status);
+  // Records that `seq` ends with `reason` and `status`; the first end
+  // recorded wins. Its step in flight, if any, still runs: Retire follows
+  // once no step writes its blocks.
+  static void End(Sequence& seq, FinishReason reason, absl::Status status);
+  // Finishes `seq` if it ended and no step in flight writes its blocks: its
+  // result goes to done_, its blocks are freed or kept as a handle, and it
+  // is forgotten (`seq` dangles after true).
+  bool RetireIfEnded(Sequence& seq);
+  // The queued or running request `id`, or null.
+  Sequence* Find(int64_t id);
   bool IsStop(const Sequence& seq, int32_t token) const;
   // PlanStep's parts: the oldest request fails when nothing fits even alone;
   // `take` tokens of `seq` join `plan`, with its scored and sampled rows.
@@ -326,17 +216,11 @@ class Engine : private KvSpace {
 
   StepExecutor* executor_;
   ModelConfig cfg_;
-  int32_t block_size_;
   Options options_;
-  BlockAllocator allocator_;
+  KvManager kv_;
   Scheduler scheduler_;
   std::map<int64_t, std::unique_ptr<Sequence>> seqs_;  // queued and running, by id
-  std::map<int64_t, GenerateResult> done_;
-  std::map<std::string, Handle> handles_;
-  // Handles dropped by Reset, with why (bounded: the oldest are forgotten).
-  std::map<std::string, std::string> lost_handles_;
-  std::deque<std::string> lost_order_;
-  absl::Status HandleNotFound(const std::string& what, const std::string& handle) const;
+  std::map<int64_t, EngineResult> done_;
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int32_t steps_in_flight_ = 0;  // planned and not yet applied

@@ -44,13 +44,13 @@ EngineLoop::~EngineLoop() {
   for (auto& fn : outbox_) fn();
   // Anything still waiting is told so.
   for (auto& [id, done] : waiting_) {
-    GenerateResult r;
+    EngineResult r;
     r.status = absl::UnavailableError("server shutting down");
     done(std::move(r));
   }
 }
 
-absl::StatusOr<int64_t> EngineLoop::Submit(GenerateRequest request, DoneFn on_done) {
+absl::StatusOr<int64_t> EngineLoop::Submit(EngineRequest request, DoneFn on_done) {
   std::lock_guard<std::mutex> lock(mu_);  // validation reads the handle table
   if (stop_) return absl::UnavailableError("server shutting down");
   if (absl::Status down = FollowGroup(); !down.ok()) return down;
@@ -79,7 +79,7 @@ void EngineLoop::Stop(int64_t id) {
   if (engine_->Stop(id)) Deliver();
 }
 
-absl::Status EngineLoop::Validate(const GenerateRequest& request) {
+absl::Status EngineLoop::Validate(const EngineRequest& request) {
   std::lock_guard<std::mutex> lock(mu_);
   return engine_->Validate(request);
 }

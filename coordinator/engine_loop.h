@@ -14,7 +14,7 @@
 // pool, and handles of the old one answer NOT_FOUND saying why.
 //
 //   EngineLoop loop(std::move(engine), [g] { return g->state(); });
-//   SHARDLM_ASSIGN_OR_RETURN(int64_t id, loop.Submit(std::move(req), [&](GenerateResult r) { ... }));
+//   SHARDLM_ASSIGN_OR_RETURN(int64_t id, loop.Submit(std::move(req), [&](EngineResult r) { ... }));
 //   loop.Cancel(id);
 #pragma once
 
@@ -33,15 +33,15 @@ namespace shardlm {
 
 class EngineLoop {
  public:
-  using DoneFn = std::function<void(GenerateResult)>;
+  using DoneFn = std::function<void(EngineResult)>;
 
   // `group` (may be null: an in-process engine) reports the workers' state.
   explicit EngineLoop(std::unique_ptr<Engine> engine, std::function<GroupState()> group = nullptr);
   ~EngineLoop();
 
-  absl::StatusOr<int64_t> Submit(GenerateRequest request, DoneFn on_done);
+  absl::StatusOr<int64_t> Submit(EngineRequest request, DoneFn on_done);
   // Submit's checks without submitting.
-  absl::Status Validate(const GenerateRequest& request);
+  absl::Status Validate(const EngineRequest& request);
   void Cancel(int64_t id);
   // Ends a running request now as finished ("stop"), keeping its handle when asked.
   void Stop(int64_t id);

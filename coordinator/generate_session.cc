@@ -73,7 +73,7 @@ absl::Status GenerateSession::CheckRequest(const pb::GenerateRequest& req) const
 // The engine's request from the gRPC one: sampling defaults filled in, the
 // constraint compiled.
 absl::Status GenerateSession::FillBase(const pb::GenerateRequest& req, std::vector<int32_t> prompt) {
-  GenerateRequest& base = base_;
+  EngineRequest& base = base_;
   base.owner = owner_;
   base.request_id = call_->id();
   base.arrival = call_->start();
@@ -104,7 +104,7 @@ absl::Status GenerateSession::FillBase(const pb::GenerateRequest& req, std::vect
 // (the samples' own limits validated before any work).
 absl::Status GenerateSession::PrefillShared() {
   SHARDLM_RETURN_IF_ERROR(service_->loop()->Validate(base_));
-  GenerateRequest pre;
+  EngineRequest pre;
   pre.owner = owner_;
   pre.request_id = call_->id();
   pre.arrival = call_->start();
@@ -114,7 +114,7 @@ absl::Status GenerateSession::PrefillShared() {
   pre.keep_handle = true;
   pre.transient_handle = true;  // released as soon as the samples hold its blocks
   SHARDLM_ASSIGN_OR_RETURN(
-      int64_t id, service_->loop()->Submit(std::move(pre), [channel = channel_](GenerateResult result) {
+      int64_t id, service_->loop()->Submit(std::move(pre), [channel = channel_](EngineResult result) {
         channel->Push(Event{-1, -1, 0, {}, std::move(result)});
       }));
   ids_.push_back(id);
@@ -147,7 +147,7 @@ absl::Status GenerateSession::SubmitSamples() {
   samples_submitted_ = true;
   ids_.clear();
   for (int s = 0; s < n_; ++s) {
-    GenerateRequest r = base_;
+    EngineRequest r = base_;
     if (n_ > 1) {
       r.prefix_handle = shared_handle_;
       r.prompt.clear();
@@ -157,7 +157,7 @@ absl::Status GenerateSession::SubmitSamples() {
     r.on_token = [channel, s](int32_t token, float logprob, const std::vector<TopLogprob>& top) {
       channel->Push(Event{s, token, logprob, top, std::nullopt});
     };
-    auto id = service_->loop()->Submit(std::move(r), [channel, s](GenerateResult result) {
+    auto id = service_->loop()->Submit(std::move(r), [channel, s](EngineResult result) {
       channel->Push(Event{s, -1, 0, {}, std::move(result)});
     });
     if (!id.ok()) return id.status();

@@ -66,7 +66,7 @@ class GenerateSession {
     int32_t token = -1;
     float logprob = 0;
     std::vector<TopLogprob> top;
-    std::optional<GenerateResult> done;
+    std::optional<EngineResult> done;
   };
   // Engine callbacks hold this, not the session: it outlives an abandoned call.
   struct Channel {
@@ -96,7 +96,7 @@ class GenerateSession {
   CallRecord* call_;
   ::shardlm::v1::GenerateRequest req_;
   int n_ = 1;
-  GenerateRequest base_;
+  EngineRequest base_;
   std::shared_ptr<Channel> channel_ = std::make_shared<Channel>();
   std::string shared_handle_;
   bool samples_submitted_ = false;
@@ -105,7 +105,7 @@ class GenerateSession {
   std::vector<std::string> finish_;
   std::vector<bool> stopping_;  // a stop string appeared; waiting for the result
   std::vector<int32_t> sent_tokens_;
-  std::vector<std::optional<GenerateResult>> results_;
+  std::vector<std::optional<EngineResult>> results_;
   int finished_ = 0;
   bool first_ = true;
   bool ended_ = false;

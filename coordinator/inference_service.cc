@@ -78,7 +78,7 @@ void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
   }
 }
 
-void FillChunkResult(const GenerateResult& r, bool generated, pb::ChunkResult* out) {
+void FillChunkResult(const EngineResult& r, bool generated, pb::ChunkResult* out) {
   out->set_handle(r.handle);
   out->set_expires_at_unix_ms(r.handle_expiry_ms);
   out->set_prefix_tokens(r.prefix_tokens + (generated ? static_cast<int32_t>(r.prompt.size()) : 0));
@@ -179,8 +179,7 @@ absl::StatusOr<std::shared_ptr<const Matcher>> InferenceService::CompileConstrai
 }
 
 grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, const std::string& owner,
-                                              CallRecord& call,
-                                              std::vector<GenerateRequest>* requests) const {
+                                              CallRecord& call, std::vector<EngineRequest>* requests) const {
   const int chunks = req.chunks_size();
   if (chunks < 1 || chunks > kMaxPrefillChunks) {
     return ToGrpcStatus(absl::InvalidArgumentError(
@@ -202,7 +201,7 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
         absl::InvalidArgumentError(absl::StrCat("top_k must be in [0, 20], got ", req.top_k())));
   }
   for (int i = 0; i < chunks; ++i) {
-    GenerateRequest r;
+    EngineRequest r;
     r.owner = owner;
     r.request_id = call.id();
     if (prefixes > 0) r.prefix_handle = req.prefix_handles(prefixes == 1 ? 0 : i);
@@ -227,16 +226,16 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
     requests->push_back(std::move(r));
   }
   int64_t tokens = 0;
-  for (const GenerateRequest& r : *requests) tokens += static_cast<int64_t>(r.prompt.size());
+  for (const EngineRequest& r : *requests) tokens += static_cast<int64_t>(r.prompt.size());
   call.SetTokens(tokens, 0, 0);
   return grpc::Status::OK;
 }
 
 grpc::Status InferenceService::PrepareScore(const pb::ScoreRequest& req, const std::string& owner,
-                                            CallRecord& call, std::vector<GenerateRequest>* requests) const {
+                                            CallRecord& call, std::vector<EngineRequest>* requests) const {
   auto ids = PromptIds(req.prompt(), true, "prompt", call);
   if (!ids.ok()) return ToGrpcStatus(ids.status());
-  GenerateRequest r;
+  EngineRequest r;
   r.owner = owner;
   r.request_id = call.id();
   r.prompt = std::move(*ids);

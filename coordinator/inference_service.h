@@ -103,9 +103,9 @@ class InferenceService final
   // The handlers behind the public methods, which wrap each in a CallRecord.
   // Prefill's and Score's checks, and the engine requests they submit.
   grpc::Status PreparePrefill(const ::shardlm::v1::PrefillRequest& req, const std::string& owner,
-                              CallRecord& call, std::vector<GenerateRequest>* requests) const;
+                              CallRecord& call, std::vector<EngineRequest>* requests) const;
   grpc::Status PrepareScore(const ::shardlm::v1::ScoreRequest& req, const std::string& owner,
-                            CallRecord& call, std::vector<GenerateRequest>* requests) const;
+                            CallRecord& call, std::vector<EngineRequest>* requests) const;
   grpc::Status ReleaseChunksImpl(grpc::ServerContext* ctx, const ::shardlm::v1::ReleaseChunksRequest* req,
                                  ::shardlm::v1::ReleaseChunksResponse* out, CallRecord& call);
   grpc::Status TokenizeImpl(grpc::ServerContext* ctx, const ::shardlm::v1::TokenizeRequest* req,
@@ -136,6 +136,6 @@ absl::Status CallGone(const grpc::ServerContextBase& ctx);
 void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);
 
 // Fills `out` from a finished request (chunk tokens, scores, alternatives, handle).
-void FillChunkResult(const GenerateResult& r, bool generated, ::shardlm::v1::ChunkResult* out);
+void FillChunkResult(const EngineResult& r, bool generated, ::shardlm::v1::ChunkResult* out);
 
 }  // namespace shardlm

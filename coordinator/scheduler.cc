@@ -71,7 +71,7 @@ bool Scheduler::MakeRoom(KvSpace& kv, SchedSeq& seq, int32_t tokens) {
     // already in this step (or on the workers).
     SchedSeq* victim = nullptr;
     for (auto it = running_.rbegin(); it != running_.rend() && (*it)->id > seq.id; ++it) {
-      if (!(*it)->scheduled && !(*it)->in_flight) {
+      if (!(*it)->scheduled && (*it)->flight.steps == 0) {
         victim = *it;
         break;
       }
@@ -108,7 +108,7 @@ std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
   for (SchedSeq* seq : order) {
     if (budget <= 0) break;
     // Preempted above, or still on the workers (unless it may go on behind its step).
-    if (!seq->running || (seq->in_flight && !seq->lookahead)) continue;
+    if (!seq->running || (seq->flight.steps > 0 && !seq->flight.lookahead)) continue;
     kv.Admit(*seq);  // a static batch's members join before their first chunk
     const int32_t take = take_of(*seq);
     if (take <= 0) continue;

@@ -23,6 +23,18 @@
 
 namespace shardlm {
 
+// A sequence's steps on the workers (overlapped steps: docs/scheduler.md).
+struct StepsInFlight {
+  int32_t steps = 0;       // steps on the workers it is in (not preemptible while any)
+  bool lookahead = false;  // in flight, yet may take its next token in the step being planned
+  // num_computed counts those steps' tokens already (`ahead` of them), and
+  // the `pending` tokens they sample are not among the sequence's tokens
+  // yet; the last one comes from row `pending_row` of the step planned last.
+  int32_t ahead = 0;
+  int32_t pending = 0;
+  int32_t pending_row = -1;
+};
+
 // What the scheduler sees of a request.
 struct SchedSeq {
   virtual ~SchedSeq() = default;
@@ -32,8 +44,7 @@ struct SchedSeq {
   int64_t id = 0;            // increases with arrival: a smaller id arrived first
   int32_t num_computed = 0;  // leading tokens whose K/V are in the cache
   int32_t max_chunk = std::numeric_limits<int32_t>::max();  // tokens per step at most
-  int32_t in_flight = 0;   // steps on the workers it is in (not preemptible while any)
-  bool lookahead = false;  // in flight, yet may take its next token in the step being planned
+  StepsInFlight flight;
   // Set by the scheduler.
   bool running = false;       // admitted (else queued)
   bool scheduled = false;     // in the step being planned

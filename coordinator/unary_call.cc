@@ -31,9 +31,9 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
   // Checks the request and builds its engine requests (any error status ends
   // the call before anything runs).
   using Prepare =
-      std::function<grpc::Status(const std::string& owner, CallRecord& call, std::vector<GenerateRequest>*)>;
+      std::function<grpc::Status(const std::string& owner, CallRecord& call, std::vector<EngineRequest>*)>;
   // Fills the response from the results, in request order.
-  using Respond = std::function<grpc::Status(std::vector<GenerateResult>&, CallRecord& call)>;
+  using Respond = std::function<grpc::Status(std::vector<EngineResult>&, CallRecord& call)>;
 
   // Owned by itself until gRPC calls OnDone; result callbacks reach it
   // through weak pointers.
@@ -75,7 +75,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     std::string owner;
     grpc::Status st = service_->Admit(*ctx_, &owner);
     if (st.ok()) st = unparsed;
-    std::vector<GenerateRequest> requests;
+    std::vector<EngineRequest> requests;
     if (st.ok()) st = prepare(owner, call_, &requests);
     std::lock_guard<std::mutex> lock(mu_);
     owner_ = owner;
@@ -86,7 +86,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     for (size_t i = 0; i < count; ++i) {
       // Submit does not call back on this thread (callbacks come from the
       // loop thread), so mu_ may stay held.
-      auto id = service_->loop()->Submit(std::move(requests[i]), [weak, i](GenerateResult r) {
+      auto id = service_->loop()->Submit(std::move(requests[i]), [weak, i](EngineResult r) {
         if (auto self = weak.lock()) self->OnResult(i, std::move(r));
       });
       if (!id.ok()) {
@@ -105,17 +105,17 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
     if (ids_.empty()) FinishLocked(ToGrpcStatus(failure_));
   }
 
-  void OnResult(size_t i, GenerateResult r) {
+  void OnResult(size_t i, EngineResult r) {
     std::lock_guard<std::mutex> lock(mu_);
     results_[i] = std::move(r);
     if (++done_ < ids_.size()) return;
-    std::vector<GenerateResult> out;
+    std::vector<EngineResult> out;
     for (auto& res : results_) {
       if (failure_.ok() && !res->status.ok()) failure_ = res->status;
       out.push_back(std::move(*res));
     }
     if (!failure_.ok()) {
-      for (const GenerateResult& res : out) {
+      for (const EngineResult& res : out) {
         if (!res.handle.empty()) service_->loop()->ReleaseHandle(res.handle, owner_).IgnoreError();
       }
       return FinishLocked(ToGrpcStatus(failure_));
@@ -136,7 +136,7 @@ class EngineUnaryReactor : public grpc::ServerUnaryReactor {
   std::mutex mu_;
   std::string owner_;
   std::vector<int64_t> ids_;
-  std::vector<std::optional<GenerateResult>> results_;
+  std::vector<std::optional<EngineResult>> results_;
   size_t done_ = 0;
   absl::Status failure_;  // the first failure: a refused submit, a failed request or the client leaving
   bool cancelled_ = false;
@@ -151,12 +151,12 @@ grpc::ServerUnaryReactor* InferenceService::Prefill(grpc::CallbackServerContext*
                                                     pb::PrefillResponse* resp) {
   return EngineUnaryReactor::Start(
       this, ctx, "Prefill", req,
-      [this, req](const std::string& owner, CallRecord& call, std::vector<GenerateRequest>* requests) {
+      [this, req](const std::string& owner, CallRecord& call, std::vector<EngineRequest>* requests) {
         return PreparePrefill(*req, owner, call, requests);
       },
-      [resp](std::vector<GenerateResult>& results, CallRecord& call) {
+      [resp](std::vector<EngineResult>& results, CallRecord& call) {
         int64_t tokens = 0, cached = 0;
-        for (const GenerateResult& r : results) {
+        for (const EngineResult& r : results) {
           FillChunkResult(r, /*generated=*/false, resp->add_results());
           tokens += static_cast<int64_t>(r.prompt.size());
           cached += r.cached_tokens;
@@ -170,11 +170,11 @@ grpc::ServerUnaryReactor* InferenceService::Score(grpc::CallbackServerContext* c
                                                   const pb::ScoreRequest* req, pb::ScoreResponse* resp) {
   return EngineUnaryReactor::Start(
       this, ctx, "Score", req,
-      [this, req](const std::string& owner, CallRecord& call, std::vector<GenerateRequest>* requests) {
+      [this, req](const std::string& owner, CallRecord& call, std::vector<EngineRequest>* requests) {
         return PrepareScore(*req, owner, call, requests);
       },
-      [resp](std::vector<GenerateResult>& results, CallRecord&) {
-        const GenerateResult& res = results[0];
+      [resp](std::vector<EngineResult>& results, CallRecord&) {
+        const EngineResult& res = results[0];
         resp->mutable_token_ids()->Add(res.prompt.begin(), res.prompt.end());
         for (const auto& s : res.prompt_scores) {
           resp->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());

@@ -13,6 +13,7 @@
 #include "kernels/cpu/quant.h"
 #include "kernels/cuda_fused.h"
 #include "kernels/fused.h"
+#include "kernels/kernel_options.h"
 #include "kernels/parallel.h"
 #include "kernels/step_profile.h"
 
@@ -147,23 +148,11 @@ at::Tensor UnpackTensor(const at::Tensor& packed, int64_t n, int64_t k, const at
   return out;
 }
 
-// An environment switch that is on unless set to 0, read once.
-bool SwitchOn(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::string(v) != "0";
-}
+bool PackingWanted() { return CurrentKernelOptions().pack_weights; }
 
-bool PackingWanted() {
-  static const bool wanted = SwitchOn("SHARDLM_PACK_WEIGHTS");
-  return wanted;
-}
-
-// SHARDLM_FUSED_EPILOGUES=0 keeps the SwiGLU and the residual adds as
-// separate passes (for comparisons; docs/cpu_kernels.md).
-bool FusionWanted() {
-  static const bool wanted = SwitchOn("SHARDLM_FUSED_EPILOGUES");
-  return wanted;
-}
+// Off: the SwiGLU and the residual adds as separate passes (for comparisons;
+// docs/cpu_kernels.md).
+bool FusionWanted() { return CurrentKernelOptions().fused_epilogues; }
 
 bool Packable(const at::Tensor& w) {
   return w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
@@ -381,10 +370,7 @@ at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bi
 }
 
 int64_t GemvMaxRows(at::ScalarType dtype) {
-  static const long env = [] {
-    const char* v = std::getenv("SHARDLM_GEMV_MAX_ROWS");
-    return v == nullptr ? -1L : std::strtol(v, nullptr, 10);
-  }();
+  const int64_t env = CurrentKernelOptions().gemv_max_rows;
   const bool avx512 = ActiveIsa() == Isa::kAvx512;
   if (env >= 0) return avx512 ? env : std::min<int64_t>(env, kMaxGemvRows);
   // Measured cut-overs (bench/kernels_bench.cc, docs/cpu_kernels.md). The

@@ -37,7 +37,7 @@
 namespace shardlm::kernels {
 
 // Rows up to which Linear uses the GEMV kernels for `dtype`
-// (SHARDLM_GEMV_MAX_ROWS overrides; 0 turns them off, for comparisons).
+// (KernelOptions::gemv_max_rows overrides; 0 turns them off, for comparisons).
 int64_t GemvMaxRows(at::ScalarType dtype);
 
 at::Tensor Linear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias = at::Tensor());
@@ -48,7 +48,7 @@ class LinearWeight {
   LinearWeight() = default;
 
   // Packs an f32 or bf16 CPU weight when the active ISA is AVX-512 (and
-  // SHARDLM_PACK_WEIGHTS is not 0); otherwise keeps `w` as it is. The
+  // KernelOptions::pack_weights is on); otherwise keeps `w` as it is. The
   // unpacked tensor is released.
   static LinearWeight Prepare(at::Tensor w);
   // A SwiGLU's [gate; up] weight, dtype[2 * inter, in], for LinearSwiGlu:

@@ -19,18 +19,8 @@ Isa Detect() {
   return Isa::kScalar;
 }
 
-Isa FromEnvironment(Isa detected) {
-  const char* env = std::getenv("SHARDLM_CPU_ISA");
-  if (env == nullptr) return detected;
-  Isa wanted = detected;
-  if (std::strcmp(env, "scalar") == 0) wanted = Isa::kScalar;
-  if (std::strcmp(env, "avx2") == 0) wanted = Isa::kAvx2;
-  if (std::strcmp(env, "avx512") == 0) wanted = Isa::kAvx512;
-  return wanted < detected ? wanted : detected;
-}
-
 std::atomic<int>& Active() {
-  static std::atomic<int> active{static_cast<int>(FromEnvironment(DetectedIsa()))};
+  static std::atomic<int> active{static_cast<int>(DetectedIsa())};
   return active;
 }
 

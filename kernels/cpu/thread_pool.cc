@@ -3,6 +3,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -13,16 +14,14 @@
 #include <thread>
 #include <vector>
 
+#include "kernels/kernel_options.h"
+
 namespace shardlm::kernels {
 namespace {
 
 thread_local bool t_in_part = false;
 
-int64_t SpinNanos() {
-  const char* env = std::getenv("SHARDLM_POOL_SPIN_US");
-  const long us = env != nullptr ? std::strtol(env, nullptr, 10) : 100;
-  return static_cast<int64_t>(us < 0 ? 0 : us) * 1000;
-}
+int64_t SpinNanos() { return std::max<int64_t>(CurrentKernelOptions().pool_spin_us, 0) * 1000; }
 
 // Spins until pred() holds or `nanos` have passed; true if it holds.
 template <typename Pred>
@@ -149,12 +148,6 @@ void RunParts(int parts, void (*fn)(void*, int), void* ctx) {
 
 bool InPoolPart() { return t_in_part; }
 
-bool StepPoolEnabled() {
-  static const bool on = [] {
-    const char* env = std::getenv("SHARDLM_STEP_POOL");
-    return env == nullptr || std::string(env) != "0";
-  }();
-  return on;
-}
+bool StepPoolEnabled() { return CurrentKernelOptions().step_pool; }
 
 }  // namespace shardlm::kernels

@@ -7,8 +7,8 @@
 // by shardlm_kernels_bench) with the team already spinning, and so does an empty one.
 // Here a run costs what it takes the workers to see one atomic word change and
 // report back: 0.9 us for an empty 2-part run. Workers spin for a short while after a run
-// (SHARDLM_POOL_SPIN_US, 100 by default), long enough to span the gaps between a step's loops, then sleep on
-// a condition variable, so an idle process costs no CPU.
+// (KernelOptions::pool_spin_us, 100 by default), long enough to span the gaps between a step's loops, then
+// sleep on a condition variable, so an idle process costs no CPU.
 //
 // Torch-free; kernels/parallel.h adapts it to at::parallel_for's interface.
 #pragma once
@@ -25,8 +25,8 @@ void RunParts(int parts, void (*fn)(void* ctx, int part), void* ctx);
 // Whether this thread is running a part of a run with more than one part.
 bool InPoolPart();
 
-// Whether the step's loops use the pool (SHARDLM_STEP_POOL=0: ATen's OpenMP
-// regions instead, for comparisons; kernels/parallel.h).
+// Whether the step's loops use the pool (KernelOptions::step_pool; off:
+// ATen's OpenMP regions instead, for comparisons; kernels/parallel.h).
 bool StepPoolEnabled();
 
 // Convenience: RunParts over a callable f(int part).

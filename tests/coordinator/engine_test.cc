@@ -59,8 +59,8 @@ class EngineTest : public ::testing::Test {
                                     static_cast<int32_t>(w->block_size()), Engine::Options{max_batch_tokens});
   }
 
-  static GenerateRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
-    GenerateRequest r;
+  static EngineRequest Greedy(std::vector<int32_t> prompt, int32_t n) {
+    EngineRequest r;
     r.prompt = std::move(prompt);
     r.max_new_tokens = n;
     r.sampling.temperature = 0.0f;
@@ -80,7 +80,7 @@ std::string* EngineTest::dir_ = nullptr;
 
 TEST_F(EngineTest, BatchedChunkedAndPreemptedRunsEqualSoloRuns) {
   const std::vector<int32_t> lens = {5, 40, 17, 1, 33};
-  std::vector<GenerateResult> solo;
+  std::vector<EngineResult> solo;
   {
     auto w = Worker(64);
     auto e = MakeEngine(w.get(), 2048);
@@ -118,7 +118,7 @@ TEST_F(EngineTest, ScoresMatchGenerationLogprobs) {
   auto e = MakeEngine(w.get(), 2048);
   auto gen = e->Run(Greedy(Prompt(9, 3), 6));
   ASSERT_THAT(gen, IsOk());
-  GenerateRequest score;
+  EngineRequest score;
   score.prompt = Prompt(9, 3);
   score.prompt.insert(score.prompt.end(), gen->tokens.begin(), gen->tokens.end());
   score.max_new_tokens = 0;
@@ -136,7 +136,7 @@ TEST_F(EngineTest, StopTokensAndSeededSampling) {
   auto e = MakeEngine(w.get(), 2048);
   auto greedy = e->Run(Greedy(Prompt(4, 1), 8));
   ASSERT_THAT(greedy, IsOk());
-  GenerateRequest stop = Greedy(Prompt(4, 1), 8);
+  EngineRequest stop = Greedy(Prompt(4, 1), 8);
   stop.stop_token_ids = {greedy->tokens[2]};
   auto stopped = e->Run(stop);
   ASSERT_THAT(stopped, IsOk());
@@ -144,7 +144,7 @@ TEST_F(EngineTest, StopTokensAndSeededSampling) {
   EXPECT_LE(stopped->tokens.size(), 3u);
   EXPECT_EQ(stopped->tokens.back(), greedy->tokens[2]);
 
-  GenerateRequest sampled = Greedy(Prompt(4, 1), 16);
+  EngineRequest sampled = Greedy(Prompt(4, 1), 16);
   sampled.sampling.temperature = 1.0f;
   sampled.has_seed = true;
   sampled.sampling.seed = 9;
@@ -171,7 +171,7 @@ TEST_F(EngineTest, InvalidRequestsNameTheFieldAndLimit) {
           HasSubstr("must be <= 256 (the context length). Given: 1 prompt tokens and 300 max_new_tokens")));
   EXPECT_THAT(e->Submit(Greedy({1}, 100)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("64 (the KV cache capacity)")));
-  GenerateRequest r = Greedy({1}, 1);
+  EngineRequest r = Greedy({1}, 1);
   r.sampling.top_p = 0.0f;
   EXPECT_THAT(e->Submit(r),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_p must be in (0, 1]")));
@@ -272,7 +272,7 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
   Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()), 16, o);
   const std::vector<int32_t> prefix = Prompt(21, 5), suffix = Prompt(7, 6);  // 21: a partial block
   // Prefill the prefix and keep its KV.
-  GenerateRequest pre;
+  EngineRequest pre;
   pre.prompt = prefix;
   pre.max_new_tokens = 0;
   pre.score_prompt = true;
@@ -284,7 +284,7 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
   ASSERT_FALSE(pr->handle.empty());
   ASSERT_EQ(pr->next_top.size(), 3u);
   // Continue from the handle twice: score the suffix, then generate.
-  GenerateRequest cont = Greedy(suffix, 6);
+  EngineRequest cont = Greedy(suffix, 6);
   cont.prefix_handle = pr->handle;
   cont.score_prompt = true;
   auto warm = e.Run(cont);
@@ -294,7 +294,7 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
   // Cold: the whole text at once.
   std::vector<int32_t> whole = prefix;
   whole.insert(whole.end(), suffix.begin(), suffix.end());
-  GenerateRequest cold_req = Greedy(whole, 6);
+  EngineRequest cold_req = Greedy(whole, 6);
   cold_req.score_prompt = true;
   cold_req.sampling.num_top_logprobs = 3;
   auto cold = e.Run(cold_req);
@@ -314,7 +314,7 @@ TEST_F(EnginePrefixTest, HandlePrefixEqualsTheColdComputation) {
   // Releasing the handle frees everything; a released handle is NotFound.
   ASSERT_THAT(e.ReleaseHandle(pr->handle), IsOk());
   EXPECT_THAT(e.ReleaseHandle(pr->handle), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));
-  GenerateRequest again = Greedy(suffix, 1);
+  EngineRequest again = Greedy(suffix, 1);
   again.prefix_handle = pr->handle;
   EXPECT_THAT(e.Submit(again), StatusIs(absl::StatusCode::kNotFound, HasSubstr("prefix handle")));
   EXPECT_EQ(e.stats().referenced_blocks, 0);
@@ -326,7 +326,7 @@ TEST_F(EnginePrefixTest, ManySamplesShareOnePrefixAndHandlesExpire) {
   Engine::Options o;
   o.handle_ttl_ms = 200;
   Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()), 16, o);
-  GenerateRequest pre;
+  EngineRequest pre;
   pre.prompt = Prompt(37, 8);
   pre.max_new_tokens = 0;
   pre.keep_handle = true;
@@ -337,7 +337,7 @@ TEST_F(EnginePrefixTest, ManySamplesShareOnePrefixAndHandlesExpire) {
   // Four samples at once from the same handle: full blocks shared, the tail copied.
   std::vector<int64_t> ids;
   for (int s = 0; s < 4; ++s) {
-    GenerateRequest g = Greedy({}, 5);
+    EngineRequest g = Greedy({}, 5);
     g.prefix_handle = pr->handle;
     g.sampling.temperature = 0.7f;
     g.has_seed = true;
@@ -355,7 +355,7 @@ TEST_F(EnginePrefixTest, ManySamplesShareOnePrefixAndHandlesExpire) {
     EXPECT_EQ(r->tokens.size(), 5u);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(250));
-  GenerateRequest later = Greedy({1}, 1);
+  EngineRequest later = Greedy({1}, 1);
   later.prefix_handle = pr->handle;
   EXPECT_THAT(e.Submit(later), StatusIs(absl::StatusCode::kNotFound, HasSubstr("expired")));
   ASSERT_THAT(e.Run(Greedy({1, 2}, 1)), IsOk());  // a step sweeps expired handles
@@ -372,7 +372,7 @@ namespace {
 TEST_F(EnginePrefixTest, StopEndsARequestAndKeepsItsHandle) {
   auto w = Worker(64);
   auto e = MakeEngine(w.get(), 2048);
-  GenerateRequest r = Greedy(Prompt(20, 9), 50);
+  EngineRequest r = Greedy(Prompt(20, 9), 50);
   r.keep_handle = true;
   auto id = e->Submit(r);
   ASSERT_THAT(id, IsOk());
@@ -385,7 +385,7 @@ TEST_F(EnginePrefixTest, StopEndsARequestAndKeepsItsHandle) {
   EXPECT_EQ(result->tokens.size(), 4u);
   ASSERT_FALSE(result->handle.empty());
   // The handle continues the text as the cold computation would.
-  GenerateRequest cont = Greedy({}, 3);
+  EngineRequest cont = Greedy({}, 3);
   cont.prefix_handle = result->handle;
   auto warm = e->Run(cont);
   ASSERT_THAT(warm, IsOk());
@@ -403,13 +403,13 @@ TEST_F(EnginePrefixTest, StopEndsARequestAndKeepsItsHandle) {
 TEST_F(EnginePrefixTest, HandlesAreVisibleToTheirOwnerOnly) {
   auto w = Worker(64);
   auto e = MakeEngine(w.get(), 2048);
-  GenerateRequest pre = Greedy(Prompt(20, 3), 0);
+  EngineRequest pre = Greedy(Prompt(20, 3), 0);
   pre.owner = "key-a";
   pre.keep_handle = true;
   auto pr = e->Run(pre);
   ASSERT_THAT(pr, IsOk());
   ASSERT_EQ(pr->handle.size(), 32u);
-  GenerateRequest other = Greedy(Prompt(3, 4), 2);
+  EngineRequest other = Greedy(Prompt(3, 4), 2);
   other.prefix_handle = pr->handle;
   other.owner = "key-b";
   EXPECT_THAT(e->Submit(other), StatusIs(absl::StatusCode::kNotFound, HasSubstr("unknown")));
@@ -427,7 +427,7 @@ TEST_F(EnginePrefixTest, HandlesAreVisibleToTheirOwnerOnly) {
 TEST_F(EnginePrefixTest, ResetDropsHandlesAndSaysWhy) {
   auto w = Worker(64);
   auto e = MakeEngine(w.get(), 2048);
-  GenerateRequest pre = Greedy(Prompt(20, 3), 0);
+  EngineRequest pre = Greedy(Prompt(20, 3), 0);
   pre.keep_handle = true;
   auto pr = e->Run(pre);
   ASSERT_THAT(pr, IsOk());
@@ -438,7 +438,7 @@ TEST_F(EnginePrefixTest, ResetDropsHandlesAndSaysWhy) {
   ASSERT_TRUE(failed.has_value());
   EXPECT_THAT(failed->status, StatusIs(absl::StatusCode::kUnavailable, HasSubstr("rank 1")));
   e->Reset(static_cast<int32_t>(w->num_blocks()), "the group of epoch 1 failed");
-  GenerateRequest cont = Greedy(Prompt(3, 4), 2);
+  EngineRequest cont = Greedy(Prompt(3, 4), 2);
   cont.prefix_handle = pr->handle;
   EXPECT_THAT(e->Submit(cont),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("was lost: the group of epoch 1")));

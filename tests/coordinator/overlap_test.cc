@@ -168,8 +168,8 @@ class OverlapTest : public ::testing::Test {
 
   // Request i of the mix: prompts of 1-40 tokens, greedy and seeded
   // sampling, penalties, and stop tokens taken from the solo run (set later).
-  static GenerateRequest Request(int i) {
-    GenerateRequest r;
+  static EngineRequest Request(int i) {
+    EngineRequest r;
     for (int k = 0; k < 1 + (i * 13) % 40; ++k) r.prompt.push_back((k * 31 + i * 17) % 256);
     r.max_new_tokens = 3 + (i * 7) % 14;
     r.ignore_eos = true;
@@ -194,20 +194,20 @@ std::string* OverlapTest::dir_ = nullptr;
 struct Outcome {
   std::mutex mu;
   std::condition_variable cv;
-  std::map<int, GenerateResult> results;
+  std::map<int, EngineResult> results;
 };
 
 TEST_F(OverlapTest, OverlappedStepsEqualStepByStepWithStopsCancelsAndPreemption) {
   constexpr int kRequests = 24;
   // Step by step, one request at a time.
-  std::vector<GenerateRequest> requests;
-  std::vector<GenerateResult> solo;
+  std::vector<EngineRequest> requests;
+  std::vector<EngineResult> solo;
   {
     auto w = Worker(64);
     Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
              static_cast<int32_t>(w->block_size()), Engine::Options{});
     for (int i = 0; i < kRequests; ++i) {
-      GenerateRequest r = Request(i);
+      EngineRequest r = Request(i);
       auto first = e.Run(r);
       ASSERT_THAT(first, IsOk());
       // Every 5th stops at a token its run produces (an EOS the engine cannot foresee).
@@ -237,7 +237,7 @@ TEST_F(OverlapTest, OverlappedStepsEqualStepByStepWithStopsCancelsAndPreemption)
     std::vector<int64_t> ids(kRequests, -1);
     std::mutex ids_mu;
     for (int i = 0; i < kRequests; ++i) {
-      GenerateRequest r = requests[i];
+      EngineRequest r = requests[i];
       if (i % 7 == 3) {
         auto seen = std::make_shared<int>(0);
         r.on_token = [&, i, seen](int32_t, float, const std::vector<TopLogprob>&) {
@@ -247,7 +247,7 @@ TEST_F(OverlapTest, OverlappedStepsEqualStepByStepWithStopsCancelsAndPreemption)
         };
       }
       std::lock_guard<std::mutex> lock(ids_mu);
-      auto id = loop.Submit(std::move(r), [&out, i](GenerateResult res) {
+      auto id = loop.Submit(std::move(r), [&out, i](EngineResult res) {
         std::lock_guard<std::mutex> lock(out.mu);
         out.results[i] = std::move(res);
         out.cv.notify_all();
@@ -266,7 +266,7 @@ TEST_F(OverlapTest, OverlappedStepsEqualStepByStepWithStopsCancelsAndPreemption)
   }
   EXPECT_GT(exec.fed_back_steps(), 10) << "steps should have been queued behind running ones";
   for (int i = 0; i < kRequests; ++i) {
-    const GenerateResult& r = out.results[i];
+    const EngineResult& r = out.results[i];
     if (i % 7 == 3 && solo[i].tokens.size() > 2) {
       EXPECT_EQ(r.status.code(), absl::StatusCode::kCancelled) << "request " << i;
       continue;
@@ -285,8 +285,8 @@ TEST_F(OverlapTest, AStoppedRequestKeepsAHandleThatContinuesLikeTheColdRun) {
   auto engine = std::make_unique<Engine>(&exec, w->config(), static_cast<int32_t>(w->num_blocks()),
                                          static_cast<int32_t>(w->block_size()), Engine::Options{});
   EngineLoop loop(std::move(engine));
-  auto run = [&](GenerateRequest r, std::function<void(int64_t, int)> on_token = nullptr) {
-    auto done = std::make_shared<std::promise<GenerateResult>>();
+  auto run = [&](EngineRequest r, std::function<void(int64_t, int)> on_token = nullptr) {
+    auto done = std::make_shared<std::promise<EngineResult>>();
     auto f = done->get_future();
     auto id_box = std::make_shared<int64_t>(-1);
     auto count = std::make_shared<int>(0);
@@ -298,39 +298,39 @@ TEST_F(OverlapTest, AStoppedRequestKeepsAHandleThatContinuesLikeTheColdRun) {
       };
     }
     std::lock_guard<std::mutex> lock(*id_mu);
-    auto id = loop.Submit(std::move(r), [done](GenerateResult res) { done->set_value(std::move(res)); });
+    auto id = loop.Submit(std::move(r), [done](EngineResult res) { done->set_value(std::move(res)); });
     EXPECT_THAT(id, IsOk());
     *id_box = *id;
     return f;
   };
   // Stopped (as a stop string would) after its 4th token while its next
   // step is already queued: the handle covers exactly the tokens returned.
-  GenerateRequest first = Request(0);
+  EngineRequest first = Request(0);
   first.max_new_tokens = 20;
   first.keep_handle = true;
   auto stopped_future = run(first, [&](int64_t id, int n) {
     if (n == 4) loop.Stop(id);
   });
-  GenerateResult stopped = stopped_future.get();
+  EngineResult stopped = stopped_future.get();
   ASSERT_THAT(stopped.status, IsOk());
   ASSERT_FALSE(stopped.handle.empty());
   ASSERT_EQ(stopped.tokens.size(), 4u);
 
-  GenerateRequest cont;
+  EngineRequest cont;
   cont.prefix_handle = stopped.handle;
   cont.prompt = {5, 6, 7};
   cont.max_new_tokens = 6;
   cont.ignore_eos = true;
   cont.sampling.temperature = 0.0f;
-  GenerateResult warm = run(cont).get();
+  EngineResult warm = run(cont).get();
   ASSERT_THAT(warm.status, IsOk());
 
-  GenerateRequest cold = cont;
+  EngineRequest cold = cont;
   cold.prefix_handle.clear();
   cold.prompt = first.prompt;
   cold.prompt.insert(cold.prompt.end(), stopped.tokens.begin(), stopped.tokens.end());
   cold.prompt.insert(cold.prompt.end(), {5, 6, 7});
-  GenerateResult fresh = run(cold).get();
+  EngineResult fresh = run(cold).get();
   ASSERT_THAT(fresh.status, IsOk());
   EXPECT_EQ(warm.tokens, fresh.tokens);
   ASSERT_THAT(loop.ReleaseHandle(stopped.handle), IsOk());
@@ -339,13 +339,13 @@ TEST_F(OverlapTest, AStoppedRequestKeepsAHandleThatContinuesLikeTheColdRun) {
 
 TEST_F(OverlapTest, AFailedStepWithOneQueuedBehindItFailsItsRequestsAndLeaksNothing) {
   // Solo outputs, step by step.
-  std::vector<GenerateResult> solo;
+  std::vector<EngineResult> solo;
   {
     auto w = Worker(64);
     Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
              static_cast<int32_t>(w->block_size()), Engine::Options{});
     for (int i = 0; i < 6; ++i) {
-      GenerateRequest r = Request(3 * i);
+      EngineRequest r = Request(3 * i);
       r.max_new_tokens = 12;
       auto res = e.Run(r);
       ASSERT_THAT(res, IsOk());
@@ -361,9 +361,9 @@ TEST_F(OverlapTest, AFailedStepWithOneQueuedBehindItFailsItsRequestsAndLeaksNoth
   auto run_all = [&] {
     Outcome out;
     for (int i = 0; i < 6; ++i) {
-      GenerateRequest r = Request(3 * i);
+      EngineRequest r = Request(3 * i);
       r.max_new_tokens = 12;
-      auto id = loop.Submit(std::move(r), [&out, i](GenerateResult res) {
+      auto id = loop.Submit(std::move(r), [&out, i](EngineResult res) {
         std::lock_guard<std::mutex> lock(out.mu);
         out.results[i] = std::move(res);
         out.cv.notify_all();
@@ -374,7 +374,7 @@ TEST_F(OverlapTest, AFailedStepWithOneQueuedBehindItFailsItsRequestsAndLeaksNoth
     EXPECT_TRUE(out.cv.wait_for(lock, std::chrono::seconds(60), [&] { return out.results.size() == 6; }));
     return std::move(out.results);
   };
-  std::map<int, GenerateResult> first = run_all();
+  std::map<int, EngineResult> first = run_all();
   int failed = 0;
   for (auto& [i, r] : first) {
     if (r.status.ok()) {
@@ -388,7 +388,7 @@ TEST_F(OverlapTest, AFailedStepWithOneQueuedBehindItFailsItsRequestsAndLeaksNoth
   EXPECT_EQ(loop.num_free_blocks(), loop.num_blocks()) << "every KV block is free after the failure";
   // Nothing the failed step left unwritten reached the prefix cache: the
   // same requests again (cache hits included) equal the solo runs.
-  std::map<int, GenerateResult> again = run_all();
+  std::map<int, EngineResult> again = run_all();
   for (auto& [i, r] : again) {
     ASSERT_THAT(r.status, IsOk());
     EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
@@ -456,9 +456,9 @@ TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
     return std::shared_ptr<const Matcher>(std::move(*m));
   };
   constexpr int kRequests = 12;
-  std::vector<GenerateRequest> requests;
+  std::vector<EngineRequest> requests;
   for (int i = 0; i < kRequests; ++i) {
-    GenerateRequest r = Request(i);
+    EngineRequest r = Request(i);
     r.max_new_tokens = 24;
     r.ignore_eos = false;
     r.stop_token_ids = {kEos};
@@ -466,12 +466,12 @@ TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
     if (i % 3 == 1) r.constraint = compile(ConstraintSpec::Kind::kChoice);
     requests.push_back(r);
   }
-  std::vector<GenerateResult> solo;
+  std::vector<EngineResult> solo;
   {
     auto w = Worker(64);
     Engine e(w.get(), w->config(), static_cast<int32_t>(w->num_blocks()),
              static_cast<int32_t>(w->block_size()), Engine::Options{});
-    for (const GenerateRequest& r : requests) {
+    for (const EngineRequest& r : requests) {
       auto one = e.Run(r);
       ASSERT_THAT(one, IsOk());
       solo.push_back(*one);
@@ -485,7 +485,7 @@ TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
   {
     EngineLoop loop(std::move(engine));
     for (int i = 0; i < kRequests; ++i) {
-      auto id = loop.Submit(requests[i], [&out, i](GenerateResult res) {
+      auto id = loop.Submit(requests[i], [&out, i](EngineResult res) {
         std::lock_guard<std::mutex> lock(out.mu);
         out.results[i] = std::move(res);
         out.cv.notify_all();
@@ -502,7 +502,7 @@ TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
       << "constrained rows should have had masks that followed their step";
   EXPECT_GT(exec.fed_back_steps(), 15) << "decoding sequences should take every step behind the one running";
   for (int i = 0; i < kRequests; ++i) {
-    const GenerateResult& r = out.results[i];
+    const EngineResult& r = out.results[i];
     ASSERT_THAT(r.status, IsOk()) << "request " << i;
     EXPECT_EQ(r.tokens, solo[i].tokens) << "request " << i;
     EXPECT_EQ(r.finish_reason, solo[i].finish_reason) << "request " << i;

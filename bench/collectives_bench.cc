@@ -28,6 +28,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
     return 2;
   }
+  if (f.help_requested()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    return 0;
+  }
   const int world = static_cast<int>(f.GetInt("world"));
   const int iters = static_cast<int>(f.GetInt("iters"));
   const int64_t hidden = f.GetInt("hidden");

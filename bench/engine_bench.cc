@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_split.h"
 #include "bench/machine_limits.h"
+#include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/logging.h"
 #include "common/openmp_env.h"
@@ -252,13 +253,7 @@ int Main(int argc, char** argv) {
         16, 1, 131072);
   f.String("batches", "comma-separated batch sizes", false, "1,8,32");
   f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
-  f.String(
-      "weights",
-      "the projections' weights: auto (as the file has them), dense, q8_0, q4_0 or q4_1 (see shardlm serve "
-      "--help); the rows are labelled DTYPE/WEIGHTS when given",
-      false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
-  f.String("kv-dtype", "the KV cache's dtype: auto (the compute dtype), f32 or bf16", false, "auto",
-           {"auto", "f32", "bf16"});
+  AddStorageFlags(f);  // rows are labelled DTYPE/WEIGHTS when --weights is given
   f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
   f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
   f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix");
@@ -284,6 +279,10 @@ int Main(int argc, char** argv) {
   if (!st.ok()) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
     return 2;
+  }
+  if (f.help_requested()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    return 0;
   }
   const std::string dir = f.GetString("model-dir");
   auto device = ResolveDevice(f.GetString("device"));

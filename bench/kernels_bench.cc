@@ -147,6 +147,10 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
     return 2;
   }
+  if (f.help_requested()) {
+    std::fputs(f.Usage().c_str(), stdout);
+    return 0;
+  }
   std::vector<int32_t> rows;
   ParseIdList("rows", f.GetString("rows"), &rows).IgnoreError();
   const int64_t k = f.GetInt("k");

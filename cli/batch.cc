@@ -137,18 +137,10 @@ void AddBatchFlags(FlagSet& f) {
   f.String("output", "JSON lines, one result per input line in input order ('-': stdout)", /*required=*/true);
   f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
   f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
-  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddStorageFlags(f);
+  AddEngineFlags(f);
   AddDeviceFlag(f);
   AddCollectivesFlag(f);
-  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
-  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
-  f.Int("max-num-seqs", "sequences running at once", 256, 1, 1 << 20);
-  f.String("policy", "scheduling: continuous (admit at every step) or static (batch to completion)", false,
-           "continuous", {"continuous", "static"});
-  f.Bool("no-overlap-steps",
-         "with --tp, wait for each step's tokens before sending the next (default: the next step is queued "
-         "on the workers while one runs)");
+  AddSchedulingFlags(f);
   f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000);
   f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true);
   AddApiClientFlags(f);

@@ -65,10 +65,7 @@ absl::StatusOr<EngineRequest> Prepare(const BatchLine& line, LocalModel& model,
 absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vector<BatchLine>& lines,
                            BatchResults& results, BatchRunInfo* info) {
   Engine::Options eo;
-  eo.max_batch_tokens = f.GetInt("max-batch-tokens");
-  eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
-  eo.policy = f.GetString("policy");
-  eo.overlap_steps = !f.GetBool("no-overlap-steps");
+  ReadSchedulingFlags(f, &eo);
   const size_t window = std::max<size_t>(64, 2 * static_cast<size_t>(eo.max_num_seqs));
   eo.max_queued_requests = static_cast<int32_t>(std::max<size_t>(eo.max_queued_requests, window));
   eo.max_queued_tokens = int64_t{1} << 50;  // the window bounds the queue

@@ -44,8 +44,18 @@ struct InternalSecurity {
 absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token);
 
 // Flags shared by the commands that run the model: --model, --server,
-// --prompt, --prompt-ids, --dtype, --kv-cache-mb, --max-batch-tokens, --tp, --json.
+// --prompt, --prompt-ids, the engine's (AddEngineFlags), --device, --tp,
+// --collectives, --json.
 void AddModelFlags(FlagSet& f);
+
+// The flags of every command that runs an engine in this process (or on its
+// own workers): --dtype, the storage flags, --kv-cache-mb, --max-batch-tokens.
+void AddEngineFlags(FlagSet& f);
+// The scheduler's flags of serve and batch: --max-num-seqs, --policy,
+// --no-overlap-steps; ReadSchedulingFlags puts them (and --max-batch-tokens)
+// into the engine's options.
+void AddSchedulingFlags(FlagSet& f);
+void ReadSchedulingFlags(const FlagSet& f, Engine::Options* options);
 
 // --device (model/device.h), the same on every command that computes, with
 // --cuda-graph-max-batch and --warmup-tokens. A server warms up by default (its

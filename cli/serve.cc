@@ -139,20 +139,14 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local) {
   f.Int("port", "port of the public API (shardlm.v1.Inference)", 50051, 0, 65535);
   f.String("worker-listen", "address workers register at (port 0: any)", false,
            spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052");
-  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddStorageFlags(f);
+  AddEngineFlags(f);
   AddDeviceFlag(f);
   if (spawn_local) AddCollectivesFlag(f);
-  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
-  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
   f.Int("target-step-ms",
         "cut long prompts into chunks so a step takes about this long (from the measured time per token; "
         "a cancelled or late request stops within about two steps); 0: off",
         250, 0, 600000);
-  f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);
-  f.String("policy",
-           "scheduling: continuous (admit at every step) or static (batch to completion; a baseline)", false,
-           "continuous", {"continuous", "static"});
+  AddSchedulingFlags(f);
   f.Int("max-queued-requests", "requests waiting at most; past it new ones get RESOURCE_EXHAUSTED", 1024, 1,
         1 << 24);
   f.Int("max-queued-tokens", "prompt tokens waiting at most; past it new requests get RESOURCE_EXHAUSTED",
@@ -166,9 +160,6 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local) {
         "extra step deadline per token in the step (at least 8x the recent rate)", 20, 0, 60000);
   f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
   f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
-  f.Bool("no-overlap-steps",
-         "wait for each step's tokens before sending the next (default: the next step is queued on "
-         "the workers while one runs)");
   f.Int("shutdown-grace-s",
         "on SIGTERM, calls in flight (tokenizing, queued or running) get this long to finish; the rest are "
         "cancelled",
@@ -300,13 +291,10 @@ absl::StatusOr<WorkerGroupOptions> GroupOptions(const FlagSet& f, const CliEnv& 
 
 Engine::Options EngineOptions(const FlagSet& f, ServiceMetrics* metrics) {
   Engine::Options eo;
-  eo.max_batch_tokens = f.GetInt("max-batch-tokens");
+  ReadSchedulingFlags(f, &eo);
   eo.target_step_ms = f.GetInt("target-step-ms");
   eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
   eo.prefix_caching = !f.GetBool("no-prefix-caching");
-  eo.overlap_steps = !f.GetBool("no-overlap-steps");
-  eo.max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
-  eo.policy = f.GetString("policy");
   eo.max_queued_requests = static_cast<int32_t>(f.GetInt("max-queued-requests"));
   eo.max_queued_tokens = f.GetInt("max-queued-tokens");
   eo.max_handle_share = f.GetFloat("max-handle-share");

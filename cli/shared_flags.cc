@@ -1,0 +1,136 @@
+// The flags several commands declare alike (commands.h): the model and its
+// storage, the device, the collectives and the internal channel's security.
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "cli/commands.h"
+#include "cli/flags.h"
+#include "common/grpc_security.h"
+#include "common/status.h"
+#include "model/device.h"
+
+namespace shardlm {
+
+void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag) {
+  f.String("internal-token-file", "shared secret every coordinator-worker call carries");
+  f.String("internal-tls-cert", "PEM certificate of this side (its server and its client identity)");
+  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
+  f.String("internal-tls-ca", "PEM CA that signed the other side's certificates (mutual TLS)");
+  if (insecure_flag) f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)");
+}
+
+absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token) {
+  InternalSecurity s;
+  s.tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"), f.GetString("internal-tls-ca")};
+  if (f.Has("internal-token-file")) {
+    SHARDLM_ASSIGN_OR_RETURN(s.token,
+                             ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file"));
+  } else {
+    s.token = std::move(fallback_token);
+  }
+  if (s.token.empty() && !s.tls.enabled() &&
+      !(f.Has("insecure-internal") && f.GetBool("insecure-internal"))) {
+    return absl::InvalidArgumentError(
+        "the coordinator-worker channel needs --internal-token-file or --internal-tls-cert/"
+        "--internal-tls-key/--internal-tls-ca, so that only the group's members can register and run "
+        "steps (or --insecure-internal on a trusted network)");
+  }
+  return s;
+}
+
+void AddModelFlags(FlagSet& f) {
+  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or a .gguf file");
+  f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model");
+  f.String("prompt", "prompt text");
+  f.String("prompt-ids", "prompt token ids, comma-separated");
+  AddEngineFlags(f);
+  AddDeviceFlag(f, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
+  f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
+  AddCollectivesFlag(f);
+  f.Bool("json", "print one JSON object");
+}
+
+void AddEngineFlags(FlagSet& f) {
+  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
+  AddStorageFlags(f);
+  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
+  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+}
+
+void AddSchedulingFlags(FlagSet& f) {
+  f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);
+  f.String("policy",
+           "scheduling: continuous (admit at every step) or static (batch to completion; a baseline)", false,
+           "continuous", {"continuous", "static"});
+  f.Bool("no-overlap-steps",
+         "wait for each step's tokens before sending the next (default: the next step is queued on "
+         "the workers while one runs)");
+}
+
+void ReadSchedulingFlags(const FlagSet& f, Engine::Options* options) {
+  options->max_batch_tokens = f.GetInt("max-batch-tokens");
+  options->max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
+  options->policy = f.GetString("policy");
+  options->overlap_steps = !f.GetBool("no-overlap-steps");
+}
+
+void AddStorageFlags(FlagSet& f) {
+  f.String("weights",
+           "the projections' weights: auto (as the file has them: a GGUF's Q8_0/Q4_0/Q4_1 blocks stay "
+           "quantized on "
+           "the CPU), dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has "
+           "another; "
+           "CPU only)",
+           false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
+  f.String("kv-dtype",
+           "the KV cache's dtype: auto (the compute dtype), f32 or bf16; bf16 under f32 compute halves the "
+           "cache's "
+           "bytes (twice the tokens in --kv-cache-mb) and rounds q, k and v to bf16 for attention (CPU only)",
+           false, "auto", {"auto", "f32", "bf16"});
+}
+
+void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
+  f.String(
+      "device",
+      "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
+      "the visible count) or cuda:N",
+      false, "auto");
+  f.Int("cuda-graph-max-batch",
+        "on a GPU, steps of up to this many tokens (decodes) run on CUDA graphs captured at start-up, one "
+        "per batch-size bucket; 0: every step eagerly",
+        64, 0, 1024);
+  f.Int("warmup-tokens",
+        "each rank ends loading with a prompt step of this many tokens and a decode step, so the first "
+        "request does not pay for cold memory and thread start-up; 0: none",
+        warmup_tokens, 0, 1 << 16);
+}
+
+void AddCollectivesFlag(FlagSet& f) {
+  f.String("collectives",
+           "auto: NCCL between GPU ranks; between CPU ranks shared memory when every rank can map one "
+           "segment (one host), else Gloo. gloo: CPU ranks always use Gloo. host: GPU ranks too use the "
+           "CPU collectives, staged through host memory, so several ranks can share one GPU (slow, no "
+           "CUDA graphs: for tests). nccl: as auto, and a GPU rank alone still runs its collectives "
+           "through NCCL (for tests)",
+           false, "auto", {"auto", "gloo", "host", "nccl"});
+}
+
+absl::Status CheckLocalGpus(const std::string& device, int tp, const std::string& collectives) {
+  SHARDLM_ASSIGN_OR_RETURN(c10::Device d, ResolveDevice(device, 0));
+  if (!d.is_cuda()) return absl::OkStatus();
+  const int gpus = VisibleCudaDevices();
+  if (device == "cuda" || device == "auto") {
+    if (tp > gpus && collectives != "host") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("--tp ", tp, " --device ", device, ": one GPU per rank needed, ", gpus,
+                       " visible (--collectives host shares one GPU between ranks)"));
+    }
+  } else if (tp > 1 && collectives != "host") {
+    return absl::InvalidArgumentError(absl::StrCat("--device ", device, " names one GPU; --tp ", tp,
+                                                   " needs one per rank: use --device cuda"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace shardlm

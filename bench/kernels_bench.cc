@@ -25,11 +25,11 @@
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/openmp_env.h"
+#include "kernels/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/fused.h"
 #include "kernels/kernel_options.h"
 #include "kernels/linear.h"
-#include "model/paged_attention.h"
 
 namespace shardlm {
 namespace {

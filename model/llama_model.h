@@ -23,11 +23,11 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kv/kv_pool.h"
 #include "model/checkpoint.h"
 #include "model/model_config.h"
-#include "model/paged_attention.h"
 #include "model/step.h"
 #include "partitioning/shard_plan.h"
 

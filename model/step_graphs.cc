@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "model/cuda_attention.h"
+#include "kernels/cuda_attention.h"
 #include "model/step_upload.h"
 
 namespace shardlm {

@@ -42,10 +42,10 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "kernels/attention.h"
 #include "kv/kv_pool.h"
 #include "model/cuda_graph.h"
 #include "model/llama_model.h"
-#include "model/paged_attention.h"
 #include "model/step.h"
 
 namespace shardlm {

@@ -6,7 +6,7 @@
 //
 // Scores, softmax and the weighted sum are in f32 whatever the storage type;
 // the output is rounded once. Torch-free, one translation unit per
-// instruction set as cpu/gemv.h; model/paged_attention.cc calls it per
+// instruction set as cpu/gemv.h; kernels/attention.cc calls it per
 // (row, KV head) and keeps a portable loop for shapes it does not take.
 #pragma once
 

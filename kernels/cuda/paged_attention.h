@@ -4,7 +4,7 @@
 //
 //   out[t, h] = softmax(scale * q[t, h] . k[j] over j) . v[j]    j in [first, p]
 //
-// The same computation as model/paged_attention.cc on the CPU: f32
+// The same computation as kernels/attention.cc on the CPU: f32
 // arithmetic whatever the storage type, the output rounded once. Plain C++
 // (no CUDA or torch headers), so callers built without nvcc can include it.
 #pragma once

@@ -1,11 +1,10 @@
-#include "model/paged_attention.h"
-
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
 
+#include "kernels/attention.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/fused.h"
 

@@ -1,5 +1,5 @@
-// The CPU build: no CUDA kernels (model/cuda_attention.h).
-#include "model/cuda_attention.h"
+// The CPU build: no CUDA kernels (kernels/cuda_attention.h).
+#include "kernels/cuda_attention.h"
 
 namespace shardlm {
 

@@ -1,4 +1,4 @@
-#include "model/paged_attention.h"
+#include "kernels/attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -11,9 +11,9 @@
 #include <type_traits>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cuda_attention.h"
 #include "kernels/fused.h"
 #include "kernels/parallel.h"
-#include "model/cuda_attention.h"
 
 namespace shardlm {
 namespace {

@@ -1,6 +1,6 @@
 // The CUDA variant: PagedAttention's device path launches
 // kernels/cuda/paged_attention.cu on libtorch's current stream.
-#include "model/cuda_attention.h"
+#include "kernels/cuda_attention.h"
 
 #include <ATen/ATen.h>
 #include <ATen/cuda/CUDAContext.h>

@@ -10,7 +10,7 @@
 
 #include <ATen/core/Tensor.h>
 
-#include "model/paged_attention.h"
+#include "kernels/attention.h"
 
 namespace shardlm {
 

@@ -8,6 +8,12 @@
 // equal groups; an uneven tensor-parallel split gives a rank groups that are
 // cut at its ends, partitioning/shard_plan.h).
 // Softmax in f32 whatever the storage dtype.
+//
+// The one attention interface of the forward pass, whatever the device: on
+// the CPU the vector kernels of cpu/attention.h per (row, KV head) where they
+// take the shape, else a portable loop; on a GPU the CUDA kernel
+// (cuda_attention.h over cuda/paged_attention.h) where it takes the pool,
+// else ATen operators.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -427,7 +427,7 @@ void Engine::ApplyRow(const RowOwner& owner, const RowResult& r) {
   Constrain(*seq, r.token);
   if (IsStop(*seq, r.token)) {
     End(*seq, FinishReason::kStop, absl::OkStatus());
-  } else if (!seq->end_requested &&
+  } else if (seq->end_reason != FinishReason::kStop &&  // not a constraint's end (an error still counts)
              static_cast<int32_t>(seq->result.tokens.size()) >= seq->request.max_new_tokens) {
     seq->result.constraint_unfinished = seq->matcher && !seq->matcher->accepting();
     End(*seq, FinishReason::kLength, absl::OkStatus());

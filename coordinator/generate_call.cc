@@ -73,9 +73,11 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
     grpc::Status st = service_->Admit(*ctx_, &owner);
     if (st.ok()) st = unparsed;
     if (!st.ok()) return FinishCall(st);
+    auto prompt = service_->PromptIds(req.prompt(), req.prefix_handle().empty(), "prompt", call_);
+    if (!prompt.ok()) return FinishCall(ToGrpcStatus(prompt.status()));
     session_ = std::make_unique<GenerateSession>(service_, owner, &call_);
     std::weak_ptr<GenerateReactor> weak = self_;
-    st = session_->Start(req, [weak] {
+    st = session_->Start(GenerateJobFromProto(req, *std::move(prompt)), [weak] {
       if (auto r = weak.lock()) r->Pump();
     });
     if (!st.ok()) {
@@ -144,8 +146,7 @@ grpc::ServerWriteReactor<pb::GenerateResponse>* InferenceService::Generate(grpc:
   return GenerateReactor::Start(this, ctx, *req);
 }
 
-grpc::Status InferenceService::StreamGenerate(const pb::GenerateRequest& request, const std::string& owner,
-                                              CallRecord& call,
+grpc::Status InferenceService::StreamGenerate(GenerateJob job, const std::string& owner, CallRecord& call,
                                               const std::function<bool(const pb::GenerateResponse&)>& emit,
                                               const std::function<bool()>& gone) {
   struct Signal {
@@ -155,7 +156,7 @@ grpc::Status InferenceService::StreamGenerate(const pb::GenerateRequest& request
   };
   auto signal = std::make_shared<Signal>();
   GenerateSession session(this, owner, &call);
-  grpc::Status st = session.Start(request, [signal] {
+  grpc::Status st = session.Start(std::move(job), [signal] {
     std::lock_guard<std::mutex> lock(signal->mu);
     signal->ready = true;
     signal->cv.notify_all();

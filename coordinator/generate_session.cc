@@ -45,58 +45,38 @@ GenerateSession::~GenerateSession() {
   if (!ended_) Abandon();
 }
 
-// n and the stop strings within their limits (the engine checks the rest).
-absl::Status GenerateSession::CheckRequest(const pb::GenerateRequest& req) const {
-  if (n_ < 1 || n_ > kMaxSamples)
-    return Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", req.n()));
-  if (n_ > service_->loop()->max_queued_requests()) {
-    return Invalid("n", absl::StrCat("n is ", n_, "; this server queues at most ",
+// n and the stop strings within their limits (ValidateRequest checks the rest).
+absl::Status GenerateSession::CheckJob(const GenerateJob& job) const {
+  if (job.n < 1 || job.n > kMaxSamples)
+    return Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", job.n));
+  if (job.n > service_->loop()->max_queued_requests()) {
+    return Invalid("n", absl::StrCat("n is ", job.n, "; this server queues at most ",
                                      service_->loop()->max_queued_requests(),
                                      " sequences at once (--max-queued-requests), so the samples could "
                                      "never run together"));
   }
-  if (req.stop_size() > kMaxStopStrings) {
+  if (job.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
     return Invalid("stop",
-                   absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", req.stop_size()));
+                   absl::StrCat("stop holds at most ", kMaxStopStrings, " strings, got ", job.stop.size()));
   }
-  for (int i = 0; i < req.stop_size(); ++i) {
-    if (req.stop(i).empty() || req.stop(i).size() > kMaxStopStringBytes) {
+  for (size_t i = 0; i < job.stop.size(); ++i) {
+    if (job.stop[i].empty() || job.stop[i].size() > static_cast<size_t>(kMaxStopStringBytes)) {
       return Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
     }
   }
-  if (req.stop_size() > 0 && service_->tokenizer() == nullptr) {
+  if (!job.stop.empty() && service_->tokenizer() == nullptr) {
     return Invalid("stop", "stop strings need a tokenizer.json in the model");
   }
   return absl::OkStatus();
 }
 
-// The engine's request from the gRPC one: sampling defaults filled in, the
-// constraint compiled.
-absl::Status GenerateSession::FillBase(const pb::GenerateRequest& req, std::vector<int32_t> prompt) {
-  EngineRequest& base = base_;
-  base.owner = owner_;
-  base.request_id = call_->id();
-  base.arrival = call_->start();
-  base.prefix_handle = req.prefix_handle();
-  base.prompt = std::move(prompt);
-  const pb::SamplingParams& sp = req.sampling();
-  base.sampling.temperature = sp.has_temperature() ? sp.temperature() : 1.0f;
-  base.sampling.top_k = sp.top_k();
-  base.sampling.top_p = sp.has_top_p() ? sp.top_p() : 1.0f;
-  base.sampling.min_p = sp.min_p();
-  base.sampling.repetition_penalty = sp.has_repetition_penalty() ? sp.repetition_penalty() : 1.0f;
-  base.sampling.presence_penalty = sp.presence_penalty();
-  base.sampling.frequency_penalty = sp.frequency_penalty();
-  for (const auto& [id, bias] : sp.logit_bias()) base.sampling.logit_bias.emplace_back(id, bias);
-  base.sampling.num_top_logprobs = req.top_logprobs();
-  base.has_seed = sp.has_seed();
-  base.sampling.seed = sp.seed();
-  base.max_new_tokens = req.max_new_tokens();
-  base.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
-  base.ignore_eos = req.ignore_eos();
-  base.keep_handle = req.return_chunk_result();
-  if (!req.has_constraint()) return absl::OkStatus();
-  SHARDLM_ASSIGN_OR_RETURN(base.constraint, service_->CompileConstraint(req.constraint()));
+// The samples' common request: who asks, and the constraint compiled.
+absl::Status GenerateSession::FillBase(GenerateJob& job) {
+  base_ = std::move(job.request);
+  base_.owner = owner_;
+  base_.request_id = call_->id();
+  base_.arrival = call_->start();
+  SHARDLM_ASSIGN_OR_RETURN(base_.constraint, service_->CompileConstraint(job.constraint));
   return absl::OkStatus();
 }
 
@@ -121,17 +101,11 @@ absl::Status GenerateSession::PrefillShared() {
   return absl::OkStatus();
 }
 
-grpc::Status GenerateSession::Start(const pb::GenerateRequest& request, std::function<void()> notify) {
-  req_ = request;
-  n_ = req_.n() == 0 ? 1 : req_.n();
-  if (absl::Status st = CheckRequest(req_); !st.ok()) return ToGrpcStatus(st);
-  auto prompt = service_->PromptIds(req_.prompt(), req_.prefix_handle().empty(), "prompt", *call_);
-  if (!prompt.ok()) return ToGrpcStatus(prompt.status());
-  if (absl::Status st = FillBase(req_, *std::move(prompt)); !st.ok()) return ToGrpcStatus(st);
-  for (int s = 0; s < n_; ++s) {
-    texts_.push_back(std::make_unique<StopText>(
-        service_->tokenizer(), std::vector<std::string>(req_.stop().begin(), req_.stop().end())));
-  }
+grpc::Status GenerateSession::Start(GenerateJob job, std::function<void()> notify) {
+  n_ = job.n;
+  if (absl::Status st = CheckJob(job); !st.ok()) return ToGrpcStatus(st);
+  if (absl::Status st = FillBase(job); !st.ok()) return ToGrpcStatus(st);
+  for (int s = 0; s < n_; ++s) texts_.push_back(std::make_unique<StopText>(service_->tokenizer(), job.stop));
   finish_.assign(n_, "");
   stopping_.assign(n_, false);
   sent_tokens_.assign(n_, 0);
@@ -216,8 +190,7 @@ pb::GenerateResponse GenerateSession::FinalMessage() {
       prompt_tokens_ = results_[s]->prefix_tokens + static_cast<int32_t>(results_[s]->prompt.size());
       cached_tokens_ = results_[s]->cached_tokens;
     }
-    if (req_.return_chunk_result())
-      FillChunkResult(*results_[s], /*generated=*/true, sr->mutable_chunk_result());
+    if (base_.keep_handle) FillChunkResult(*results_[s], /*generated=*/true, sr->mutable_chunk_result());
   }
   last.mutable_usage()->set_prompt_tokens(prompt_tokens_);
   last.mutable_usage()->set_cached_tokens(cached_tokens_);
@@ -251,7 +224,7 @@ bool GenerateSession::ApplyEvent(Event& e, std::optional<pb::GenerateResponse>& 
   msg->add_token_ids(e.token);
   msg->add_logprobs(e.logprob);
   ++sent_tokens_[e.sample];
-  if (req_.top_logprobs() > 0) FillTop(e.top, msg->add_top_logprobs());
+  if (base_.sampling.num_top_logprobs > 0) FillTop(e.top, msg->add_top_logprobs());
   msg->mutable_text()->append(texts_[e.sample]->Add(e.token));
   if (texts_[e.sample]->stopped()) {
     // End the sample now (keeping its handle when asked); its result follows.

@@ -16,7 +16,7 @@
 // the driver then calls Drain, which turns them into messages.
 //
 //   GenerateSession session(service, owner, &call);
-//   grpc::Status st = session.Start(request, [&] { wake_the_driver(); });
+//   grpc::Status st = session.Start(std::move(job), [&] { wake_the_driver(); });
 //   // on each wake:
 //   std::vector<pb::GenerateResponse> msgs;
 //   grpc::Status final;
@@ -36,6 +36,7 @@
 #include "coordinator/call_record.h"
 #include "coordinator/engine.h"
 #include "coordinator/engine_loop.h"
+#include "coordinator/generate_job.h"
 #include "shardlm/v1/inference.pb.h"
 
 namespace shardlm {
@@ -51,7 +52,7 @@ class GenerateSession {
   // Checks the request and submits its work; `notify` is called (from the
   // engine loop's thread, any time until this session is destroyed) when
   // events wait for Drain. An error means nothing runs.
-  grpc::Status Start(const ::shardlm::v1::GenerateRequest& request, std::function<void()> notify);
+  grpc::Status Start(GenerateJob job, std::function<void()> notify);
   // Appends the messages ready to send, in order. True once the stream has
   // ended: *status is then its status; when OK the last message appended is
   // the closing one (finish reasons, usage).
@@ -80,8 +81,8 @@ class GenerateSession {
   };
 
   // Start's parts (generate_session.cc says what each does).
-  absl::Status CheckRequest(const ::shardlm::v1::GenerateRequest& req) const;
-  absl::Status FillBase(const ::shardlm::v1::GenerateRequest& req, std::vector<int32_t> prompt);
+  absl::Status CheckJob(const GenerateJob& job) const;
+  absl::Status FillBase(GenerateJob& job);
   absl::Status PrefillShared();
   // Submits the samples (from the shared handle when n > 1).
   absl::Status SubmitSamples();
@@ -94,9 +95,8 @@ class GenerateSession {
   InferenceService* service_;
   std::string owner_;
   CallRecord* call_;
-  ::shardlm::v1::GenerateRequest req_;
   int n_ = 1;
-  EngineRequest base_;
+  EngineRequest base_;  // what every sample starts from
   std::shared_ptr<Channel> channel_ = std::make_shared<Channel>();
   std::string shared_handle_;
   bool samples_submitted_ = false;

@@ -70,33 +70,6 @@ grpc::Status InferenceService::AdmitKey(const std::string* authorization, std::s
                           : "invalid API key in 'authorization' (expected 'Bearer <key>')");
 }
 
-void FillTop(const std::vector<TopLogprob>& top, pb::TopLogprobs* out) {
-  for (const TopLogprob& t : top) {
-    auto* a = out->add_alternatives();
-    a->set_id(t.id);
-    a->set_logprob(t.logprob);
-  }
-}
-
-void FillChunkResult(const EngineResult& r, bool generated, pb::ChunkResult* out) {
-  out->set_handle(r.handle);
-  out->set_expires_at_unix_ms(r.handle_expiry_ms);
-  out->set_prefix_tokens(r.prefix_tokens + (generated ? static_cast<int32_t>(r.prompt.size()) : 0));
-  if (generated) {
-    out->mutable_token_ids()->Add(r.tokens.begin(), r.tokens.end());
-    out->mutable_scores()->Add(r.logprobs.begin(), r.logprobs.end());
-    for (const auto& top : r.top_logprobs) FillTop(top, out->add_top());
-    return;
-  }
-  out->mutable_token_ids()->Add(r.prompt.begin(), r.prompt.end());
-  for (size_t i = 0; i < r.prompt.size(); ++i) {
-    const auto& s = i < r.prompt_scores.size() ? r.prompt_scores[i] : std::nullopt;
-    out->add_scores(s ? *s : std::numeric_limits<float>::quiet_NaN());
-    FillTop(i < r.prompt_top.size() ? r.prompt_top[i] : std::vector<TopLogprob>{}, out->add_top());
-  }
-  FillTop(r.next_top, out->mutable_next_token_top());
-}
-
 absl::StatusOr<std::vector<int32_t>> InferenceService::EncodeForCall(const std::string& text,
                                                                      bool add_special_tokens,
                                                                      const std::string& field,
@@ -128,32 +101,8 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Promp
 }
 
 absl::StatusOr<std::shared_ptr<const Matcher>> InferenceService::CompileConstraint(
-    const pb::Constraint& c) const {
-  ConstraintSpec spec;
-  switch (c.kind_case()) {
-    case pb::Constraint::kJsonSchema:
-      spec.kind = ConstraintSpec::Kind::kJsonSchema;
-      spec.text = c.json_schema();
-      break;
-    case pb::Constraint::kJsonObject:
-      if (!c.json_object()) return nullptr;
-      spec.kind = ConstraintSpec::Kind::kJsonObject;
-      break;
-    case pb::Constraint::kRegex:
-      spec.kind = ConstraintSpec::Kind::kRegex;
-      spec.text = c.regex();
-      break;
-    case pb::Constraint::kGrammar:
-      spec.kind = ConstraintSpec::Kind::kGrammar;
-      spec.text = c.grammar();
-      break;
-    case pb::Constraint::kChoice:
-      spec.kind = ConstraintSpec::Kind::kChoice;
-      spec.choices.assign(c.choice().options().begin(), c.choice().options().end());
-      break;
-    case pb::Constraint::KIND_NOT_SET:
-      return nullptr;
-  }
+    const ConstraintSpec& spec) const {
+  if (spec.empty()) return nullptr;
   const std::string field = absl::StrCat("constraint.", std::string(KindName(spec.kind)));
   if (tokenizer_ == nullptr) {
     return InvalidField(field, "needs the model's tokenizer.json (a constraint is compiled against it)");

@@ -18,6 +18,8 @@
 #include "constraints/constraint_compiler.h"
 #include "coordinator/call_record.h"
 #include "coordinator/engine_loop.h"
+#include "coordinator/generate_job.h"
+#include "coordinator/proto_convert.h"
 #include "coordinator/request_limits.h"
 #include "shardlm/v1/inference.grpc.pb.h"
 #include "tokenizer/tokenizer.h"
@@ -54,8 +56,7 @@ class InferenceService final
   // `emit` gets each response message in order (false: the client is gone),
   // and `gone` is polled while waiting for tokens. The request's work is
   // cancelled and its blocks freed when either says the client left.
-  grpc::Status StreamGenerate(const ::shardlm::v1::GenerateRequest& req, const std::string& owner,
-                              CallRecord& call,
+  grpc::Status StreamGenerate(GenerateJob job, const std::string& owner, CallRecord& call,
                               const std::function<bool(const ::shardlm::v1::GenerateResponse&)>& emit,
                               const std::function<bool()>& gone);
   // Admits a call from its `authorization` value (empty: none sent):
@@ -77,7 +78,7 @@ class InferenceService final
   // A request's constraint as a matcher in its start state (null for an
   // empty one); InvalidArgument naming constraint.<kind> and quoting
   // llguidance for a bad one. The compiler is built on the first call.
-  absl::StatusOr<std::shared_ptr<const Matcher>> CompileConstraint(const ::shardlm::v1::Constraint& c) const;
+  absl::StatusOr<std::shared_ptr<const Matcher>> CompileConstraint(const ConstraintSpec& spec) const;
   EngineLoop* loop() const { return loop_; }
   ServiceMetrics* metrics() const { return metrics_; }
 
@@ -131,11 +132,5 @@ class InferenceService final
 // away, DEADLINE_EXCEEDED once its deadline passed (or is within 200 ms: see
 // inference_service.cc).
 absl::Status CallGone(const grpc::ServerContextBase& ctx);
-
-// Appends `top` (most likely first) to `out`.
-void FillTop(const std::vector<TopLogprob>& top, ::shardlm::v1::TopLogprobs* out);
-
-// Fills `out` from a finished request (chunk tokens, scores, alternatives, handle).
-void FillChunkResult(const EngineResult& r, bool generated, ::shardlm::v1::ChunkResult* out);
 
 }  // namespace shardlm

@@ -32,15 +32,15 @@ const std::set<std::string> kCommonKeys = {
 // base.constraint (docs/structured_outputs.md): at most one of them. The
 // constraint itself is compiled, and a bad one refused naming the parameter,
 // when the Generate is admitted.
-bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
-  pb::Constraint c;
+bool ConstraintInto(Params& p, OpenAiRequest& r, GenerateJob& base) {
+  ConstraintSpec c;
   std::vector<std::string> given;
   if (p.Has("response_format")) {
     const Json& f = p.At("response_format");
     const std::string type =
         f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
     if (type == "json_object") {
-      c.set_json_object(true);
+      c.kind = ConstraintSpec::Kind::kJsonObject;
       given.push_back("response_format");
     } else if (type == "json_schema") {
       if (!f.contains("json_schema") || !f["json_schema"].is_object() ||
@@ -50,7 +50,7 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
             "response_format",
             "response_format.json_schema.schema is required (a JSON Schema object) with type json_schema");
       }
-      c.set_json_schema(f["json_schema"]["schema"].dump());
+      c = {ConstraintSpec::Kind::kJsonSchema, f["json_schema"]["schema"].dump(), {}};
       given.push_back("response_format");
     } else if (type != "text") {
       return p.Fail("response_format",
@@ -61,15 +61,15 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
     const Json& v = p.At("guided_json");
     if (!v.is_object() && !v.is_string())
       return p.Fail("guided_json", "guided_json must be a JSON Schema (an object or its text)");
-    c.set_json_schema(v.is_string() ? v.get<std::string>() : v.dump());
+    c = {ConstraintSpec::Kind::kJsonSchema, v.is_string() ? v.get<std::string>() : v.dump(), {}};
     given.push_back("guided_json");
   }
   if (const std::string* re = StringParam(p, "guided_regex")) {
-    c.set_regex(*re);
+    c = {ConstraintSpec::Kind::kRegex, *re, {}};
     given.push_back("guided_regex");
   }
   if (const std::string* g = StringParam(p, "guided_grammar")) {
-    c.set_grammar(*g);
+    c = {ConstraintSpec::Kind::kGrammar, *g, {}};
     given.push_back("guided_grammar");
   }
   if (p.Has("guided_choice")) {
@@ -78,8 +78,9 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
       return p.Fail("guided_choice", "guided_choice must be a non-empty list of strings");
     for (const Json& e : v) {
       if (!e.is_string()) return p.Fail("guided_choice", "guided_choice must be a non-empty list of strings");
-      c.mutable_choice()->add_options(e.get<std::string>());
+      c.choices.push_back(e.get<std::string>());
     }
+    c.kind = ConstraintSpec::Kind::kChoice;
     given.push_back("guided_choice");
   }
   if (p.failed()) return false;
@@ -89,7 +90,7 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, pb::GenerateRequest& base) {
   }
   if (given.empty()) return true;
   r.constraint_param = given[0];
-  *base.mutable_constraint() = std::move(c);
+  base.constraint = std::move(c);
   return true;
 }
 
@@ -107,7 +108,7 @@ bool ModelOf(Params& p, const ModelContext& model, OpenAiRequest& r) {
 }
 
 // logit_bias: token id (as a string key) -> bias within kLogitBiasBound.
-bool LogitBiasOf(Params& p, const ModelContext& model, pb::SamplingParams& s) {
+bool LogitBiasOf(Params& p, const ModelContext& model, SamplingParams& s) {
   if (!p.Has("logit_bias")) return true;
   const Json& v = p.At("logit_bias");
   if (!v.is_object()) return p.Fail("logit_bias", "logit_bias must be an object of token id -> bias");
@@ -124,27 +125,28 @@ bool LogitBiasOf(Params& p, const ModelContext& model, pb::SamplingParams& s) {
       return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in ",
                                                kLogitBiasBound.Text(), ", got ", Shown(it.value())));
     }
-    (*s.mutable_logit_bias())[static_cast<int32_t>(id)] = it.value().get<float>();
+    s.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
   }
   return true;
 }
 
 // The sampling parameters, each within the one table of bounds
 // (model/sampling_limits.h) but temperature, which OpenAI documents as 0 to 2.
-bool SamplingOf(Params& p, const ModelContext& model, pb::SamplingParams& s) {
-  s.set_temperature(p.Number("temperature", 0, 2, false).value_or(1.0f));
-  if (auto v = p.Bounded("top_p", kTopPBound)) s.set_top_p(*v);
-  if (auto v = p.Bounded("presence_penalty", kPresencePenaltyBound)) s.set_presence_penalty(*v);
-  if (auto v = p.Bounded("frequency_penalty", kFrequencyPenaltyBound)) s.set_frequency_penalty(*v);
-  if (auto v = p.Bounded("min_p", kMinPBound)) s.set_min_p(*v);
-  if (auto v = p.Bounded("repetition_penalty", kRepetitionPenaltyBound)) s.set_repetition_penalty(*v);
+bool SamplingOf(Params& p, const ModelContext& model, EngineRequest& r) {
+  SamplingParams& s = r.sampling;
+  s.temperature = p.Number("temperature", 0, 2, false).value_or(1.0f);
+  if (auto v = p.Bounded("top_p", kTopPBound)) s.top_p = *v;
+  if (auto v = p.Bounded("presence_penalty", kPresencePenaltyBound)) s.presence_penalty = *v;
+  if (auto v = p.Bounded("frequency_penalty", kFrequencyPenaltyBound)) s.frequency_penalty = *v;
+  if (auto v = p.Bounded("min_p", kMinPBound)) s.min_p = *v;
+  if (auto v = p.Bounded("repetition_penalty", kRepetitionPenaltyBound)) s.repetition_penalty = *v;
   int64_t i = 0;
-  if (p.Integer("top_k", -1, model.vocab_size, &i))
-    s.set_top_k(static_cast<int32_t>(std::max<int64_t>(i, 0)));
+  if (p.Integer("top_k", -1, model.vocab_size, &i)) s.top_k = static_cast<int32_t>(std::max<int64_t>(i, 0));
   if (p.Has("seed")) {
     const Json& v = p.At("seed");
     if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + Shown(v));
-    s.set_seed(v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>()));
+    s.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+    r.has_seed = true;
   }
   return true;
 }
@@ -169,7 +171,7 @@ bool StreamOf(Params& p, OpenAiRequest& r) {
 }
 
 // stop: a string or a list of strings, each within the limits.
-bool StopStringsOf(Params& p, pb::GenerateRequest& base) {
+bool StopStringsOf(Params& p, GenerateJob& base) {
   if (p.Has("stop")) {
     const Json& v = p.At("stop");
     std::vector<std::string> stops;
@@ -189,16 +191,16 @@ bool StopStringsOf(Params& p, pb::GenerateRequest& base) {
     for (size_t k = 0; k < stops.size(); ++k) {
       if (stops[k].empty() || stops[k].size() > static_cast<size_t>(kMaxStopStringBytes))
         return p.Fail("stop", absl::StrCat("stop[", k, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
-      base.add_stop(stops[k]);
+      base.stop.push_back(stops[k]);
     }
   }
   return true;
 }
 
 // vLLM's ignore_eos and stop_token_ids.
-bool StopTokensOf(Params& p, const ModelContext& model, pb::GenerateRequest& base) {
+bool StopTokensOf(Params& p, const ModelContext& model, EngineRequest& base) {
   bool ignore_eos = false;
-  if (p.Bool("ignore_eos", &ignore_eos)) base.set_ignore_eos(ignore_eos);
+  if (p.Bool("ignore_eos", &ignore_eos)) base.ignore_eos = ignore_eos;
   if (!p.Has("stop_token_ids")) return true;
   const Json& v = p.At("stop_token_ids");
   if (!v.is_array()) return p.Fail("stop_token_ids", "stop_token_ids must be a list of token ids");
@@ -207,50 +209,49 @@ bool StopTokensOf(Params& p, const ModelContext& model, pb::GenerateRequest& bas
       return p.Fail("stop_token_ids",
                     absl::StrCat("stop_token_ids must hold token ids in [0, ", model.vocab_size, ")"));
     }
-    base.add_stop_token_ids(e.get<int32_t>());
+    base.stop_token_ids.push_back(e.get<int32_t>());
   }
   return true;
 }
 
 // The parameters both endpoints share, into `base` and `r`.
-bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, pb::GenerateRequest& base) {
+bool ParseCommon(Params& p, const ModelContext& model, OpenAiRequest& r, GenerateJob& base) {
   if (!ModelOf(p, model, r)) return false;
-  if (!SamplingOf(p, model, *base.mutable_sampling())) return false;
+  if (!SamplingOf(p, model, base.request)) return false;
   int64_t n = 1;
   if (p.Integer("n", 1, kMaxSamples, &n)) r.n = static_cast<int>(n);
-  base.set_n(r.n);
+  base.n = r.n;
   if (!StreamOf(p, r)) return false;
   if (!StopStringsOf(p, base)) return false;
-  if (!LogitBiasOf(p, model, *base.mutable_sampling())) return false;
-  if (!StopTokensOf(p, model, base)) return false;
+  if (!LogitBiasOf(p, model, base.request.sampling)) return false;
+  if (!StopTokensOf(p, model, base.request)) return false;
   if (p.Has("user") && !p.At("user").is_string()) return p.Fail("user", "user must be a string");
   if (!ConstraintInto(p, r, base)) return false;
   return !p.failed();
 }
 
 bool SetTokens(Params& p, const std::string& field, const Json& v, const ModelContext& model,
-               pb::GenerateRequest& g) {
+               EngineRequest& g) {
   if (v.is_string()) {
     if (model.tokenizer == nullptr)
       return p.Fail(field, field + " as text needs a tokenizer.json in the model; send token ids");
     auto ids = p.Encode(field, v.get<std::string>(), model, /*add_special_tokens=*/true);
     if (!ids) return false;
-    g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+    g.prompt = std::move(*ids);
     return true;
   }
   for (const Json& e : v) {
     if (!e.is_number_integer() || e.get<int64_t>() < 0 || e.get<int64_t>() >= model.vocab_size) {
       return p.Fail(field, absl::StrCat(field, " token ids must be in [0, ", model.vocab_size, ")"));
     }
-    g.mutable_prompt()->mutable_token_ids()->add_ids(e.get<int32_t>());
+    g.prompt.push_back(e.get<int32_t>());
   }
   return true;
 }
 
 // The parameters of /v1/completions alone: one Generate per prompt.
-bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
-                    const pb::GenerateRequest& common) {
-  pb::GenerateRequest base = common;
+bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r, const GenerateJob& common) {
+  GenerateJob base = common;
   bool echo = false;
   if (!p.Bool("echo", &echo)) return false;
   if (echo) return p.Fail("echo", "echo is not supported");
@@ -263,7 +264,7 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
   if (logprobs >= 0) {
     r.logprobs = true;
     r.top_logprobs = static_cast<int>(logprobs);
-    base.set_top_logprobs(r.top_logprobs);
+    base.request.sampling.num_top_logprobs = r.top_logprobs;
   }
   // prompt: a string, a list of strings, a list of token ids, or a list of those lists.
   if (!p.Has("prompt")) return p.Fail("prompt", "prompt is required");
@@ -292,10 +293,10 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r,
                   absl::StrCat("prompt holds at most ", kMaxPrompts, " prompts, got ", prompts.size()));
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
-    pb::GenerateRequest g = base;
+    GenerateJob g = base;
     const std::string field = prompts.size() > 1 ? absl::StrCat("prompt[", i, "]") : "prompt";
-    if (!SetTokens(p, field, *prompts[i], model, g)) return false;
-    if (!SetLength(p, model, "max_tokens", 16, "prompt", g)) return false;
+    if (!SetTokens(p, field, *prompts[i], model, g.request)) return false;
+    if (!SetLength(p, model, "max_tokens", 16, "prompt", g.request)) return false;
     r.prompts.push_back(std::move(g));
   }
   return true;
@@ -395,7 +396,7 @@ bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model
   if (!p.OnlyKnown(known)) return false;
   OpenAiRequest r;
   r.endpoint = endpoint;
-  pb::GenerateRequest common;
+  GenerateJob common;
   if (!ParseCommon(p, model, r, common)) return false;
   if (!(chat ? ChatInto(p, model, r, common) : CompletionInto(p, model, r, common))) return false;
   // More sequences than the server ever queues at once can never run: a client

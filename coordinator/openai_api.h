@@ -2,10 +2,10 @@
 //
 // This file holds the translation only, with no HTTP in it: ParseJson and
 // ParseRequest check an OpenAI request body (errors name the parameter and the
-// limit, as OpenAI's do) and turn it into one shardlm.v1.GenerateRequest per
-// prompt; ResponseWriter turns the Generate stream back into OpenAI's objects,
-// as server-sent-event chunks or as one final object. The HTTP server
-// (openai_http.h) wires the two to the same InferenceService the gRPC API uses.
+// limit, as OpenAI's do) and turn it into one GenerateJob per prompt, the
+// engine's own request (no shardlm.v1 message in between); ResponseWriter turns the Generate stream back into
+// OpenAI's objects, as server-sent-event chunks or as one final object. The HTTP server (openai_http.h) wires
+// the two to the same InferenceService the gRPC API uses.
 //
 //   OpenAiRequest r;
 //   ApiError error;
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/generate_job.h"
 #include "coordinator/tool_calls.h"
 #include "grpcpp/support/status.h"
 #include "nlohmann/json.hpp"
@@ -77,10 +78,10 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int n = 1;
-  bool logprobs = false;                                // report the sampled tokens' logprobs
-  int top_logprobs = 0;                                 // and this many alternatives each
-  std::vector<::shardlm::v1::GenerateRequest> prompts;  // one Generate per prompt
-  std::string constraint_param;  // response_format, guided_* or tool_choice: where a constraint came in
+  bool logprobs = false;             // report the sampled tokens' logprobs
+  int top_logprobs = 0;              // and this many alternatives each
+  std::vector<GenerateJob> prompts;  // one Generate per prompt
+  std::string constraint_param;      // response_format, guided_* or tool_choice: where a constraint came in
   // Tools offered (tool_choice not "none"): replies are parsed into tool_calls.
   bool parse_tool_calls = false;
   ToolFormat tool_format = ToolFormat::kHermes;

@@ -12,13 +12,11 @@ namespace shardlm {
 namespace openai {
 namespace {
 
-namespace pb = ::shardlm::v1;
-
 // Tools offered (and tool_choice not "none"): the reply is parsed into
 // tool_calls in the chat template's own syntax; "required" or a named
 // function ("*" or the name in `forced`) constrains decoding to one call.
 bool ToolCallsInto(Params& p, const ModelContext& model, const std::string& forced, const Json& tools,
-                   OpenAiRequest& r, pb::GenerateRequest& g) {
+                   OpenAiRequest& r, GenerateJob& g) {
   const std::set<std::string> names = ToolNames(tools);
   const ToolFormat format = ToolFormatOf(model.chat_template->sources());
   if (!forced.empty()) {
@@ -28,11 +26,12 @@ bool ToolCallsInto(Params& p, const ModelContext& model, const std::string& forc
       return p.Fail("tool_choice",
                     absl::StrCat("tool_choice names the function '", forced, "', which is not among tools"));
     }
-    if (g.has_constraint()) {
+    if (!g.constraint.empty()) {
       return p.Fail("tool_choice",
                     absl::StrCat(r.constraint_param, " and tool_choice each constrain the output; give one"));
     }
-    g.mutable_constraint()->set_grammar(ForcedCallGrammar(format, tools, forced == "*" ? "" : forced));
+    g.constraint = {
+        ConstraintSpec::Kind::kGrammar, ForcedCallGrammar(format, tools, forced == "*" ? "" : forced), {}};
     r.constraint_param = "tool_choice";
   }
   if (names.empty()) return true;
@@ -152,7 +151,7 @@ bool MessagesOf(Params& p, Json* messages) {
 
 // The prompt: the messages and tools through the chat template, tokenized.
 bool RenderPrompt(Params& p, const ModelContext& model, const Json& messages, const Json& tools,
-                  pb::GenerateRequest& g) {
+                  EngineRequest& g) {
   bool add_generation_prompt = true;
   if (!p.Bool("add_generation_prompt", &add_generation_prompt)) return false;
   Json extra;
@@ -169,21 +168,21 @@ bool RenderPrompt(Params& p, const ModelContext& model, const Json& messages, co
   auto ids =
       p.Encode("messages", *text, model, /*add_special_tokens=*/!model.chat_template->StartsWithBos(*text));
   if (!ids) return false;
-  g.mutable_prompt()->mutable_token_ids()->mutable_ids()->Add(ids->begin(), ids->end());
+  g.prompt = std::move(*ids);
   return true;
 }
 
 }  // namespace
 
-bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::GenerateRequest& common) {
-  pb::GenerateRequest g = common;
+bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const GenerateJob& common) {
+  GenerateJob g = common;
   if (!p.Bool("logprobs", &r.logprobs)) return false;
   int64_t top = 0;
   if (!p.Integer("top_logprobs", 0, kMaxTopLogprobs, &top)) return false;
   if (p.Has("top_logprobs") && !r.logprobs)
     return p.Fail("top_logprobs", "top_logprobs needs logprobs set to true");
   r.top_logprobs = static_cast<int>(top);
-  g.set_top_logprobs(r.top_logprobs);
+  g.request.sampling.num_top_logprobs = r.top_logprobs;
   std::string forced;
   if (!ToolChoiceOf(p, &forced)) return false;
   bool store = false;
@@ -202,9 +201,9 @@ bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const pb::
     if (!(p.Has("tool_choice") && p.At("tool_choice") == "none")) tools = p.At("tools");
   }
   if (!ToolCallsInto(p, model, forced, tools, r, g)) return false;
-  if (!RenderPrompt(p, model, messages, tools, g)) return false;
+  if (!RenderPrompt(p, model, messages, tools, g.request)) return false;
   const std::string length_param = p.Has("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (!SetLength(p, model, length_param, -1, "messages", g)) return false;
+  if (!SetLength(p, model, length_param, -1, "messages", g.request)) return false;
   r.prompts.push_back(std::move(g));
   return true;
 }

@@ -34,8 +34,8 @@ const std::string* StringParam(Params& p, const std::string& key) {
 }
 
 bool SetLength(Params& p, const ModelContext& model, const std::string& param, int64_t default_tokens,
-               const std::string& prompt_param, ::shardlm::v1::GenerateRequest& g) {
-  const int64_t prompt = g.prompt().token_ids().ids_size();
+               const std::string& prompt_param, EngineRequest& g) {
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
   if (prompt == 0) return p.Fail(prompt_param, prompt_param + " must not be empty");
   if (prompt >= model.max_context) {
     return p.Fail(prompt_param, absl::StrCat("The prompt is ", prompt, " tokens; this model's context holds ",
@@ -48,7 +48,7 @@ bool SetLength(Params& p, const ModelContext& model, const std::string& param, i
                                       prompt, " prompt tokens plus ", param, "=", max_tokens, " is ",
                                       prompt + max_tokens, "; lower ", param, " or shorten the prompt"));
   }
-  g.set_max_new_tokens(static_cast<int32_t>(max_tokens));
+  g.max_new_tokens = static_cast<int32_t>(max_tokens);
   return true;
 }
 

@@ -115,13 +115,12 @@ const std::string* StringParam(Params& p, const std::string& key);
 // Sets max_new_tokens from the endpoint's parameter (or the rest of the
 // context) and checks the prompt fits.
 bool SetLength(Params& p, const ModelContext& model, const std::string& param, int64_t default_tokens,
-               const std::string& prompt_param, ::shardlm::v1::GenerateRequest& g);
+               const std::string& prompt_param, EngineRequest& g);
 
 // The parameters of /v1/chat/completions alone (coordinator/openai_chat.cc):
 // the messages rendered by the model's chat template into one prompt, with
 // the tools offered.
-bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r,
-              const ::shardlm::v1::GenerateRequest& common);
+bool ChatInto(Params& p, const ModelContext& model, OpenAiRequest& r, const GenerateJob& common);
 
 }  // namespace openai
 }  // namespace shardlm

@@ -22,7 +22,8 @@ clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/
 mkdir -p "$out/gen"
 protoc -Iproto --cpp_out="$out/gen" proto/shardlm/v1/inference.proto
 # shellcheck disable=SC2046
-clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc \
+clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc coordinator/openai_params.cc \
+  coordinator/openai_chat.cc coordinator/tool_calls.cc \
   "$out/gen/shardlm/v1/inference.pb.cc" jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
   tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc model/model_files.cc model/gguf.cc \
   model/gguf_model.cc model/mapped_file.cc common/status.cc "${libs[@]}" \

@@ -23,15 +23,8 @@ int Main(int argc, char** argv) {
   f.Int("world", "ranks (threads)", 2, 2, 16);
   f.Int("iters", "iterations per size", 200, 1, 100000);
   f.Int("hidden", "model width", 768, 8, 1 << 16);
-  absl::Status st = f.Parse(argc, argv, 1);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::fputs(f.Usage().c_str(), stdout);
-    return 0;
-  }
+  int exit_code = 0;
+  if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
   const int world = static_cast<int>(f.GetInt("world"));
   const int iters = static_cast<int>(f.GetInt("iters"));
   const int64_t hidden = f.GetInt("hidden");

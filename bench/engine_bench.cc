@@ -275,15 +275,8 @@ int Main(int argc, char** argv) {
         "on a GPU, at most this many runs of keys per attention row (1: never "
         "split; to measure what split keys save)",
         32, 1, 32);
-  absl::Status st = f.Parse(argc, argv, 1);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::fputs(f.Usage().c_str(), stdout);
-    return 0;
-  }
+  int exit_code = 0;
+  if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
   const std::string dir = f.GetString("model-dir");
   auto device = ResolveDevice(f.GetString("device"));
   if (!device.ok()) {
@@ -309,7 +302,7 @@ int Main(int argc, char** argv) {
     o.shards = 4;
     o.fast_random = true;
     std::printf("writing a Llama-3-8B-shaped model to %s\n", dir.c_str());
-    st = WriteTinyModel(dir, o);
+    absl::Status st = WriteTinyModel(dir, o);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
       return 1;
@@ -328,7 +321,7 @@ int Main(int argc, char** argv) {
     o.tie_embeddings = true;
     o.seed = 1;
     std::printf("writing benchmark model to %s\n", dir.c_str());
-    st = WriteTinyModel(dir, o);
+    absl::Status st = WriteTinyModel(dir, o);
     if (!st.ok()) {
       std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
       return 1;

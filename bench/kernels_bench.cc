@@ -142,15 +142,8 @@ int Main(int argc, char** argv) {
   f.Bool("only-ops", "time only --ops' kernels, not the projections");
   f.Bool("model-shapes",
          "the projections of a decode step of the benchmark model instead of [4k, k] matrices");
-  absl::Status st = f.Parse(argc, argv, 1);
-  if (!st.ok()) {
-    std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
-    return 2;
-  }
-  if (f.help_requested()) {
-    std::fputs(f.Usage().c_str(), stdout);
-    return 0;
-  }
+  int exit_code = 0;
+  if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
   std::vector<int32_t> rows;
   ParseIdList("rows", f.GetString("rows"), &rows).IgnoreError();
   const int64_t k = f.GetInt("k");

@@ -55,10 +55,14 @@ void F32Panels(const uint8_t* w, int64_t panels, int64_t k, const float* x, floa
 
 void F32Product(int m, const uint8_t* w, int64_t panels, int64_t k, const float* x, float* y, int64_t n) {
   switch (m) {
-    case 1: return F32Panels<1>(w, panels, k, x, y, n);
-    case 2: return F32Panels<2>(w, panels, k, x, y, n);
-    case 4: return F32Panels<4>(w, panels, k, x, y, n);
-    default: return F32Panels<8>(w, panels, k, x, y, n);
+    case 1:
+      return F32Panels<1>(w, panels, k, x, y, n);
+    case 2:
+      return F32Panels<2>(w, panels, k, x, y, n);
+    case 4:
+      return F32Panels<4>(w, panels, k, x, y, n);
+    default:
+      return F32Panels<8>(w, panels, k, x, y, n);
   }
 }
 
@@ -79,7 +83,9 @@ int Main(int argc, char** argv) {
   std::mt19937 rng(1);
   std::uniform_int_distribution<int> byte(0, 255);
   std::normal_distribution<float> g(0.0f, 1.0f);
-  std::printf("| shape | rows | int8 activations (VPDPBUSD) us | f32 activations (nibbles to f32, FMA) us | ratio |\n");
+  std::printf(
+      "| shape | rows | int8 activations (VPDPBUSD) us | f32 activations (nibbles to f32, FMA) us | ratio "
+      "|\n");
   std::printf("|---|---|---|---|---|\n");
   for (Shape s : {Shape{"gate/up 3072 x 576", 3072, 576}, Shape{"down 576 x 1536", 576, 1536}}) {
     const int64_t gb = QuantGgufBlockBytes(QuantFormat::kQ4_1), blocks = s.k / kQuantBlock;
@@ -119,7 +125,8 @@ int Main(int argc, char** argv) {
         for (int v = 0; v < 2; ++v) {
           const Clock::time_point t0 = Clock::now();
           for (int r = 0; r < reps; ++r) v == 0 ? int8() : f32();
-          best[v] = std::min(best[v], std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps);
+          best[v] =
+              std::min(best[v], std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / reps);
         }
       }
       std::printf("| %s | %d | %.1f | %.1f | %.2fx |\n", s.name, m, best[0], best[1], best[1] / best[0]);

@@ -326,8 +326,14 @@ std::string FlagSet::Usage() const {
 }
 
 bool ParseCommandLine(FlagSet& flags, int argc, char** argv, size_t max_positional, int* exit_code) {
-  absl::Status st = flags.Parse(
-      argc, argv, 2, flags.config_enabled() ? ShardlmEnvironment() : std::map<std::string, std::string>{});
+  return ParseArguments(flags, argc, argv, 2, "shardlm", max_positional, exit_code);
+}
+
+bool ParseArguments(FlagSet& flags, int argc, char** argv, int first, const std::string& program,
+                    size_t max_positional, int* exit_code) {
+  absl::Status st =
+      flags.Parse(argc, argv, first,
+                  flags.config_enabled() ? ShardlmEnvironment() : std::map<std::string, std::string>{});
   if (st.ok() && flags.help_requested()) {
     std::fputs(flags.Usage().c_str(), stdout);
     *exit_code = 0;
@@ -338,7 +344,8 @@ bool ParseCommandLine(FlagSet& flags, int argc, char** argv, size_t max_position
                                                  "' (quote values that contain spaces)"));
   }
   if (!st.ok()) {
-    std::fprintf(stderr, "shardlm: %s\n", std::string(st.message()).c_str());
+    std::fprintf(stderr, "%s%s%s\n", program.c_str(), program.empty() ? "" : ": ",
+                 std::string(st.message()).c_str());
     *exit_code = st.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
     return false;
   }

@@ -125,6 +125,11 @@ class FlagSet {
 // (--print-config) with *exit_code = 0, or the error with *exit_code = 2.
 // Positional arguments beyond `max_positional` are errors.
 bool ParseCommandLine(FlagSet& flags, int argc, char** argv, size_t max_positional, int* exit_code);
+// The same for any program: its flags from argv[first..], errors prefixed
+// with `program` and ": " (nothing when empty: a benchmark, whose messages
+// name it already).
+bool ParseArguments(FlagSet& flags, int argc, char** argv, int first, const std::string& program,
+                    size_t max_positional, int* exit_code);
 
 // "1,2,3" -> {1, 2, 3}; InvalidArgument naming `flag` otherwise.
 absl::Status ParseIdList(const std::string& flag, const std::string& text, std::vector<int32_t>* out);

@@ -163,18 +163,16 @@ void Engine::Reset(int32_t num_blocks, const std::string& why) {
 
 // A sequence in a step executing ends when that step is applied (the
 // workers are writing its blocks).
-bool Engine::Stop(int64_t id) {
-  Sequence* seq = Find(id);
-  if (seq == nullptr) return false;
-  End(*seq, FinishReason::kStop, absl::OkStatus());
-  RetireIfEnded(*seq);
-  return true;
-}
+bool Engine::Stop(int64_t id) { return EndNow(id, FinishReason::kStop, absl::OkStatus()); }
 
 bool Engine::Cancel(int64_t id) {
+  return EndNow(id, FinishReason::kNone, absl::CancelledError("request cancelled"));
+}
+
+bool Engine::EndNow(int64_t id, FinishReason reason, absl::Status status) {
   Sequence* seq = Find(id);
   if (seq == nullptr) return false;
-  End(*seq, FinishReason::kNone, absl::CancelledError("request cancelled"));
+  End(*seq, reason, std::move(status));
   RetireIfEnded(*seq);
   return true;
 }

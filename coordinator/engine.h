@@ -189,6 +189,8 @@ class Engine {
   // result goes to done_, its blocks are freed or kept as a handle, and it
   // is forgotten (`seq` dangles after true).
   bool RetireIfEnded(Sequence& seq);
+  // Stop and Cancel: ends request `id` now; false when it is not known.
+  bool EndNow(int64_t id, FinishReason reason, absl::Status status);
   // The queued or running request `id`, or null.
   Sequence* Find(int64_t id);
   bool IsStop(const Sequence& seq, int32_t token) const;

@@ -16,6 +16,8 @@
 #include "coordinator/http_server_impl.h"
 
 namespace shardlm {
+
+using namespace http_impl;  // NOLINT: the server's own insides (http_server_impl.h)
 namespace {
 
 std::string Str(beast::string_view s) { return std::string(s.data(), s.size()); }

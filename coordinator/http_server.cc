@@ -10,6 +10,8 @@
 
 namespace shardlm {
 
+using namespace http_impl;  // NOLINT: the server's own insides (http_server_impl.h)
+
 const std::string* HttpRequest::Header(absl::string_view name) const {
   for (const auto& [k, v] : headers) {
     if (absl::EqualsIgnoreCase(k, name)) return &v;
@@ -25,7 +27,7 @@ HttpRoute HttpRoute::Slow(std::string method, std::string path, SlowHandler h) {
   return HttpRoute{std::move(method), std::move(path), nullptr, std::move(h)};
 }
 
-bool PathMatches(const HttpRoute& route, const std::string& path) {
+bool http_impl::PathMatches(const HttpRoute& route, const std::string& path) {
   const std::string& p = route.path;
   if (p.empty() || p.back() != '*') return path == p;
   return path.size() >= p.size() && absl::StartsWith(path, absl::string_view(p).substr(0, p.size() - 1));

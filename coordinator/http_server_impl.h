@@ -23,6 +23,7 @@
 #include "coordinator/http_server.h"
 
 namespace shardlm {
+namespace http_impl {
 
 namespace net = boost::asio;
 namespace ssl = boost::asio::ssl;
@@ -49,6 +50,8 @@ class ConnectionBase {
   bool registered = false;
 };
 
+}  // namespace http_impl
+
 struct HttpServer::Impl {
   HttpServerOptions options;
   std::vector<HttpRoute> routes;
@@ -57,14 +60,15 @@ struct HttpServer::Impl {
 
   // Declared before the io_context so that handlers it still holds (and the
   // connections they keep alive) are destroyed while these exist.
-  std::list<ConnectionBase*> connections;  // I/O thread only
-  std::optional<ssl::context> tls;
+  std::list<http_impl::ConnectionBase*> connections;  // I/O thread only
+  std::optional<http_impl::ssl::context> tls;
 
-  net::io_context ioc{1};
+  http_impl::net::io_context ioc{1};
   // Keeps run() going while no socket operation is pending (every
   // connection in a handler, the acceptor closed): the handlers still post.
-  net::executor_work_guard<net::io_context::executor_type> keep_running = net::make_work_guard(ioc);
-  tcp::acceptor acceptor{ioc};
+  http_impl::net::executor_work_guard<http_impl::net::io_context::executor_type> keep_running =
+      http_impl::net::make_work_guard(ioc);
+  http_impl::tcp::acceptor acceptor{ioc};
   std::thread io_thread;
 
   // Request threads: slow routes run here. After the io_context, so that a
@@ -76,12 +80,12 @@ struct HttpServer::Impl {
   std::vector<std::thread> workers;
 
   void Accept();
-  void Register(ConnectionBase* c) {
+  void Register(http_impl::ConnectionBase* c) {
     c->self = connections.insert(connections.end(), c);
     c->registered = true;
     EnforceLimits();
   }
-  void Unregister(ConnectionBase* c) {
+  void Unregister(http_impl::ConnectionBase* c) {
     if (!c->registered) return;
     connections.erase(c->self);
     c->registered = false;

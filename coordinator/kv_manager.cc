@@ -167,6 +167,12 @@ int64_t KvManager::ShareCap() const {
   return static_cast<int64_t>(options_.max_handle_share * allocator_.num_blocks());
 }
 
+absl::Status KvManager::OverShareCap(const std::string& holding) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      holding, ", over the limit of ", ShareCap(), " (--max-handle-share ", options_.max_handle_share, " of ",
+      allocator_.num_blocks(), " blocks); release handles you no longer need"));
+}
+
 absl::Status KvManager::CheckShare(const EngineRequest& request) const {
   if (!request.keep_handle || request.transient_handle) return absl::OkStatus();
   // Kept handles may pin only a share of the cache, so that they cannot
@@ -178,10 +184,8 @@ absl::Status KvManager::CheckShare(const EngineRequest& request) const {
   const int64_t adds = BlocksFor(total, bs) - prefix_len / bs;  // full blocks are shared
   const int64_t held = static_cast<int64_t>(HandleBlockSet().size());
   if (held + adds > ShareCap()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("kept ChunkResult handles hold ", held, " KV blocks and this one would add up to ", adds,
-                     ", over the limit of ", ShareCap(), " (--max-handle-share ", options_.max_handle_share,
-                     " of ", allocator_.num_blocks(), " blocks); release handles you no longer need"));
+    return OverShareCap(absl::StrCat("kept ChunkResult handles hold ", held,
+                                     " KV blocks and this one would add up to ", adds));
   }
   return absl::OkStatus();
 }
@@ -226,11 +230,8 @@ absl::Status KvManager::Retire(Sequence& seq, absl::Status status) {
     const size_t before = held.size();
     held.insert(seq.blocks.begin(), seq.blocks.end());
     if (static_cast<int64_t>(held.size()) > ShareCap()) {
-      status = absl::ResourceExhaustedError(
-          absl::StrCat("kept ChunkResult handles would hold ", held.size(), " KV blocks (", before,
-                       " before this one), over the limit of ", ShareCap(), " (--max-handle-share ",
-                       options_.max_handle_share, " of ", allocator_.num_blocks(),
-                       " blocks); release handles you no longer need"));
+      status = OverShareCap(absl::StrCat("kept ChunkResult handles would hold ", held.size(), " KV blocks (",
+                                         before, " before this one)"));
     }
   }
   if (status.ok() && seq.request.keep_handle) {

@@ -103,6 +103,8 @@ class KvManager : public KvSpace {
   // The blocks held by handles (each once).
   std::unordered_set<int32_t> HandleBlockSet() const;
   int64_t ShareCap() const;
+  // RESOURCE_EXHAUSTED: `holding` (what the handles would hold) is past the cap.
+  absl::Status OverShareCap(const std::string& holding) const;
   // Takes cached full blocks for `seq`'s leading tokens.
   void LookupPrefix(Sequence& seq);
   // Drops `seq`'s pending copy-on-write sources.

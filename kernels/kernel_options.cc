@@ -36,7 +36,7 @@ absl::Status IntVariable(const char* name, int64_t min, int64_t* value) {
 
 void SetKernelOptions(const KernelOptions& options) {
   Current() = options;
-  SetIsaForTesting(options.isa_cap);
+  CapIsa(options.isa_cap);
 }
 
 const KernelOptions& CurrentKernelOptions() { return Current(); }

@@ -33,7 +33,7 @@ Isa DetectedIsa() {
 
 Isa ActiveIsa() { return static_cast<Isa>(Active().load(std::memory_order_relaxed)); }
 
-Isa SetIsaForTesting(Isa isa) {
+Isa CapIsa(Isa isa) {
   const Isa capped = isa < DetectedIsa() ? isa : DetectedIsa();
   return static_cast<Isa>(Active().exchange(static_cast<int>(capped)));
 }

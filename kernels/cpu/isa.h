@@ -1,8 +1,8 @@
 // Which SIMD instruction set the CPU kernels use, chosen once at run time:
 // AVX-512 (with AVX512-BF16 for bf16 dot products), else AVX2+FMA, else
-// portable scalar code. KernelOptions::isa_cap (SHARDLM_CPU_ISA, read by
-// main) caps the choice for comparing variants, and tests cap it with
-// SetIsaForTesting; neither raises it above what the CPU has.
+// portable scalar code. CapIsa caps the choice for comparing variants: main
+// calls it with KernelOptions::isa_cap (SHARDLM_CPU_ISA), tests directly; it
+// never raises the choice above what the CPU has.
 //
 //   if (ActiveIsa() == Isa::kAvx512) ...
 #pragma once
@@ -16,10 +16,10 @@ enum class Isa { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
 
 // The best instruction set this CPU supports (AVX-512 requires F, BW, VL and BF16).
 Isa DetectedIsa();
-// DetectedIsa() capped by KernelOptions::isa_cap or SetIsaForTesting.
+// DetectedIsa() capped by the last CapIsa.
 Isa ActiveIsa();
 // Caps the active set (never above DetectedIsa()); returns the previous one.
-Isa SetIsaForTesting(Isa isa);
+Isa CapIsa(Isa isa);
 std::string IsaName(Isa isa);
 
 // bf16 bits <-> float, rounding to nearest even as c10::BFloat16 does.

@@ -104,11 +104,11 @@ TEST_F(ElementwiseTest, ArgMaxIsTheFirstLargest) {
 // fn() under the scalar loops (the ISA capped) and under the vector kernels.
 template <typename Fn>
 std::pair<at::Tensor, at::Tensor> ScalarAndVector(Fn fn) {
-  const Isa before = SetIsaForTesting(Isa::kScalar);
+  const Isa before = CapIsa(Isa::kScalar);
   at::Tensor scalar = fn();
-  SetIsaForTesting(Isa::kAvx512);
+  CapIsa(Isa::kAvx512);
   at::Tensor vector = fn();
-  SetIsaForTesting(before);
+  CapIsa(before);
   return {scalar, vector};
 }
 

@@ -92,7 +92,7 @@ TEST_F(KernelOptionsTest, SettingThemCapsTheActiveIsaNeverAboveTheCpu) {
   SetKernelOptions(o);
   EXPECT_EQ(ActiveIsa(), DetectedIsa());  // the cap never raises it above what the CPU has
   SetKernelOptions(before);
-  SetIsaForTesting(active);
+  CapIsa(active);
 }
 
 }  // namespace

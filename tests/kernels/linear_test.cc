@@ -18,8 +18,8 @@ namespace {
 
 class IsaGuard {
  public:
-  explicit IsaGuard(Isa isa) : previous_(SetIsaForTesting(isa)) {}
-  ~IsaGuard() { SetIsaForTesting(previous_); }
+  explicit IsaGuard(Isa isa) : previous_(CapIsa(isa)) {}
+  ~IsaGuard() { CapIsa(previous_); }
 
  private:
   Isa previous_;
@@ -299,11 +299,11 @@ TEST(FusedTest, RotaryHeadsNormAddAndSiluMul) {
 }
 
 TEST(IsaTest, EnvironmentAndTestingCapNeverRaiseAboveTheCpu) {
-  const Isa before = SetIsaForTesting(Isa::kAvx512);
+  const Isa before = CapIsa(Isa::kAvx512);
   EXPECT_LE(static_cast<int>(ActiveIsa()), static_cast<int>(DetectedIsa()));
-  SetIsaForTesting(Isa::kScalar);
+  CapIsa(Isa::kScalar);
   EXPECT_EQ(ActiveIsa(), Isa::kScalar);
-  SetIsaForTesting(before);
+  CapIsa(before);
 }
 
 }  // namespace

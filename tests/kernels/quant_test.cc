@@ -118,7 +118,7 @@ TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding)
 // kAddTo into a copy of y0.
 at::Tensor LinearAt(Isa isa, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias,
                     const at::Tensor& y0) {
-  const Isa before = SetIsaForTesting(isa);
+  const Isa before = CapIsa(isa);
   at::Tensor y;
   if (y0.defined()) {
     y = y0.clone();
@@ -126,7 +126,7 @@ at::Tensor LinearAt(Isa isa, const at::Tensor& x, const LinearWeight& w, const a
   } else {
     y = Linear(x, w, bias);
   }
-  SetIsaForTesting(before);
+  CapIsa(before);
   return y;
 }
 

@@ -75,9 +75,9 @@ TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
   WriteKv(k, v, k_pool, v_pool, batch);
   // The portable loop and this CPU's kernel (kernels/cpu/attention.h).
   for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::DetectedIsa()}) {
-    const kernels::Isa previous = kernels::SetIsaForTesting(isa);
+    const kernels::Isa previous = kernels::CapIsa(isa);
     at::Tensor out = PagedAttention(q, k_pool, v_pool, batch).to(at::kFloat);
-    kernels::SetIsaForTesting(previous);
+    kernels::CapIsa(previous);
     int64_t start = 0;
     for (int64_t len : lens) {
       at::Tensor ref =
@@ -132,11 +132,11 @@ TEST(PagedAttentionUnevenTest, ARankOfAnUnevenSplitComputesItsHeadsOfTheWhole) {
     part.key_slots = at::from_blob(key_slots.data(), {static_cast<int64_t>(key_slots.size())}, at::kLong);
     for (int path = 0; path < 3; ++path) {
       const kernels::Isa previous =
-          kernels::SetIsaForTesting(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
+          kernels::CapIsa(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
       kernels::ForceAtenOps(path == 2);
       at::Tensor out = PagedAttention(qr, kr, vr, part);
       kernels::ForceAtenOps(false);
-      kernels::SetIsaForTesting(previous);
+      kernels::CapIsa(previous);
       const double err = (out - expected.narrow(1, r.q_start, r.q_len)).abs().max().item<double>();
       EXPECT_LT(err, 1e-5) << "rank with query heads from " << r.q_start << ", path " << path;
     }

@@ -19,15 +19,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 int Main(int argc, char** argv) {
+  int world = 0, iters = 0;
+  int64_t hidden = 0;
   FlagSet f("collectives_bench");
-  f.Int("world", "ranks (threads)", 2, 2, 16);
-  f.Int("iters", "iterations per size", 200, 1, 100000);
-  f.Int("hidden", "model width", 768, 8, 1 << 16);
+  f.Int("world", "ranks (threads)", 2, 2, 16).To(&world);
+  f.Int("iters", "iterations per size", 200, 1, 100000).To(&iters);
+  f.Int("hidden", "model width", 768, 8, 1 << 16).To(&hidden);
   int exit_code = 0;
   if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
-  const int world = static_cast<int>(f.GetInt("world"));
-  const int iters = static_cast<int>(f.GetInt("iters"));
-  const int64_t hidden = f.GetInt("hidden");
   at::set_num_threads(1);
   std::printf(
       "| world | tokens | all-gather us | reduce-scatter us | MB/s (reduce-scatter input) "

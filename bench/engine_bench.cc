@@ -80,10 +80,7 @@ struct Row {
 // next step planned and queued on the workers while one runs. Medians of 3
 // alternating runs of each.
 // --weights and --kv-dtype, as every engine here is given them.
-struct Storage {
-  std::string weights = "auto";
-  std::string kv_dtype = "auto";
-};
+using Storage = StorageFlags;
 
 void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
                          const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype,
@@ -241,53 +238,89 @@ void PrintBreakdown(const std::vector<Row>& rows, bool prefill) {
   }
 }
 
-int Main(int argc, char** argv) {
-  FlagSet f("bench");
+// The benchmark's settings, each bound to its flag where it is declared.
+struct BenchFlags {
+  std::string model_dir;
+  int32_t prompt_len = 0;
+  int32_t decode_steps = 0;
+  int32_t decode_context = 0;
+  std::string batches;
+  std::string dtypes;
+  StorageFlags storage;
+  std::string tp;
+  std::string shardlm;
+  bool ttft = false;
+  std::string device;
+  std::string shape;
+  int64_t kv_cache_mb = 0;
+  int64_t cuda_graph_max_batch = 0;
+  bool no_cuda_fused = false;
+  int64_t cuda_gemv_max_rows = 0;
+  int cuda_attention_max_splits = 0;
+};
+
+void DeclareFlags(FlagSet& f, BenchFlags* o) {
   f.String("model-dir", "benchmark checkpoint directory (written if missing) or a .gguf file", false,
-           "build/bench-model");
-  f.Int("prompt-len", "prompt tokens per sequence for prefill", 128, 1, 8192);
-  f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096);
+           "build/bench-model")
+      .To(&o->model_dir);
+  f.Int("prompt-len", "prompt tokens per sequence for prefill", 128, 1, 8192).To(&o->prompt_len);
+  f.Int("decode-steps", "decode steps timed per batch", 32, 2, 4096).To(&o->decode_steps);
   f.Int("decode-context",
         "prompt tokens of each sequence before its timed decode steps (the context decode "
         "attends over)",
-        16, 1, 131072);
-  f.String("batches", "comma-separated batch sizes", false, "1,8,32");
-  f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16");
-  AddStorageFlags(f);  // rows are labelled DTYPE/WEIGHTS when --weights is given
-  f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "");
-  f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)");
-  f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix");
+        16, 1, 131072)
+      .To(&o->decode_context);
+  f.String("batches", "comma-separated batch sizes", false, "1,8,32").To(&o->batches);
+  f.String("dtypes", "comma-separated compute dtypes", false, "f32,bf16").To(&o->dtypes);
+  AddStorageFlags(f, &o->storage);  // rows are labelled DTYPE/WEIGHTS when --weights is given
+  f.String("tp", "also time decode steps through worker processes at these tp sizes (e.g. 1,2)", false, "")
+      .To(&o->tp);
+  f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)").To(&o->shardlm);
+  f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix")
+      .To(&o->ttft);
   f.String("device", "the engine's device (cpu, cuda, cuda:N); on a GPU the floor is its copy bandwidth",
-           false, "cpu");
+           false, "cpu")
+      .To(&o->device);
   f.String("shape", "the model written when --model-dir has none: bench (~100M) or llama3-8b (bf16, random)",
-           false, "bench", {"bench", "llama3-8b"});
-  f.Int("kv-cache-mb", "KV cache budget in MiB", 1024, 1, 1 << 20);
+           false, "bench", {"bench", "llama3-8b"})
+      .To(&o->shape);
+  f.Int("kv-cache-mb", "KV cache budget in MiB", 1024, 1, 1 << 20).To(&o->kv_cache_mb);
   f.Int("cuda-graph-max-batch", "on a GPU, steps of up to this many tokens run on CUDA graphs; 0: eagerly",
-        64, 0, 1024);
+        64, 0, 1024)
+      .To(&o->cuda_graph_max_batch);
   f.Bool("no-cuda-fused",
          "on a GPU, the element-wise parts through ATen's operators, not the fused kernels "
-         "(to measure what those save)");
+         "(to measure what those save)")
+      .To(&o->no_cuda_fused);
   f.Int("cuda-gemv-max-rows",
         "on a GPU, products of up to this many rows through the few-row kernel, the rest through cuBLAS "
         "(0: all through cuBLAS; to measure what the kernel saves)",
-        kernels::kDefaultCudaGemvMaxRows, 0, 8);
+        kernels::kDefaultCudaGemvMaxRows, 0, 8)
+      .To(&o->cuda_gemv_max_rows);
   f.Int("cuda-attention-max-splits",
         "on a GPU, at most this many runs of keys per attention row (1: never "
         "split; to measure what split keys save)",
-        32, 1, 32);
+        32, 1, 32)
+      .To(&o->cuda_attention_max_splits);
+}
+
+int Main(int argc, char** argv) {
+  BenchFlags o;
+  FlagSet f("bench");
+  DeclareFlags(f, &o);
   int exit_code = 0;
   if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
-  const std::string dir = f.GetString("model-dir");
-  auto device = ResolveDevice(f.GetString("device"));
+  const std::string& dir = o.model_dir;
+  auto device = ResolveDevice(o.device);
   if (!device.ok()) {
     std::fprintf(stderr, "%s\n", std::string(device.status().message()).c_str());
     return 2;
   }
   const bool gpu = !device->is_cpu();
-  kernels::SetCudaFusedKernels(!f.GetBool("no-cuda-fused"));
-  kernels::SetCudaGemvMaxRows(f.GetInt("cuda-gemv-max-rows"));
-  SetCudaAttentionMaxSplits(static_cast<int>(f.GetInt("cuda-attention-max-splits")));
-  if (!std::filesystem::exists(dir + "/config.json") && f.GetString("shape") == "llama3-8b") {
+  kernels::SetCudaFusedKernels(!o.no_cuda_fused);
+  kernels::SetCudaGemvMaxRows(o.cuda_gemv_max_rows);
+  SetCudaAttentionMaxSplits(o.cuda_attention_max_splits);
+  if (!std::filesystem::exists(dir + "/config.json") && o.shape == "llama3-8b") {
     // Llama-3-8B's shapes (GQA 32/8, 128k vocabulary, untied), bf16, random.
     TinyModelOptions o;
     o.arch = Arch::kLlama;
@@ -340,13 +373,12 @@ int Main(int argc, char** argv) {
   }
 
   std::vector<int32_t> batches, prompt_unused;
-  ParseIdList("batches", f.GetString("batches"), &batches).IgnoreError();
-  const int32_t prompt_len = static_cast<int32_t>(f.GetInt("prompt-len"));
-  const int32_t steps = static_cast<int32_t>(f.GetInt("decode-steps"));
-  const int32_t decode_context = static_cast<int32_t>(f.GetInt("decode-context"));
-  std::string dtypes = f.GetString("dtypes");
+  ParseIdList("batches", o.batches, &batches).IgnoreError();
+  const int32_t prompt_len = o.prompt_len;
+  const int32_t steps = o.decode_steps;
+  const int32_t decode_context = o.decode_context;
+  std::string dtypes = o.dtypes;
   std::vector<Row> rows;
-  if (f.GetString("dtypes").empty()) dtypes.clear();
   std::vector<std::pair<std::string, int64_t>> weight_bytes;
   size_t pos = 0;
   while (!dtypes.empty() && pos <= dtypes.size()) {
@@ -357,13 +389,13 @@ int Main(int argc, char** argv) {
     RankWorkerOptions wo;
     wo.model_dir = dir;
     wo.dtype = compute;
-    wo.weights = f.GetString("weights");
-    wo.kv_dtype = f.GetString("kv-dtype");
+    wo.weights = o.storage.weights;
+    wo.kv_dtype = o.storage.kv_dtype;
     std::string dtype = f.Has("weights") ? compute + "/" + wo.weights : compute;
     if (f.Has("kv-dtype")) dtype += " kv " + wo.kv_dtype;
-    wo.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+    wo.kv_cache_bytes = o.kv_cache_mb << 20;
     wo.device = device->str();
-    wo.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
+    wo.cuda_graph_max_batch = o.cuda_graph_max_batch;
     auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
     if (!worker.ok()) {
       std::fprintf(stderr, "%s\n", std::string(worker.status().message()).c_str());
@@ -430,12 +462,12 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  const Storage storage{f.GetString("weights"), f.GetString("kv-dtype")};
-  if (f.GetBool("ttft")) BenchCachedPrefix(dir, "f32", storage);
-  if (!f.GetString("tp").empty()) {
+  const Storage& storage = o.storage;
+  if (o.ttft) BenchCachedPrefix(dir, "f32", storage);
+  if (!o.tp.empty()) {
     std::vector<int32_t> tps;
-    ParseIdList("tp", f.GetString("tp"), &tps).IgnoreError();
-    std::string exe = f.GetString("shardlm");
+    ParseIdList("tp", o.tp, &tps).IgnoreError();
+    std::string exe = o.shardlm;
     if (exe.empty()) {
       std::error_code ec;
       exe = (std::filesystem::read_symlink("/proc/self/exe", ec).parent_path() / "shardlm").string();
@@ -446,7 +478,7 @@ int Main(int argc, char** argv) {
       if (b <= 8) tp_batches.push_back(b);
     }
     // The worker processes in each of --dtypes (f32 when it is empty).
-    std::vector<std::string> tp_dtypes = absl::StrSplit(f.GetString("dtypes"), ',', absl::SkipEmpty());
+    std::vector<std::string> tp_dtypes = absl::StrSplit(o.dtypes, ',', absl::SkipEmpty());
     if (tp_dtypes.empty()) tp_dtypes = {"f32"};
     for (const std::string& dtype : tp_dtypes)
       BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, storage);

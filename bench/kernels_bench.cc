@@ -133,25 +133,28 @@ void BenchStepOps(const std::vector<int32_t>& rows, int64_t context, double bw) 
 }
 
 int Main(int argc, char** argv) {
+  std::string row_list;
+  int64_t mb = 0, k = 0, context = 0;
+  bool ops = false, only_ops = false, model_shapes = false;
   FlagSet f("kernels_bench");
-  f.String("rows", "comma-separated activation rows (batch sizes)", false, "1,2,4,8,16,32");
-  f.Int("mb", "weight megabytes per dtype-f32 matrix set (halved for bf16)", 400, 16, 4096);
-  f.Int("k", "input features", 768, 16, 16384);
-  f.Bool("ops", "also time a decode step's attention and element-wise kernels (the model's shape)");
-  f.Int("context", "keys per sequence for --ops' attention", 160, 1, 65536);
-  f.Bool("only-ops", "time only --ops' kernels, not the projections");
+  f.String("rows", "comma-separated activation rows (batch sizes)", false, "1,2,4,8,16,32").To(&row_list);
+  f.Int("mb", "weight megabytes per dtype-f32 matrix set (halved for bf16)", 400, 16, 4096).To(&mb);
+  f.Int("k", "input features", 768, 16, 16384).To(&k);
+  f.Bool("ops", "also time a decode step's attention and element-wise kernels (the model's shape)").To(&ops);
+  f.Int("context", "keys per sequence for --ops' attention", 160, 1, 65536).To(&context);
+  f.Bool("only-ops", "time only --ops' kernels, not the projections").To(&only_ops);
   f.Bool("model-shapes",
-         "the projections of a decode step of the benchmark model instead of [4k, k] matrices");
+         "the projections of a decode step of the benchmark model instead of [4k, k] matrices")
+      .To(&model_shapes);
   int exit_code = 0;
   if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
   std::vector<int32_t> rows;
-  ParseIdList("rows", f.GetString("rows"), &rows).IgnoreError();
-  const int64_t k = f.GetInt("k");
+  ParseIdList("rows", row_list, &rows).IgnoreError();
   const double bw = bench::ReadBandwidth();
   std::printf("isa %s, %d threads, read bandwidth %.1f GB/s\n",
               kernels::IsaName(kernels::ActiveIsa()).c_str(), at::get_num_threads(), bw / 1e9);
-  if (f.GetBool("only-ops")) {
-    BenchStepOps(rows, f.GetInt("context"), bw);
+  if (only_ops) {
+    BenchStepOps(rows, context, bw);
     return 0;
   }
   std::printf(
@@ -161,14 +164,14 @@ int Main(int argc, char** argv) {
   // --model-shapes a decode step's own (12 layers of qkv, o, gate_up and down,
   // then the LM head, of the benchmark model).
   std::vector<std::pair<int64_t, int64_t>> shapes;  // [n, k] each
-  if (f.GetBool("model-shapes")) {
+  if (model_shapes) {
     for (int layer = 0; layer < 12; ++layer) {
       for (auto shape : {std::pair<int64_t, int64_t>{1280, 768}, {768, 768}, {4096, 768}, {768, 2048}})
         shapes.push_back(shape);
     }
     shapes.push_back({32000, 768});
   } else {
-    const int64_t count = std::max<int64_t>(1, (f.GetInt("mb") << 20) / (4 * 4 * k * k));
+    const int64_t count = std::max<int64_t>(1, (mb << 20) / (4 * 4 * k * k));
     shapes.assign(count, {4 * k, k});
   }
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -202,7 +205,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("\nATen GEMM (1024x2048x2048): f32 %.1f GFLOP/s, bf16 %.1f GFLOP/s\n",
               bench::GemmFlops(at::kFloat) / 1e9, bench::GemmFlops(at::kBFloat16) / 1e9);
-  if (f.GetBool("ops")) BenchStepOps(rows, f.GetInt("context"), bw);
+  if (ops) BenchStepOps(rows, context, bw);
   return 0;
 }
 

@@ -11,22 +11,23 @@ namespace shardlm {
 
 namespace pb = ::shardlm::v1;
 
-void AddApiClientFlags(FlagSet& f) {
-  f.String("tls-ca", "PEM CA that signed the server's certificate (connects with TLS)");
-  f.String("tls-cert", "PEM certificate of this client (servers that require mutual TLS)");
-  f.String("tls-key", "PEM private key for --tls-cert");
-  f.String("api-key-file", "file holding the API key, sent as 'authorization: Bearer KEY'");
+void AddApiClientFlags(FlagSet& f, ApiClientFlags* out) {
+  f.String("tls-ca", "PEM CA that signed the server's certificate (connects with TLS)")
+      .To(&out->tls.client_ca);
+  f.String("tls-cert", "PEM certificate of this client (servers that require mutual TLS)").To(&out->tls.cert);
+  f.String("tls-key", "PEM private key for --tls-cert").To(&out->tls.key);
+  f.String("api-key-file", "file holding the API key, sent as 'authorization: Bearer KEY'")
+      .To(&out->api_key_file);
 }
 
-absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Connect(const FlagSet& f) {
+absl::StatusOr<std::unique_ptr<ApiClient>> ApiClient::Connect(const ApiClientFlags& flags) {
   auto client = std::make_unique<ApiClient>();
-  client->server_ = f.GetString("server");
+  client->server_ = flags.server;
   if (client->server_.empty()) return absl::InvalidArgumentError("--server must be HOST:PORT");
-  const TlsFiles tls{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-ca")};
-  auto creds = ChannelCredentials(tls, "--tls", "--tls-ca");
+  auto creds = ChannelCredentials(flags.tls, "--tls", "--tls-ca");
   if (!creds.ok()) return creds.status();
-  if (f.Has("api-key-file")) {
-    auto key = ReadTokenFile(f.GetString("api-key-file"), "--api-key-file");
+  if (flags.api_key_file) {
+    auto key = ReadTokenFile(*flags.api_key_file, "--api-key-file");
     if (!key.ok()) return key.status();
     client->api_key_ = *key;
   }

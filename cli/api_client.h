@@ -4,11 +4,12 @@
 // that hundreds of streams in flight cost no thread each and every message is
 // timestamped on arrival.
 //
+//   ApiClientFlags c;
 //   FlagSet f("bench");
-//   f.String("server", "HOST:PORT", /*required=*/true);
-//   AddApiClientFlags(f);  // --tls-ca, --tls-cert, --tls-key, --api-key-file
+//   f.String("server", "HOST:PORT", /*required=*/true).To(&c.server);
+//   AddApiClientFlags(f, &c);  // --tls-ca, --tls-cert, --tls-key, --api-key-file
 //   ...parse...
-//   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::Connect(f));
+//   SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::Connect(c));
 //   GenerateStreams streams(client.get(), /*timeout_s=*/600);
 //   streams.Start(request, [](StreamRecord r) { /* on a gRPC thread */ });
 //   streams.WaitIdle();
@@ -20,6 +21,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -27,20 +29,27 @@
 
 #include "absl/status/statusor.h"
 #include "cli/flags.h"
+#include "common/grpc_security.h"
 #include "shardlm/v1/inference.grpc.pb.h"
 
 namespace shardlm {
 
 // --tls-ca (the CA that signed the server: switches TLS on), --tls-cert and
 // --tls-key (this client's certificate, for a server that requires mutual
-// TLS) and --api-key-file (sent as 'authorization: Bearer KEY').
-void AddApiClientFlags(FlagSet& f);
+// TLS) and --api-key-file (sent as 'authorization: Bearer KEY'). The command
+// declares --server itself (required or not) and binds it to `server`.
+struct ApiClientFlags {
+  std::string server;
+  TlsFiles tls;  // client_ca: --tls-ca
+  std::optional<std::string> api_key_file;
+};
+void AddApiClientFlags(FlagSet& f, ApiClientFlags* out);
 
 class ApiClient {
  public:
-  // Reads --server and the flags above. Connecting is lazy: an unreachable
-  // server shows up as each call's UNAVAILABLE.
-  static absl::StatusOr<std::unique_ptr<ApiClient>> Connect(const FlagSet& f);
+  // Connects to --server with the flags above. Connecting is lazy: an
+  // unreachable server shows up as each call's UNAVAILABLE.
+  static absl::StatusOr<std::unique_ptr<ApiClient>> Connect(const ApiClientFlags& flags);
 
   // Adds the API key and a deadline `timeout_s` from now.
   void Prepare(grpc::ClientContext& ctx, double timeout_s) const;

@@ -130,24 +130,27 @@ void BatchResults::Finish() {
 
 namespace {
 
-void AddBatchFlags(FlagSet& f) {
-  f.String("model", "checkpoint directory: run the file on an engine in this process");
-  f.String("server", "send the file to a running shardlm server at HOST:PORT instead");
-  f.String("input", "JSON lines, one request each ('-': stdin)", /*required=*/true);
-  f.String("output", "JSON lines, one result per input line in input order ('-': stdout)", /*required=*/true);
-  f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here");
-  f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64);
-  AddEngineFlags(f);
-  AddDeviceFlag(f);
-  AddCollectivesFlag(f);
-  AddSchedulingFlags(f);
-  f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000);
-  f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true);
-  AddApiClientFlags(f);
+void AddBatchFlags(FlagSet& f, BatchFlags* o) {
+  f.String("model", "checkpoint directory: run the file on an engine in this process").To(&o->local.model);
+  f.String("server", "send the file to a running shardlm server at HOST:PORT instead").To(&o->remote.server);
+  f.String("input", "JSON lines, one request each ('-': stdin)", /*required=*/true).To(&o->input);
+  f.String("output", "JSON lines, one result per input line in input order ('-': stdout)", /*required=*/true)
+      .To(&o->output);
+  f.String("json-summary", "also write the summary (counts, tokens, wall time, rates) as JSON here")
+      .To(&o->json_summary);
+  f.Int("tp", "tensor-parallel worker processes to start (in-process mode)", 1, 1, 64).To(&o->local.tp);
+  AddEngineFlags(f, &o->local.engine);
+  AddDeviceFlags(f, &o->local.device);
+  AddCollectivesFlag(f, &o->local.collectives);
+  AddSchedulingFlags(f, &o->scheduling);
+  f.Int("concurrency", "Generate streams in flight at once (--server)", 64, 1, 100000).To(&o->concurrency);
+  f.Float("timeout-s", "deadline of each request (--server)", 600, 0, 1e7, /*min_exclusive=*/true)
+      .To(&o->timeout_s);
+  AddApiClientFlags(f, &o->remote);
 }
 
 // The run's summary (the --json-summary file), and its line on stderr.
-json Summary(const FlagSet& f, const BatchResults& results, const BatchRunInfo& info, int64_t total) {
+json Summary(const BatchFlags& f, const BatchResults& results, const BatchRunInfo& info, int64_t total) {
   const double wall = std::max(results.wall_s(), 1e-9);
   json summary = {
       {"mode", info.mode},
@@ -161,11 +164,11 @@ json Summary(const FlagSet& f, const BatchResults& results, const BatchRunInfo& 
       {"requests_per_s", static_cast<double>(total) / wall},
       {"output_tokens_per_s", static_cast<double>(results.output_tokens()) / wall},
       {"total_tokens_per_s", static_cast<double>(results.prompt_tokens() + results.output_tokens()) / wall}};
-  if (f.Has("server")) {
-    summary["concurrency"] = f.GetInt("concurrency");
+  if (!f.local.model) {
+    summary["concurrency"] = f.concurrency;
   } else {
-    summary["policy"] = f.GetString("policy");
-    summary["max_num_seqs"] = f.GetInt("max-num-seqs");
+    summary["policy"] = f.scheduling.policy;
+    summary["max_num_seqs"] = f.scheduling.max_num_seqs;
     summary["engine_steps"] = info.engine_steps;
     summary["preemptions"] = info.preemptions;
   }
@@ -182,21 +185,22 @@ json Summary(const FlagSet& f, const BatchResults& results, const BatchRunInfo& 
 }  // namespace
 
 int RunBatch(int argc, char** argv, const CliEnv& env) {
-  FlagSet f("batch");
-  AddBatchFlags(f);
+  BatchFlags f;
+  FlagSet flags("batch");
+  AddBatchFlags(flags, &f);
   int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  if (absl::Status st = CheckMode(f); !st.ok()) return Fail(st);
+  if (!ParseCommandLine(flags, argc, argv, 0, &code)) return code;
+  if (absl::Status st = CheckMode(flags); !st.ok()) return Fail(st);
 
-  auto lines = ReadLines(f.GetString("input"));
+  auto lines = ReadLines(f.input);
   if (!lines.ok()) return Fail(lines.status());
-  const std::string out_path = f.GetString("output");
+  const std::string& out_path = f.output;
   std::FILE* out = out_path == "-" ? stdout : std::fopen(out_path.c_str(), "wb");
   if (out == nullptr) return Fail(absl::NotFoundError("--output: cannot write '" + out_path + "'"));
   BatchResults results(out, &*lines);
   BatchRunInfo info;
-  const absl::Status st = f.Has("server") ? RunRemoteBatch(f, env, *lines, results, &info)
-                                          : RunLocalBatch(f, env, *lines, results, &info);
+  const absl::Status st = f.local.model ? RunLocalBatch(f, env, *lines, results, &info)
+                                        : RunRemoteBatch(f, env, *lines, results, &info);
   results.Finish();
   const bool write_failed = std::ferror(out) != 0 || (out != stdout && std::fclose(out) != 0);
   if (write_failed) return Fail(absl::DataLossError("--output: error writing '" + out_path + "'"));
@@ -204,11 +208,11 @@ int RunBatch(int argc, char** argv, const CliEnv& env) {
 
   const int64_t total = static_cast<int64_t>(lines->size());
   const json summary = Summary(f, results, info, total);
-  if (f.Has("json-summary")) {
-    std::ofstream js(f.GetString("json-summary"), std::ios::binary | std::ios::trunc);
+  if (f.json_summary) {
+    std::ofstream js(*f.json_summary, std::ios::binary | std::ios::trunc);
     js << summary.dump(2) << "\n";
     if (!js.good())
-      return Fail(absl::DataLossError("--json-summary: cannot write '" + f.GetString("json-summary") + "'"));
+      return Fail(absl::DataLossError("--json-summary: cannot write '" + *f.json_summary + "'"));
   }
   if (!st.ok()) return Fail(st);  // e.g. interrupted: the lines not run say CANCELLED
   if (results.failed() > 0) {

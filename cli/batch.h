@@ -13,10 +13,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "cli/api_client.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/progress.h"
@@ -82,11 +84,23 @@ class BatchResults {
 // message (it names the field), any other code's name and message.
 std::string BatchErrorText(const absl::Status& status);
 
+// batch's settings, each bound to its flag where it is declared (batch.cc).
+struct BatchFlags {
+  ModelFlags local;  // --model, --tp, the engine's, device and collectives flags
+  SchedulingFlags scheduling;
+  ApiClientFlags remote;  // --server and the connection's flags
+  std::string input;
+  std::string output;
+  std::optional<std::string> json_summary;
+  int concurrency = 0;
+  double timeout_s = 0;
+};
+
 // Runs every line on a model in this process (or its --tp workers).
-absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vector<BatchLine>& lines,
+absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::vector<BatchLine>& lines,
                            BatchResults& results, BatchRunInfo* info);
 // Sends every line to --server, at most --concurrency streams at once.
-absl::Status RunRemoteBatch(const FlagSet& f, const CliEnv& env, const std::vector<BatchLine>& lines,
+absl::Status RunRemoteBatch(const BatchFlags& f, const CliEnv& env, const std::vector<BatchLine>& lines,
                             BatchResults& results, BatchRunInfo* info);
 
 }  // namespace shardlm

@@ -62,16 +62,16 @@ absl::StatusOr<EngineRequest> Prepare(const BatchLine& line, LocalModel& model,
 
 }  // namespace
 
-absl::Status RunLocalBatch(const FlagSet& f, const CliEnv& env, const std::vector<BatchLine>& lines,
+absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::vector<BatchLine>& lines,
                            BatchResults& results, BatchRunInfo* info) {
   Engine::Options eo;
-  ReadSchedulingFlags(f, &eo);
+  ApplySchedulingFlags(f.scheduling, f.local.engine, &eo);
   const size_t window = std::max<size_t>(64, 2 * static_cast<size_t>(eo.max_num_seqs));
   eo.max_queued_requests = static_cast<int32_t>(std::max<size_t>(eo.max_queued_requests, window));
   eo.max_queued_tokens = int64_t{1} << 50;  // the window bounds the queue
-  info->mode = f.Has("tp") ? absl::StrCat("tp ", f.GetInt("tp")) : "in-process";
+  info->mode = f.local.tp ? absl::StrCat("tp ", *f.local.tp) : "in-process";
   const auto load_start = std::chrono::steady_clock::now();
-  SHARDLM_ASSIGN_OR_RETURN(LocalModel model, OpenModel(f, env, eo));
+  SHARDLM_ASSIGN_OR_RETURN(LocalModel model, OpenModel(f.local, env, eo));
   info->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   Engine& engine = *model.engine;
 

@@ -32,18 +32,18 @@ pb::GenerateRequest ToProto(const BatchItem& item) {
 
 }  // namespace
 
-absl::Status RunRemoteBatch(const FlagSet& f, const CliEnv& env, const std::vector<BatchLine>& lines,
+absl::Status RunRemoteBatch(const BatchFlags& f, const CliEnv& env, const std::vector<BatchLine>& lines,
                             BatchResults& results, BatchRunInfo* info) {
-  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::Connect(f));
+  SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<ApiClient> client, ApiClient::Connect(f.remote));
   info->mode = "server " + client->server();
-  const int concurrency = static_cast<int>(f.GetInt("concurrency"));
+  const int concurrency = f.concurrency;
 
   // Streams end on gRPC threads; their records are handled on this one.
   std::mutex mu;
   std::condition_variable cv;
   std::deque<std::pair<size_t, StreamRecord>> ended;
   int in_flight = 0;
-  GenerateStreams streams(client.get(), f.GetFloat("timeout-s"));
+  GenerateStreams streams(client.get(), f.timeout_s);
 
   results.Start();
   size_t next = 0;

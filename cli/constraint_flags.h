@@ -11,6 +11,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,12 +24,19 @@ namespace shardlm {
 struct LocalModel;
 
 // --json-schema FILE, --json-object, --regex RE, --grammar FILE, --choice LIST.
-void AddConstraintFlags(FlagSet& f);
+struct ConstraintFlags {
+  std::optional<std::string> json_schema;  // a file
+  bool json_object = false;
+  std::optional<std::string> regex;
+  std::optional<std::string> grammar;  // a file
+  std::optional<std::string> choice;
+};
+void AddConstraintFlags(FlagSet& f, ConstraintFlags* out);
 
 // The constraint the flags ask for (kind kNone when none); at most one of them.
 // InvalidArgument naming the flag: two given, a file that cannot be read, a
 // schema that is not JSON, an empty choice list.
-absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const FlagSet& f);
+absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const ConstraintFlags& f);
 
 // The spec compiled for `model` (its tokenizer and EOS tokens); null for kNone.
 // Errors name `field` ("--regex", "line 3: regex") and quote llguidance.

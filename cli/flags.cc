@@ -100,40 +100,54 @@ std::string FlagSpec::Describe() const {
   return out;
 }
 
-void FlagSet::Declare(FlagSpec spec) {
-  auto [it, fresh] = index_.emplace(spec.name, specs_.size());
+void BindingMismatch(const std::string& command, const std::string& name) {
+  std::fprintf(stderr, "%s: --%s is bound to a field that cannot hold its values\n", command.c_str(),
+               name.c_str());
+  std::abort();
+}
+
+FlagBinding FlagSet::Declare(FlagSpec spec) {
+  const std::string name = spec.name;
+  auto [it, fresh] = index_.emplace(name, specs_.size());
   if (fresh) {
     specs_.push_back(std::move(spec));
   } else {
     specs_[it->second] = std::move(spec);  // a second declaration replaces the first
+    bindings_.erase(name);
   }
+  return FlagBinding(this, name);
 }
 
-void FlagSet::String(const std::string& name, const std::string& help, bool required,
-                     const std::string& default_value, std::vector<std::string> choices) {
-  Declare(FlagSpec{name, Kind::kString, help, required, default_value, std::move(choices)});
+void FlagSet::StoreBindings() const {
+  for (const auto& [name, store] : bindings_) store(*this);
 }
 
-void FlagSet::Int(const std::string& name, const std::string& help, int64_t def, int64_t min, int64_t max) {
+FlagBinding FlagSet::String(const std::string& name, const std::string& help, bool required,
+                            const std::string& default_value, std::vector<std::string> choices) {
+  return Declare(FlagSpec{name, Kind::kString, help, required, default_value, std::move(choices)});
+}
+
+FlagBinding FlagSet::Int(const std::string& name, const std::string& help, int64_t def, int64_t min,
+                         int64_t max) {
   FlagSpec s{name, Kind::kInt, help, false, std::to_string(def), {}};
   s.min = static_cast<double>(min);
   s.max = static_cast<double>(max);
-  Declare(std::move(s));
+  return Declare(std::move(s));
 }
 
-void FlagSet::Float(const std::string& name, const std::string& help, double def, double min, double max,
-                    bool min_exclusive) {
+FlagBinding FlagSet::Float(const std::string& name, const std::string& help, double def, double min,
+                           double max, bool min_exclusive) {
   std::ostringstream d;
   d << def;
   FlagSpec s{name, Kind::kFloat, help, false, d.str(), {}};
   s.min = min;
   s.max = max;
   s.min_exclusive = min_exclusive;
-  Declare(std::move(s));
+  return Declare(std::move(s));
 }
 
-void FlagSet::Bool(const std::string& name, const std::string& help) {
-  Declare(FlagSpec{name, Kind::kBool, help, false, "false", {}});
+FlagBinding FlagSet::Bool(const std::string& name, const std::string& help) {
+  return Declare(FlagSpec{name, Kind::kBool, help, false, "false", {}});
 }
 
 const FlagSpec& FlagSet::Spec(const std::string& name) const { return specs_.at(index_.at(name)); }
@@ -262,6 +276,7 @@ absl::Status FlagSet::Parse(int argc, char** argv, int first, const std::map<std
                                                       s.EnvName(), " in the environment)")
                                        : ""));
   }
+  StoreBindings();
   return absl::OkStatus();
 }
 

@@ -19,6 +19,7 @@
 #include <iostream>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <random>
 
 #include "absl/strings/numbers.h"
@@ -209,45 +210,71 @@ absl::StatusOr<double> ParseRate(const std::string& text) {
 
 namespace {
 
-void AddBenchFlags(FlagSet& f) {
-  f.String("server", "the shardlm server to load, HOST:PORT", /*required=*/true);
-  f.Int("num-requests", "requests to send (with --duration-s: at most this many)", 100, 1, int64_t{1} << 40);
-  f.Float("duration-s", "send for this long instead of a fixed number", 0, 0, 1e7, /*min_exclusive=*/true);
-  f.String("rate", "Poisson arrivals, requests/s (inf or 0: all at once)", false, "inf");
-  f.Int("concurrency", "streams in flight at most (0: no cap); alone: C clients back to back", 0, 0, 1000000);
-  f.String("prompt-len", "prompt tokens: N, uniform:MIN:MAX or normal:MEAN:STDDEV", false, "128");
-  f.String("output-len", "tokens generated per request, same syntax", false, "128");
-  f.Float("shared-prefix-frac", "this share of each prompt is one prefix common to all requests", 0, 0, 1);
-  f.Int("seed", "seed of the lengths, ids and arrivals", 0, 0, INT64_MAX);
-  f.Int("warmup", "requests sent (and awaited) first, not counted", 0, 0, 1 << 20);
-  f.Float("timeout-s", "deadline of each request", 600, 0, 1e7, /*min_exclusive=*/true);
+// bench's settings, each bound to its flag where it is declared.
+struct BenchFlags {
+  ApiClientFlags client;  // --server and the connection's flags
+  std::optional<int64_t> num_requests;
+  std::optional<double> duration_s;
+  std::string rate;
+  int concurrency = 0;
+  std::string prompt_len;
+  std::string output_len;
+  double shared_prefix_frac = 0;
+  uint64_t seed = 0;
+  int64_t warmup = 0;
+  double timeout_s = 0;
+  std::optional<int64_t> vocab_size;
+  bool json = false;
+};
+
+constexpr int64_t kDefaultRequests = 100;
+
+void AddBenchFlags(FlagSet& f, BenchFlags* o) {
+  f.String("server", "the shardlm server to load, HOST:PORT", /*required=*/true).To(&o->client.server);
+  f.Int("num-requests", "requests to send (with --duration-s: at most this many)", kDefaultRequests, 1,
+        int64_t{1} << 40)
+      .To(&o->num_requests);
+  f.Float("duration-s", "send for this long instead of a fixed number", 0, 0, 1e7, /*min_exclusive=*/true)
+      .To(&o->duration_s);
+  f.String("rate", "Poisson arrivals, requests/s (inf or 0: all at once)", false, "inf").To(&o->rate);
+  f.Int("concurrency", "streams in flight at most (0: no cap); alone: C clients back to back", 0, 0, 1000000)
+      .To(&o->concurrency);
+  f.String("prompt-len", "prompt tokens: N, uniform:MIN:MAX or normal:MEAN:STDDEV", false, "128")
+      .To(&o->prompt_len);
+  f.String("output-len", "tokens generated per request, same syntax", false, "128").To(&o->output_len);
+  f.Float("shared-prefix-frac", "this share of each prompt is one prefix common to all requests", 0, 0, 1)
+      .To(&o->shared_prefix_frac);
+  f.Int("seed", "seed of the lengths, ids and arrivals", 0, 0, INT64_MAX).To(&o->seed);
+  f.Int("warmup", "requests sent (and awaited) first, not counted", 0, 0, 1 << 20).To(&o->warmup);
+  f.Float("timeout-s", "deadline of each request", 600, 0, 1e7, /*min_exclusive=*/true).To(&o->timeout_s);
   f.Int("vocab-size", "draw ids from [10, N) (default: the server's vocab_size from GetModelInfo)", 0, 0,
-        int64_t{1} << 31);
-  f.Bool("json", "print one JSON object instead of the table");
-  AddApiClientFlags(f);
+        int64_t{1} << 31)
+      .To(&o->vocab_size);
+  f.Bool("json", "print one JSON object instead of the table").To(&o->json);
+  AddApiClientFlags(f, &o->client);
 }
 
 // How much to send: --num-requests, or --duration-s (with a finite rate or a
 // concurrency cap), and the cap.
-absl::StatusOr<PhaseLimits> LimitsOf(const FlagSet& f, double rate) {
+absl::StatusOr<PhaseLimits> LimitsOf(const BenchFlags& f, double rate) {
   PhaseLimits lim;
-  if (f.Has("duration-s")) {
-    lim.duration_s = f.GetFloat("duration-s");
-    if (f.Has("num-requests")) lim.requests = f.GetInt("num-requests");
-    if (rate == 0 && f.GetInt("concurrency") == 0) {
+  if (f.duration_s) {
+    lim.duration_s = *f.duration_s;
+    if (f.num_requests) lim.requests = *f.num_requests;
+    if (rate == 0 && f.concurrency == 0) {
       return absl::InvalidArgumentError("--duration-s needs a finite --rate or a --concurrency");
     }
   } else {
-    lim.requests = f.GetInt("num-requests");
+    lim.requests = f.num_requests.value_or(kDefaultRequests);
   }
-  if (f.GetInt("concurrency") > 0) lim.cap = static_cast<int>(f.GetInt("concurrency"));
+  if (f.concurrency > 0) lim.cap = f.concurrency;
   return lim;
 }
 
 // The ids' range: --vocab-size, else the server's vocabulary (GetModelInfo).
-absl::StatusOr<int64_t> VocabOf(const FlagSet& f, ApiClient& client) {
-  int64_t vocab = f.GetInt("vocab-size");
-  if (f.Has("vocab-size")) {
+absl::StatusOr<int64_t> VocabOf(const BenchFlags& f, ApiClient& client) {
+  if (f.vocab_size) {
+    const int64_t vocab = *f.vocab_size;
     if (vocab <= 10) {
       return absl::InvalidArgumentError(
           absl::StrCat("--vocab-size must be > 10 (ids start at 10), got ", vocab));
@@ -269,10 +296,10 @@ absl::StatusOr<int64_t> VocabOf(const FlagSet& f, ApiClient& client) {
 }
 
 // --warmup requests sent and awaited first, their errors reported, not counted.
-void Warmup(const FlagSet& f, GenerateStreams& streams, Workload warm, const PhaseLimits& lim,
+void Warmup(int64_t requests, GenerateStreams& streams, Workload warm, const PhaseLimits& lim,
             const CliEnv& env) {
   PhaseLimits wl;
-  wl.requests = f.GetInt("warmup");
+  wl.requests = requests;
   wl.cap = lim.cap;
   BenchRecorder wrec;
   RunPhase("bench warmup", streams, warm, wl, env, &wrec);
@@ -286,30 +313,31 @@ void Warmup(const FlagSet& f, GenerateStreams& streams, Workload warm, const Pha
 }  // namespace
 
 int RunBench(int argc, char** argv, const CliEnv& env) {
-  FlagSet f("bench");
-  AddBenchFlags(f);
+  BenchFlags f;
+  FlagSet flags("bench");
+  AddBenchFlags(flags, &f);
   int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
-  auto rate = ParseRate(f.GetString("rate"));
+  if (!ParseCommandLine(flags, argc, argv, 0, &code)) return code;
+  auto rate = ParseRate(f.rate);
   if (!rate.ok()) return Fail(rate.status());
-  auto prompt_len = LengthDist::Parse("prompt-len", f.GetString("prompt-len"));
+  auto prompt_len = LengthDist::Parse("prompt-len", f.prompt_len);
   if (!prompt_len.ok()) return Fail(prompt_len.status());
-  auto output_len = LengthDist::Parse("output-len", f.GetString("output-len"));
+  auto output_len = LengthDist::Parse("output-len", f.output_len);
   if (!output_len.ok()) return Fail(output_len.status());
   auto limits = LimitsOf(f, *rate);
   if (!limits.ok()) return Fail(limits.status());
   const PhaseLimits lim = *limits;
-  auto client = ApiClient::Connect(f);
+  auto client = ApiClient::Connect(f.client);
   if (!client.ok()) return Fail(client.status());
   auto vocab_or = VocabOf(f, **client);
   if (!vocab_or.ok()) return Fail(vocab_or.status());
   const int64_t vocab = *vocab_or;
-  const double prefix_frac = f.GetFloat("shared-prefix-frac");
-  const uint64_t seed = static_cast<uint64_t>(f.GetInt("seed"));
-  GenerateStreams streams(client->get(), f.GetFloat("timeout-s"));
+  const double prefix_frac = f.shared_prefix_frac;
+  const uint64_t seed = f.seed;
+  GenerateStreams streams(client->get(), f.timeout_s);
 
-  if (f.GetInt("warmup") > 0) {
-    Warmup(f, streams, Workload(*prompt_len, *output_len, prefix_frac, vocab, 0, seed + 1), lim, env);
+  if (f.warmup > 0) {
+    Warmup(f.warmup, streams, Workload(*prompt_len, *output_len, prefix_frac, vocab, 0, seed + 1), lim, env);
   }
   Workload work(*prompt_len, *output_len, prefix_frac, vocab, *rate, seed);
   BenchRecorder rec;
@@ -321,14 +349,14 @@ int RunBench(int argc, char** argv, const CliEnv& env) {
                   lim.requests == std::numeric_limits<int64_t>::max() ? json(nullptr) : json(lim.requests)},
                  {"duration_s", lim.duration_s > 0 ? json(lim.duration_s) : json(nullptr)},
                  {"rate", *rate > 0 ? json(*rate) : json("inf")},
-                 {"concurrency", f.GetInt("concurrency")},
+                 {"concurrency", f.concurrency},
                  {"prompt_len", prompt_len->text},
                  {"output_len", output_len->text},
                  {"shared_prefix_frac", prefix_frac},
                  {"seed", seed},
-                 {"warmup", f.GetInt("warmup")},
+                 {"warmup", f.warmup},
                  {"vocab_size", vocab}};
-  if (f.GetBool("json")) {
+  if (f.json) {
     std::cout << report.Json(config).dump() << std::endl;
   } else {
     std::cout << report.Table(absl::StrFormat(

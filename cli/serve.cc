@@ -129,68 +129,126 @@ absl::StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplateFromFile(const std::st
   return ChatTemplate::FromConfig(config.dump(), path);
 }
 
+// serve's and coordinator's settings, each bound to its flag where it is declared.
+struct ServeFlags {
+  std::string model;
+  int tp = 1;
+  std::string host;
+  int port = 0;
+  std::string worker_listen;
+  EngineFlags engine;
+  DeviceFlags device;
+  std::string collectives;  // serve only
+  int64_t target_step_ms = 0;
+  SchedulingFlags scheduling;
+  int32_t max_queued_requests = 0;
+  int64_t max_queued_tokens = 0;
+  double max_handle_share = 0;
+  int64_t collective_timeout_ms = 0;
+  int64_t step_timeout_ms = 0;
+  int64_t step_timeout_per_token_ms = 0;
+  int64_t handle_ttl_s = 0;
+  bool no_prefix_caching = false;
+  int64_t shutdown_grace_s = 0;
+  TlsFiles tls;
+  std::optional<std::string> api_key_file;
+  bool no_reflection = false;
+  int64_t max_message_mb = 0;
+  std::optional<int> metrics_port;
+  std::optional<std::string> metrics_host;
+  std::optional<int> http_port;
+  std::optional<std::string> http_host;
+  int http_threads = 0;
+  int64_t http_request_timeout_s = 0;
+  int http_max_idle_connections = 0;
+  std::optional<std::string> served_model_name;
+  std::optional<std::string> chat_template;
+  InternalSecurityFlags security;
+};
+
 // serve's and coordinator's flags (they differ in --collectives, local
 // workers only, and the internal security's defaults).
-void DeclareServeFlags(FlagSet& f, bool spawn_local) {
+void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
   f.EnableConfig();  // --config FILE, SHARDLM_* variables, --print-config
-  f.String("model", "checkpoint directory or .gguf file", true);
-  f.Int("tp", "tensor-parallel size (worker processes)", 1, 1, 64);
-  f.String("host", "address the public API listens on", false, "127.0.0.1");
-  f.Int("port", "port of the public API (shardlm.v1.Inference)", 50051, 0, 65535);
+  f.String("model", "checkpoint directory or .gguf file", true).To(&o->model);
+  f.Int("tp", "tensor-parallel size (worker processes)", 1, 1, 64).To(&o->tp);
+  f.String("host", "address the public API listens on", false, "127.0.0.1").To(&o->host);
+  f.Int("port", "port of the public API (shardlm.v1.Inference)", 50051, 0, 65535).To(&o->port);
   f.String("worker-listen", "address workers register at (port 0: any)", false,
-           spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052");
-  AddEngineFlags(f);
-  AddDeviceFlag(f);
-  if (spawn_local) AddCollectivesFlag(f);
+           spawn_local ? "127.0.0.1:0" : "0.0.0.0:50052")
+      .To(&o->worker_listen);
+  AddEngineFlags(f, &o->engine);
+  AddDeviceFlags(f, &o->device);
+  if (spawn_local) AddCollectivesFlag(f, &o->collectives);
   f.Int("target-step-ms",
         "cut long prompts into chunks so a step takes about this long (from the measured time per token; "
         "a cancelled or late request stops within about two steps); 0: off",
-        250, 0, 600000);
-  AddSchedulingFlags(f);
+        250, 0, 600000)
+      .To(&o->target_step_ms);
+  AddSchedulingFlags(f, &o->scheduling);
   f.Int("max-queued-requests", "requests waiting at most; past it new ones get RESOURCE_EXHAUSTED", 1024, 1,
-        1 << 24);
+        1 << 24)
+      .To(&o->max_queued_requests);
   f.Int("max-queued-tokens", "prompt tokens waiting at most; past it new requests get RESOURCE_EXHAUSTED",
-        1 << 20, 1, int64_t{1} << 40);
+        1 << 20, 1, int64_t{1} << 40)
+      .To(&o->max_queued_tokens);
   f.Float("max-handle-share", "share of the KV cache that kept ChunkResult handles may pin", 0.5, 0.0, 1.0,
-          /*min_exclusive=*/true);
-  f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000);
+          /*min_exclusive=*/true)
+      .To(&o->max_handle_share);
+  f.Int("collective-timeout-ms", "a collective slower than this fails the step", 10000, 100, 3600000)
+      .To(&o->collective_timeout_ms);
   f.Int("step-timeout-ms", "a step's deadline: this plus --step-timeout-per-token-ms per token", 60000, 1000,
-        3600000);
+        3600000)
+      .To(&o->step_timeout_ms);
   f.Int("step-timeout-per-token-ms",
-        "extra step deadline per token in the step (at least 8x the recent rate)", 20, 0, 60000);
-  f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600);
-  f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes");
+        "extra step deadline per token in the step (at least 8x the recent rate)", 20, 0, 60000)
+      .To(&o->step_timeout_per_token_ms);
+  f.Int("handle-ttl-s", "a ChunkResult handle not released expires after this", 600, 1, 7 * 24 * 3600)
+      .To(&o->handle_ttl_s);
+  f.Bool("no-prefix-caching", "do not reuse KV blocks of identical prompt prefixes")
+      .To(&o->no_prefix_caching);
   f.Int("shutdown-grace-s",
         "on SIGTERM, calls in flight (tokenizing, queued or running) get this long to finish; the rest are "
         "cancelled",
-        30, 0, 3600);
-  f.String("tls-cert", "PEM certificate of the public port (TLS)");
-  f.String("tls-key", "PEM private key of the public port");
-  f.String("tls-client-ca", "PEM CA: clients must present a certificate it signed (mutual TLS)");
-  f.String("api-key-file", "API keys, one per line; calls must send 'authorization: Bearer KEY'");
-  f.Bool("no-reflection", "do not serve gRPC server reflection");
-  f.Int("max-message-mb", "largest request or response message on the public port", 64, 1, 1024);
+        30, 0, 3600)
+      .To(&o->shutdown_grace_s);
+  f.String("tls-cert", "PEM certificate of the public port (TLS)").To(&o->tls.cert);
+  f.String("tls-key", "PEM private key of the public port").To(&o->tls.key);
+  f.String("tls-client-ca", "PEM CA: clients must present a certificate it signed (mutual TLS)")
+      .To(&o->tls.client_ca);
+  f.String("api-key-file", "API keys, one per line; calls must send 'authorization: Bearer KEY'")
+      .To(&o->api_key_file);
+  f.Bool("no-reflection", "do not serve gRPC server reflection").To(&o->no_reflection);
+  f.Int("max-message-mb", "largest request or response message on the public port", 64, 1, 1024)
+      .To(&o->max_message_mb);
   f.Int("metrics-port", "serve Prometheus metrics at http://HOST:PORT/metrics (0: any free port; unset: off)",
-        0, 0, 65535);
-  f.String("metrics-host", "address of the metrics port (default: --host)");
+        0, 0, 65535)
+      .To(&o->metrics_port);
+  f.String("metrics-host", "address of the metrics port (default: --host)").To(&o->metrics_host);
   f.Int("http-port", "serve the OpenAI-compatible HTTP API on this port (0: any free port; unset: off)", 0, 0,
-        65535);
-  f.String("http-host", "address of the HTTP API (default: --host)");
+        65535)
+      .To(&o->http_port);
+  f.String("http-host", "address of the HTTP API (default: --host)").To(&o->http_host);
   f.Int("http-threads",
         "HTTP completions run at once (more wait their turn; health, models and metrics never wait)", 64, 1,
-        4096);
+        4096)
+      .To(&o->http_threads);
   f.Int("http-request-timeout-s",
         "an HTTP request (headers and body) must arrive within this many seconds of its first byte", 30, 1,
-        3600);
+        3600)
+      .To(&o->http_request_timeout_s);
   f.Int("http-max-idle-connections",
         "kept-alive HTTP connections left open between requests (past this the oldest is closed)", 256, 1,
-        65536);
+        65536)
+      .To(&o->http_max_idle_connections);
   f.String("served-model-name",
            "model name(s) the HTTP API answers to, comma-separated (default: the model "
-           "directory's name)");
+           "directory's name)")
+      .To(&o->served_model_name);
   f.String("chat-template",
-           "a Jinja chat template file used instead of the model's tokenizer_config.json one");
-  AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local);
+           "a Jinja chat template file used instead of the model's tokenizer_config.json one")
+      .To(&o->chat_template);
+  AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local, &o->security);
 }
 
 // What is read and checked before any worker starts: the model's config and
@@ -207,11 +265,11 @@ struct ServeInputs {
   std::unique_ptr<ChatTemplate> chat_template;  // null: /v1/chat/completions is off
 };
 
-absl::StatusOr<ServeInputs> CheckServeInputs(const FlagSet& f) {
+absl::StatusOr<ServeInputs> CheckServeInputs(const ServeFlags& f) {
   ServeInputs in;
-  in.dir = f.GetString("model");
+  in.dir = f.model;
   SHARDLM_ASSIGN_OR_RETURN(in.cfg, LoadModelConfig(in.dir));
-  in.tp = static_cast<int>(f.GetInt("tp"));
+  in.tp = f.tp;
   // Refuse a world size the model cannot be split into before starting anyone.
   if (auto plan = ShardPlan::Make(in.cfg, RankInfo{0, in.tp}); !plan.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--tp ", in.tp, ": ", plan.status().message()));
@@ -221,22 +279,21 @@ absl::StatusOr<ServeInputs> CheckServeInputs(const FlagSet& f) {
   } else if (!absl::IsNotFound(tok.status())) {
     return tok.status();
   }
-  in.public_tls = TlsFiles{f.GetString("tls-cert"), f.GetString("tls-key"), f.GetString("tls-client-ca")};
+  in.public_tls = f.tls;
   SHARDLM_ASSIGN_OR_RETURN(in.public_creds, ServerCredentials(in.public_tls, "--tls", "--tls-client-ca"));
-  if (f.Has("api-key-file")) {
-    SHARDLM_ASSIGN_OR_RETURN(in.api_keys, ReadApiKeys(f.GetString("api-key-file")));
+  if (f.api_key_file) {
+    SHARDLM_ASSIGN_OR_RETURN(in.api_keys, ReadApiKeys(*f.api_key_file));
   }
-  SHARDLM_RETURN_IF_ERROR(CheckPortFree(f.GetString("host"), f.GetInt("port")));
-  in.http_host = f.Has("http-host") ? f.GetString("http-host") : f.GetString("host");
-  if (!f.Has("http-port")) return in;
-  if (absl::Status st = CheckPortFree(in.http_host, f.GetInt("http-port")); !st.ok()) {
+  SHARDLM_RETURN_IF_ERROR(CheckPortFree(f.host, f.port));
+  in.http_host = f.http_host.value_or(f.host);
+  if (!f.http_port) return in;
+  if (absl::Status st = CheckPortFree(in.http_host, *f.http_port); !st.ok()) {
     return absl::Status(st.code(), absl::StrCat("--http-port: ", st.message()));
   }
-  auto tmpl = f.Has("chat-template") ? ChatTemplateFromFile(f.GetString("chat-template"), in.dir)
-                                     : ChatTemplate::Load(in.dir);
+  auto tmpl = f.chat_template ? ChatTemplateFromFile(*f.chat_template, in.dir) : ChatTemplate::Load(in.dir);
   if (tmpl.ok()) {
     in.chat_template = std::move(*tmpl);
-  } else if (f.Has("chat-template") || !absl::IsNotFound(tmpl.status())) {
+  } else if (f.chat_template || !absl::IsNotFound(tmpl.status())) {
     return tmpl.status();
   } else {
     std::fprintf(stderr, "shardlm: %s; /v1/chat/completions is off\n",
@@ -247,74 +304,68 @@ absl::StatusOr<ServeInputs> CheckServeInputs(const FlagSet& f) {
 
 // The metrics port (when asked for), before any worker starts: a port in use
 // is found first.
-absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetrics(const FlagSet& f, MetricsRegistry& registry) {
-  if (!f.Has("metrics-port")) return nullptr;
-  const std::string host = f.Has("metrics-host") ? f.GetString("metrics-host") : f.GetString("host");
-  SHARDLM_ASSIGN_OR_RETURN(auto http,
-                           MetricsHttpServer::Start(host, static_cast<int>(f.GetInt("metrics-port")),
-                                                    [&registry] { return registry.Render(); }));
+absl::StatusOr<std::unique_ptr<MetricsHttpServer>> StartMetrics(const ServeFlags& f,
+                                                                MetricsRegistry& registry) {
+  if (!f.metrics_port) return nullptr;
+  const std::string host = f.metrics_host.value_or(f.host);
+  SHARDLM_ASSIGN_OR_RETURN(
+      auto http, MetricsHttpServer::Start(host, *f.metrics_port, [&registry] { return registry.Render(); }));
   std::printf("metrics on http://%s:%d/metrics\n", host.c_str(), http->port());
   std::fflush(stdout);
   return http;
 }
 
-absl::StatusOr<WorkerGroupOptions> GroupOptions(const FlagSet& f, const CliEnv& env, const ServeInputs& in,
+absl::StatusOr<WorkerGroupOptions> GroupOptions(const ServeFlags& f, const CliEnv& env, const ServeInputs& in,
                                                 bool spawn_local, ServiceMetrics* metrics) {
   WorkerGroupOptions go;
   go.model_dir = in.dir;
   go.tp = in.tp;
-  go.dtype = f.GetString("dtype");
-  go.weights = f.GetString("weights");
-  go.kv_dtype = f.GetString("kv-dtype");
-  go.device = f.GetString("device");
-  go.cuda_graph_max_batch = f.GetInt("cuda-graph-max-batch");
-  go.warmup_tokens = f.GetInt("warmup-tokens");
+  ApplyWorkerFlags(f.engine, f.device, &go);
   if (spawn_local) {
-    go.collectives = f.GetString("collectives");
+    go.collectives = f.collectives;
     SHARDLM_RETURN_IF_ERROR(CheckLocalGpus(go.device, go.tp, go.collectives));
   }
-  go.kv_cache_bytes = f.GetInt("kv-cache-mb") << 20;
-  go.collective_timeout_ms = f.GetInt("collective-timeout-ms");
-  go.step_timeout_ms = f.GetInt("step-timeout-ms");
-  go.step_timeout_per_token_ms = f.GetInt("step-timeout-per-token-ms");
-  go.listen = f.GetString("worker-listen");
+  go.collective_timeout_ms = f.collective_timeout_ms;
+  go.step_timeout_ms = f.step_timeout_ms;
+  go.step_timeout_per_token_ms = f.step_timeout_per_token_ms;
+  go.listen = f.worker_listen;
   go.spawn_local = spawn_local;
   go.exe = env.exe;
   // Local workers get a random token through their environment.
   SHARDLM_ASSIGN_OR_RETURN(InternalSecurity security,
-                           ReadInternalSecurity(f, spawn_local ? RandomToken() : ""));
+                           ReadInternalSecurity(f.security, spawn_local ? RandomToken() : ""));
   go.internal_token = security.token;
   go.internal_tls = security.tls;
   go.metrics = metrics;
   return go;
 }
 
-Engine::Options EngineOptions(const FlagSet& f, ServiceMetrics* metrics) {
+Engine::Options EngineOptions(const ServeFlags& f, ServiceMetrics* metrics) {
   Engine::Options eo;
-  ReadSchedulingFlags(f, &eo);
-  eo.target_step_ms = f.GetInt("target-step-ms");
-  eo.handle_ttl_ms = f.GetInt("handle-ttl-s") * 1000;
-  eo.prefix_caching = !f.GetBool("no-prefix-caching");
-  eo.max_queued_requests = static_cast<int32_t>(f.GetInt("max-queued-requests"));
-  eo.max_queued_tokens = f.GetInt("max-queued-tokens");
-  eo.max_handle_share = f.GetFloat("max-handle-share");
+  ApplySchedulingFlags(f.scheduling, f.engine, &eo);
+  eo.target_step_ms = f.target_step_ms;
+  eo.handle_ttl_ms = f.handle_ttl_s * 1000;
+  eo.prefix_caching = !f.no_prefix_caching;
+  eo.max_queued_requests = f.max_queued_requests;
+  eo.max_queued_tokens = f.max_queued_tokens;
+  eo.max_handle_share = f.max_handle_share;
   eo.metrics = metrics;
   return eo;
 }
 
 // The public gRPC port: the inference service, health, reflection (unless
 // --no-reflection). *port is the port bound.
-absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const FlagSet& f, const ServeInputs& in,
+absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ServeFlags& f, const ServeInputs& in,
                                                         InferenceService* service, HealthService* health,
                                                         int* port) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  if (f.GetBool("no-reflection")) builder.SetOption(std::make_unique<WithoutReflection>());
-  const std::string address = absl::StrCat(f.GetString("host"), ":", f.GetInt("port"));
+  if (f.no_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
+  const std::string address = absl::StrCat(f.host, ":", f.port);
   builder.AddListeningPort(address, in.public_creds, port);
   builder.RegisterService(service);
   builder.RegisterService(health);
-  const int max_message = static_cast<int>(f.GetInt("max-message-mb") << 20);
+  const int max_message = static_cast<int>(f.max_message_mb << 20);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error
@@ -329,21 +380,20 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const FlagSet& f, const 
 }
 
 // The OpenAI HTTP API (when --http-port is given).
-absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const FlagSet& f, const ServeInputs& in,
+absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f, const ServeInputs& in,
                                                             const GroupState& initial,
                                                             InferenceService* service,
                                                             std::function<bool()> ready) {
-  if (!f.Has("http-port")) return nullptr;
+  if (!f.http_port) return nullptr;
   OpenAiHttpOptions ho;
   ho.host = in.http_host;
-  ho.port = static_cast<int>(f.GetInt("http-port"));
+  ho.port = *f.http_port;
   ho.tls = in.public_tls;
-  ho.threads = static_cast<int>(f.GetInt("http-threads"));
-  ho.request_timeout = std::chrono::seconds(f.GetInt("http-request-timeout-s"));
-  ho.max_idle_connections = static_cast<int>(f.GetInt("http-max-idle-connections"));
-  ho.max_body_bytes = static_cast<size_t>(f.GetInt("max-message-mb") << 20);
-  const std::string names =
-      f.Has("served-model-name") ? f.GetString("served-model-name") : ModelDisplayName(in.dir);
+  ho.threads = f.http_threads;
+  ho.request_timeout = std::chrono::seconds(f.http_request_timeout_s);
+  ho.max_idle_connections = f.http_max_idle_connections;
+  ho.max_body_bytes = static_cast<size_t>(f.max_message_mb << 20);
+  const std::string names = f.served_model_name.value_or(ModelDisplayName(in.dir));
   for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
     ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
   }
@@ -352,7 +402,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const FlagSet& f, co
   ho.model.max_context = std::min<int64_t>(in.cfg.max_position_embeddings,
                                            static_cast<int64_t>(initial.num_blocks) * initial.block_size);
   ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
-  ho.model.max_queued_sequences = f.GetInt("max-queued-requests");
+  ho.model.max_queued_sequences = f.max_queued_requests;
   ho.ready = std::move(ready);
   SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(service, std::move(ho)));
   std::printf("OpenAI API on http%s://%s:%d/v1\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
@@ -363,13 +413,13 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const FlagSet& f, co
 // NOT_SERVING and UNAVAILABLE for new calls at once; every call in flight
 // (tokenizing, queued or running, gRPC or HTTP) gets the grace period to
 // finish, then whatever is left is cancelled.
-void Drain(const FlagSet& f, ServiceMetrics& metrics, EngineLoop& loop, InferenceService& service,
+void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, InferenceService& service,
            WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http) {
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
   service.StartDraining();
   group.BeginShutdown();
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(f.GetInt("shutdown-grace-s"));
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(f.shutdown_grace_s);
   while ((metrics.calls_in_flight() > 0 || loop.pending() > 0) && std::chrono::steady_clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -386,10 +436,11 @@ void Drain(const FlagSet& f, ServiceMetrics& metrics, EngineLoop& loop, Inferenc
 // Flags to options, the checks, the workers, the engine, the servers; then
 // serving until SIGTERM, and the drain.
 int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
-  FlagSet f(spawn_local ? "serve" : "coordinator");
-  DeclareServeFlags(f, spawn_local);
+  ServeFlags f;
+  FlagSet flags(spawn_local ? "serve" : "coordinator");
+  DeclareServeFlags(flags, spawn_local, &f);
   int code = 0;
-  if (!ParseCommandLine(f, argc, argv, 0, &code)) return code;
+  if (!ParseCommandLine(flags, argc, argv, 0, &code)) return code;
   absl::StatusOr<ServeInputs> in = CheckServeInputs(f);
   if (!in.ok()) return Fail(in.status());
   MetricsRegistry registry;
@@ -427,7 +478,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),
               in->cfg.architecture.c_str(), go->tp, initial.num_blocks,
-              static_cast<long long>(go->block_size), f.GetString("host").c_str(), port,
+              static_cast<long long>(go->block_size), f.host.c_str(), port,
               in->public_tls.enabled() ? " (TLS)" : "", in->api_keys.empty() ? "" : " (API keys required)");
   std::fflush(stdout);
   while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));

@@ -12,25 +12,28 @@
 
 namespace shardlm {
 
-void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag) {
-  f.String("internal-token-file", "shared secret every coordinator-worker call carries");
-  f.String("internal-tls-cert", "PEM certificate of this side (its server and its client identity)");
-  f.String("internal-tls-key", "PEM private key for --internal-tls-cert");
-  f.String("internal-tls-ca", "PEM CA that signed the other side's certificates (mutual TLS)");
-  if (insecure_flag) f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)");
+void AddInternalSecurityFlags(FlagSet& f, bool insecure_flag, InternalSecurityFlags* out) {
+  f.String("internal-token-file", "shared secret every coordinator-worker call carries").To(&out->token_file);
+  f.String("internal-tls-cert", "PEM certificate of this side (its server and its client identity)")
+      .To(&out->tls.cert);
+  f.String("internal-tls-key", "PEM private key for --internal-tls-cert").To(&out->tls.key);
+  f.String("internal-tls-ca", "PEM CA that signed the other side's certificates (mutual TLS)")
+      .To(&out->tls.client_ca);
+  if (insecure_flag) {
+    f.Bool("insecure-internal", "run without a token or TLS (trusted networks only)").To(&out->insecure);
+  }
 }
 
-absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::string fallback_token) {
+absl::StatusOr<InternalSecurity> ReadInternalSecurity(const InternalSecurityFlags& flags,
+                                                      std::string fallback_token) {
   InternalSecurity s;
-  s.tls = {f.GetString("internal-tls-cert"), f.GetString("internal-tls-key"), f.GetString("internal-tls-ca")};
-  if (f.Has("internal-token-file")) {
-    SHARDLM_ASSIGN_OR_RETURN(s.token,
-                             ReadTokenFile(f.GetString("internal-token-file"), "--internal-token-file"));
+  s.tls = flags.tls;
+  if (flags.token_file) {
+    SHARDLM_ASSIGN_OR_RETURN(s.token, ReadTokenFile(*flags.token_file, "--internal-token-file"));
   } else {
     s.token = std::move(fallback_token);
   }
-  if (s.token.empty() && !s.tls.enabled() &&
-      !(f.Has("insecure-internal") && f.GetBool("insecure-internal"))) {
+  if (s.token.empty() && !s.tls.enabled() && !flags.insecure) {
     return absl::InvalidArgumentError(
         "the coordinator-worker channel needs --internal-token-file or --internal-tls-cert/"
         "--internal-tls-key/--internal-tls-ca, so that only the group's members can register and run "
@@ -39,81 +42,93 @@ absl::StatusOr<InternalSecurity> ReadInternalSecurity(const FlagSet& f, std::str
   return s;
 }
 
-void AddModelFlags(FlagSet& f) {
-  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or a .gguf file");
-  f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model");
-  f.String("prompt", "prompt text");
-  f.String("prompt-ids", "prompt token ids, comma-separated");
-  AddEngineFlags(f);
-  AddDeviceFlag(f, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
-  f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64);
-  AddCollectivesFlag(f);
-  f.Bool("json", "print one JSON object");
+void AddModelFlags(FlagSet& f, ModelFlags* out) {
+  f.String("model", "checkpoint directory (config.json, *.safetensors, tokenizer.json) or a .gguf file")
+      .To(&out->model);
+  f.String("server", "use a running shardlm server at HOST:PORT instead of loading the model")
+      .To(&out->server);
+  f.String("prompt", "prompt text").To(&out->prompt);
+  f.String("prompt-ids", "prompt token ids, comma-separated").To(&out->prompt_ids);
+  AddEngineFlags(f, &out->engine);
+  AddDeviceFlags(f, &out->device, /*warmup_tokens=*/0);  // one request: a warm-up would only delay it
+  f.Int("tp", "tensor-parallel worker processes to start for this call", 1, 1, 64).To(&out->tp);
+  AddCollectivesFlag(f, &out->collectives);
+  f.Bool("json", "print one JSON object").To(&out->json);
 }
 
-void AddEngineFlags(FlagSet& f) {
-  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"});
-  AddStorageFlags(f);
-  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20);
-  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20);
+void AddEngineFlags(FlagSet& f, EngineFlags* out) {
+  f.String("dtype", "compute dtype", false, "auto", {"auto", "f32", "bf16"}).To(&out->dtype);
+  AddStorageFlags(f, &out->storage);
+  f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20).To(&out->kv_cache_mb);
+  f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20).To(&out->max_batch_tokens);
 }
 
-void AddSchedulingFlags(FlagSet& f) {
-  f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536);
+void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out) {
+  f.Int("max-num-seqs", "sequences running at once; more wait in the queue", 256, 1, 65536)
+      .To(&out->max_num_seqs);
   f.String("policy",
            "scheduling: continuous (admit at every step) or static (batch to completion; a baseline)", false,
-           "continuous", {"continuous", "static"});
+           "continuous", {"continuous", "static"})
+      .To(&out->policy);
   f.Bool("no-overlap-steps",
          "wait for each step's tokens before sending the next (default: the next step is queued on "
-         "the workers while one runs)");
+         "the workers while one runs)")
+      .To(&out->no_overlap_steps);
 }
 
-void ReadSchedulingFlags(const FlagSet& f, Engine::Options* options) {
-  options->max_batch_tokens = f.GetInt("max-batch-tokens");
-  options->max_num_seqs = static_cast<int32_t>(f.GetInt("max-num-seqs"));
-  options->policy = f.GetString("policy");
-  options->overlap_steps = !f.GetBool("no-overlap-steps");
+void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& engine,
+                          Engine::Options* options) {
+  options->max_batch_tokens = engine.max_batch_tokens;
+  options->max_num_seqs = scheduling.max_num_seqs;
+  options->policy = scheduling.policy;
+  options->overlap_steps = !scheduling.no_overlap_steps;
 }
 
-void AddStorageFlags(FlagSet& f) {
+void AddStorageFlags(FlagSet& f, StorageFlags* out) {
   f.String("weights",
            "the projections' weights: auto (as the file has them: a GGUF's Q8_0/Q4_0/Q4_1 blocks stay "
            "quantized on "
            "the CPU), dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has "
            "another; "
            "CPU only)",
-           false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"});
+           false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"})
+      .To(&out->weights);
   f.String("kv-dtype",
            "the KV cache's dtype: auto (the compute dtype), f32 or bf16; bf16 under f32 compute halves the "
            "cache's "
            "bytes (twice the tokens in --kv-cache-mb) and rounds q, k and v to bf16 for attention (CPU only)",
-           false, "auto", {"auto", "f32", "bf16"});
+           false, "auto", {"auto", "f32", "bf16"})
+      .To(&out->kv_dtype);
 }
 
-void AddDeviceFlag(FlagSet& f, int64_t warmup_tokens) {
+void AddDeviceFlags(FlagSet& f, DeviceFlags* out, int64_t warmup_tokens) {
   f.String(
-      "device",
-      "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
-      "the visible count) or cuda:N",
-      false, "auto");
+       "device",
+       "compute device: auto (cuda when built with CUDA and a GPU is visible), cpu, cuda (rank r: GPU r mod "
+       "the visible count) or cuda:N",
+       false, "auto")
+      .To(&out->device);
   f.Int("cuda-graph-max-batch",
         "on a GPU, steps of up to this many tokens (decodes) run on CUDA graphs captured at start-up, one "
         "per batch-size bucket; 0: every step eagerly",
-        64, 0, 1024);
+        64, 0, 1024)
+      .To(&out->cuda_graph_max_batch);
   f.Int("warmup-tokens",
         "each rank ends loading with a prompt step of this many tokens and a decode step, so the first "
         "request does not pay for cold memory and thread start-up; 0: none",
-        warmup_tokens, 0, 1 << 16);
+        warmup_tokens, 0, 1 << 16)
+      .To(&out->warmup_tokens);
 }
 
-void AddCollectivesFlag(FlagSet& f) {
+void AddCollectivesFlag(FlagSet& f, std::string* out) {
   f.String("collectives",
            "auto: NCCL between GPU ranks; between CPU ranks shared memory when every rank can map one "
            "segment (one host), else Gloo. gloo: CPU ranks always use Gloo. host: GPU ranks too use the "
            "CPU collectives, staged through host memory, so several ranks can share one GPU (slow, no "
            "CUDA graphs: for tests). nccl: as auto, and a GPU rank alone still runs its collectives "
            "through NCCL (for tests)",
-           false, "auto", {"auto", "gloo", "host", "nccl"});
+           false, "auto", {"auto", "gloo", "host", "nccl"})
+      .To(out);
 }
 
 absl::Status CheckLocalGpus(const std::string& device, int tp, const std::string& collectives) {

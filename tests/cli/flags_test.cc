@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "tests/testing/status_matchers.h"
 
 namespace shardlm {
@@ -10,6 +12,7 @@ namespace {
 
 using ::shardlm::testing::IsOk;
 using ::shardlm::testing::StatusIs;
+using ::testing::_;
 using ::testing::HasSubstr;
 
 absl::Status ParseArgs(FlagSet& f, std::vector<std::string> args) {
@@ -124,6 +127,55 @@ TEST(FlagsTest, IdLists) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt-ids")));
   EXPECT_THAT(ParseIdList("prompt-ids", "-4", &bad),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'-4'")));
+}
+
+// Bound fields get the effective value after a successful Parse: what was
+// given, else the default; an optional field only what was given.
+TEST(FlagsTest, BindingsHoldTheEffectiveValues) {
+  struct Options {
+    std::string model;
+    int32_t max_new_tokens = -1;
+    float top_p = -1;
+    std::optional<std::string> dtype = "stale";
+    bool json = true;
+    std::optional<int64_t> seed = 99;
+  } o;
+  FlagSet f("generate");
+  f.String("model", "dir", true).To(&o.model);
+  f.Int("max-new-tokens", "n", 16, 0, 100).To(&o.max_new_tokens);
+  f.Float("top-p", "p", 1.0, 0.0, 1.0, true).To(&o.top_p);
+  f.String("dtype", "d", false, "auto", {"auto", "f32"}).To(&o.dtype);
+  f.Bool("json", "j").To(&o.json);
+  f.Int("seed", "s", 0, 0, INT64_MAX).To(&o.seed);
+  ASSERT_THAT(ParseArgs(f, {"--model", "m", "--top-p=0.5", "--seed", "7"}), IsOk());
+  EXPECT_EQ(o.model, "m");
+  EXPECT_EQ(o.max_new_tokens, 16);  // the default
+  EXPECT_FLOAT_EQ(o.top_p, 0.5f);
+  EXPECT_FALSE(o.dtype.has_value());  // not given: reset, not "auto"
+  EXPECT_FALSE(o.json);
+  EXPECT_EQ(o.seed, 7);
+}
+
+TEST(FlagsTest, NothingIsBoundAfterAFailedParseOrHelp) {
+  int32_t n = -1;
+  FlagSet f("generate");
+  f.Int("max-new-tokens", "n", 16, 0, 100).To(&n);
+  EXPECT_THAT(ParseArgs(f, {"--max-new-tokens", "101"}), StatusIs(absl::StatusCode::kInvalidArgument, _));
+  EXPECT_EQ(n, -1);
+  FlagSet h("generate");
+  h.Int("max-new-tokens", "n", 16, 0, 100).To(&n);
+  ASSERT_THAT(ParseArgs(h, {"--help"}), IsOk());
+  EXPECT_EQ(n, -1);
+}
+
+TEST(FlagsTest, ABindingTooNarrowForTheRangeIsAProgrammingError) {
+  int8_t small = 0;
+  EXPECT_DEATH(
+      {
+        FlagSet f("generate");
+        f.Int("max-new-tokens", "n", 16, 0, 1000).To(&small);
+      },
+      "cannot hold its values");
 }
 
 }  // namespace

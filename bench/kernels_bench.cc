@@ -214,9 +214,6 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   shardlm::UseShortOpenMpSpin(argv);  // may run this binary again (common/openmp_env.h)
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  }
   if (absl::Status st = shardlm::kernels::SetKernelOptionsFromEnvironment(); !st.ok()) {
     std::fprintf(stderr, "%s: %s\n", argv[0], std::string(st.message()).c_str());
     return 2;

@@ -27,7 +27,7 @@ using Clock = std::chrono::steady_clock;
 // The f32-activation kernel: rows [0, m) (m <= 8) against panels [0, panels).
 template <int M>
 void F32Panels(const uint8_t* w, int64_t panels, int64_t k, const float* x, float* y, int64_t n) {
-  const int64_t blocks = k / kQuantBlock, bb = QuantPanelBlockBytes(QuantFormat::kQ4_1);
+  const int64_t blocks = k / kQuantBlock, bb = QuantPanelBlockBytes(BlockFormat::kQ4_1);
   const __m512i low = _mm512_set1_epi32(0x0f);
   for (int64_t p = 0; p < panels; ++p) {
     __m512 acc[M];
@@ -88,7 +88,7 @@ int Main(int argc, char** argv) {
       "|\n");
   std::printf("|---|---|---|---|---|\n");
   for (Shape s : {Shape{"gate/up 3072 x 576", 3072, 576}, Shape{"down 576 x 1536", 576, 1536}}) {
-    const int64_t gb = QuantGgufBlockBytes(QuantFormat::kQ4_1), blocks = s.k / kQuantBlock;
+    const int64_t gb = BlockLayoutOf(BlockFormat::kQ4_1).bytes, blocks = s.k / kQuantBlock;
     std::vector<uint8_t> rows(s.n * blocks * gb);
     for (int64_t b = 0; b < s.n * blocks; ++b) {
       uint8_t* blk = rows.data() + b * gb;
@@ -97,8 +97,8 @@ int Main(int argc, char** argv) {
       std::memcpy(blk + 2, &m, 2);
       for (int j = 4; j < gb; ++j) blk[j] = static_cast<uint8_t>(byte(rng));
     }
-    std::vector<uint8_t> packed(QuantPackedBytes(QuantFormat::kQ4_1, s.n, s.k));
-    PackQuantWeight(QuantFormat::kQ4_1, rows.data(), s.n, s.k, packed.data());
+    std::vector<uint8_t> packed(QuantPackedBytes(BlockFormat::kQ4_1, s.n, s.k));
+    PackQuantWeight(BlockFormat::kQ4_1, rows.data(), s.n, s.k, packed.data());
     const int64_t panels = (s.n + kQuantPanelRows - 1) / kQuantPanelRows;
     for (int m : {1, 2, 4, 8}) {
       std::vector<float> x(m * s.k), y(m * s.n), dx(m * blocks);
@@ -106,7 +106,7 @@ int Main(int argc, char** argv) {
       std::vector<int32_t> sx(m * blocks);
       for (float& v : x) v = g(rng);
       QuantArgs<float> a;
-      a.format = QuantFormat::kQ4_1;
+      a.format = BlockFormat::kQ4_1;
       a.a = {qx.data(), dx.data(), sx.data()};
       a.w = packed.data();
       a.bias = nullptr;

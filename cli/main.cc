@@ -71,11 +71,6 @@ int main(int argc, char** argv) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
-  // libtorch defaults to one thread per physical core as it counts them, which
-  // here undercounts; use every core unless OMP_NUM_THREADS says otherwise.
-  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
-    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
-  }
   shardlm::CliEnv env;
   env.npm_dir = FindNpmDir();
   std::error_code ec;

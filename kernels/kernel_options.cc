@@ -1,7 +1,11 @@
 #include "kernels/kernel_options.h"
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -66,6 +70,11 @@ absl::Status SetKernelOptionsFromEnvironment() {
   absl::StatusOr<KernelOptions> options = KernelOptionsFromEnvironment();
   if (!options.ok()) return options.status();
   SetKernelOptions(*options);
+  // libtorch defaults to one thread per physical core as it counts them,
+  // which undercounts here: every core unless OMP_NUM_THREADS says otherwise.
+  if (std::getenv("OMP_NUM_THREADS") == nullptr) {
+    at::set_num_threads(static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
+  }
   return absl::OkStatus();
 }
 

@@ -42,7 +42,8 @@ const KernelOptions& CurrentKernelOptions();
 // SHARDLM_PACK_WEIGHTS and SHARDLM_FUSED_EPILOGUES (0 turns a switch off);
 // InvalidArgument naming the variable for a value it cannot read.
 absl::StatusOr<KernelOptions> KernelOptionsFromEnvironment();
-// Both: what a main calls first.
+// Both, and libtorch's thread count (every core unless OMP_NUM_THREADS is
+// set): what a main calls first.
 absl::Status SetKernelOptionsFromEnvironment();
 
 }  // namespace shardlm::kernels

@@ -244,13 +244,13 @@ at::Tensor QuantLinear(const at::Tensor& x_in, const LinearWeight& w, const at::
 
 }  // namespace
 
-LinearWeight LinearWeight::PrepareQuantized(QuantFormat format, const at::Tensor& rows, int64_t k) {
+LinearWeight LinearWeight::PrepareQuantized(BlockFormat format, const at::Tensor& rows, int64_t k) {
   TORCH_CHECK(k > 0 && k % kQuantBlock == 0,
               "LinearWeight: a quantized weight's rows must be whole blocks of ", kQuantBlock, ", got ", k);
   TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
-                  rows.size(1) == k / kQuantBlock * QuantGgufBlockBytes(format),
-              "LinearWeight: ", QuantFormatName(format), " rows of ", k, " weights are ",
-              k / kQuantBlock * QuantGgufBlockBytes(format), " bytes, got ", rows.sizes());
+                  rows.size(1) == k / kQuantBlock * BlockLayoutOf(format).bytes,
+              "LinearWeight: ", BlockFormatName(format), " rows of ", k, " weights are ",
+              k / kQuantBlock * BlockLayoutOf(format).bytes, " bytes, got ", rows.sizes());
   const at::Tensor src = rows.contiguous();
   LinearWeight lw;
   lw.out_ = rows.size(0);

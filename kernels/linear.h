@@ -59,13 +59,13 @@ class LinearWeight {
   // A weight kept in ggml blocks (cpu/quant.h): `rows` uint8[n, k / 32 *
   // block bytes], n rows of GGUF blocks, repacked into the quantized panels.
   // CPU only. Products take f32 or bf16 activations and give their dtype.
-  static LinearWeight PrepareQuantized(QuantFormat format, const at::Tensor& rows, int64_t k);
+  static LinearWeight PrepareQuantized(BlockFormat format, const at::Tensor& rows, int64_t k);
 
   bool defined() const { return data_.defined(); }
   bool packed() const { return packed_; }
   bool gated() const { return gated_; }
   bool quantized() const { return quantized_; }
-  QuantFormat quant_format() const { return format_; }
+  BlockFormat quant_format() const { return format_; }
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   // The weight's dtype; uint8 (at::kByte) when quantized.
@@ -85,7 +85,7 @@ class LinearWeight {
   bool packed_ = false;
   bool gated_ = false;
   bool quantized_ = false;
-  QuantFormat format_ = QuantFormat::kQ8_0;
+  BlockFormat format_ = BlockFormat::kQ8_0;
   int64_t out_ = 0, in_ = 0;
 };
 

@@ -182,8 +182,7 @@ namespace {
 
 // architectures and model_type from general.architecture (one llama.cpp knows
 // and this engine runs).
-absl::Status ArchitectureInto(const GgufHeader& h, const std::string& label, const std::string& arch,
-                              json& cfg) {
+absl::Status ArchitectureInto(const std::string& label, const std::string& arch, json& cfg) {
   std::string architecture;
   std::vector<std::string> known;
   for (const auto& [name, hf] : kArchitectures) {
@@ -292,7 +291,7 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
   SHARDLM_ASSIGN_OR_RETURN(std::string arch, GetString(h, "general.architecture", label));
   const std::string a = arch + ".";
   json cfg = json::object();
-  SHARDLM_RETURN_IF_ERROR(ArchitectureInto(h, label, arch, cfg));
+  SHARDLM_RETURN_IF_ERROR(ArchitectureInto(label, arch, cfg));
   SHARDLM_RETURN_IF_ERROR(ShapeInto(h, label, a, cfg));
   SHARDLM_RETURN_IF_ERROR(PositionsInto(h, label, a, cfg));
   SHARDLM_RETURN_IF_ERROR(VocabularyInto(h, label, a, cfg));

@@ -72,12 +72,6 @@ BlockFormat BlockFormatFor(WeightFormat w) {
   }
 }
 
-kernels::QuantFormat QuantFormatFor(BlockFormat b) {
-  return b == BlockFormat::kQ8_0   ? kernels::QuantFormat::kQ8_0
-         : b == BlockFormat::kQ4_0 ? kernels::QuantFormat::kQ4_0
-                                   : kernels::QuantFormat::kQ4_1;
-}
-
 // One projection's parts (q, k and v; gate and up; or one weight), each by
 // name and full shape, concatenated along the rows.
 using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
@@ -107,7 +101,7 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
     cols = dense.size(1);
     rows.push_back(QuantizeRows(format, dense));
   }
-  return kernels::LinearWeight::PrepareQuantized(QuantFormatFor(format), at::cat(rows, 0), cols);
+  return kernels::LinearWeight::PrepareQuantized(format, at::cat(rows, 0), cols);
 }
 
 }  // namespace

@@ -98,34 +98,6 @@ void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* ou
   }
 }
 
-BlockLayout BlockLayoutOf(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::kNone:
-      return {1, 0};
-    case BlockFormat::kQ8_0:
-      return {32, 34};
-    case BlockFormat::kQ4_0:
-      return {32, 18};
-    case BlockFormat::kQ4_1:
-      return {32, 20};
-  }
-  return {1, 0};
-}
-
-const char* BlockFormatName(BlockFormat format) {
-  switch (format) {
-    case BlockFormat::kNone:
-      return "none";
-    case BlockFormat::kQ8_0:
-      return "Q8_0";
-    case BlockFormat::kQ4_0:
-      return "Q4_0";
-    case BlockFormat::kQ4_1:
-      return "Q4_1";
-  }
-  return "?";
-}
-
 float HalfToFloat(uint16_t h) {
   const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f;

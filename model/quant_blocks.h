@@ -17,17 +17,9 @@
 
 #include <cstdint>
 
+#include "common/block_format.h"
+
 namespace shardlm {
-
-enum class BlockFormat { kNone, kQ8_0, kQ4_0, kQ4_1 };
-
-struct BlockLayout {
-  int64_t elements = 1;  // weights per block
-  int64_t bytes = 0;     // bytes per block
-};
-
-BlockLayout BlockLayoutOf(BlockFormat format);
-const char* BlockFormatName(BlockFormat format);
 
 // Dequantizes `n` weights (a multiple of the block's elements) from `src`.
 void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* out);

@@ -53,20 +53,20 @@ uint16_t Load16(const uint8_t* p) {
   return v;
 }
 
-bool HasMin(QuantFormat f) { return f == QuantFormat::kQ4_1; }
-int64_t ScaleBytes(QuantFormat f) { return (HasMin(f) ? 2 : 1) * kQuantPanelRows * 2; }
+bool HasMin(BlockFormat f) { return f == BlockFormat::kQ4_1; }
+int64_t ScaleBytes(BlockFormat f) { return (HasMin(f) ? 2 : 1) * kQuantPanelRows * 2; }
 
 // The 32 quantized values of one GGUF block as stored (Q8_0: int8 + 128 as
 // u8; Q4: the nibbles), with its scale and minimum bits.
-void ReadBlock(QuantFormat f, const uint8_t* b, uint8_t q[kQuantBlock], uint16_t* d, uint16_t* m) {
+void ReadBlock(BlockFormat f, const uint8_t* b, uint8_t q[kQuantBlock], uint16_t* d, uint16_t* m) {
   *d = Load16(b);
   *m = 0;
-  if (f == QuantFormat::kQ8_0) {
+  if (f == BlockFormat::kQ8_0) {
     for (int j = 0; j < kQuantBlock; ++j) q[j] = static_cast<uint8_t>(static_cast<int8_t>(b[2 + j]) + 128);
     return;
   }
   const uint8_t* qs = b + 2;
-  if (f == QuantFormat::kQ4_1) {
+  if (f == BlockFormat::kQ4_1) {
     *m = Load16(b + 2);
     qs = b + 4;
   }
@@ -77,21 +77,22 @@ void ReadBlock(QuantFormat f, const uint8_t* b, uint8_t q[kQuantBlock], uint16_t
 }
 
 // The value of stored quant u with scale d and minimum m.
-float Dequant(QuantFormat f, uint8_t u, float d, float m) {
+float Dequant(BlockFormat f, uint8_t u, float d, float m) {
   switch (f) {
-    case QuantFormat::kQ8_0:
+    case BlockFormat::kQ8_0:
       return static_cast<float>(static_cast<int>(u) - 128) * d;
-    case QuantFormat::kQ4_0:
+    case BlockFormat::kQ4_0:
       return static_cast<float>(static_cast<int>(u) - 8) * d;
-    case QuantFormat::kQ4_1:
+    case BlockFormat::kQ4_1:
+    case BlockFormat::kNone:  // never a packed weight's format
       break;
   }
   return static_cast<float>(u) * d + m;
 }
 
 // Stored quant of (row r, k j) in one panel block.
-uint8_t PanelQuant(QuantFormat f, const uint8_t* q, int64_t r, int64_t j) {
-  if (f == QuantFormat::kQ8_0) return q[(j / 4) * 64 + 4 * r + j % 4];
+uint8_t PanelQuant(BlockFormat f, const uint8_t* q, int64_t r, int64_t j) {
+  if (f == BlockFormat::kQ8_0) return q[(j / 4) * 64 + 4 * r + j % 4];
   const int64_t c = j / 8, within = j % 8;
   const uint8_t byte = q[c * 64 + 4 * r + within % 4];
   return within < 4 ? (byte & 0x0f) : (byte >> 4);
@@ -101,8 +102,8 @@ template <typename T>
 void QuantScalar(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
   const int64_t blocks = a.k / kQuantBlock, bb = QuantPanelBlockBytes(a.format);
   const int64_t sb = ScaleBytes(a.format);
-  const float offset = a.format == QuantFormat::kQ8_0   ? -128.0f
-                       : a.format == QuantFormat::kQ4_0 ? -8.0f
+  const float offset = a.format == BlockFormat::kQ8_0   ? -128.0f
+                       : a.format == BlockFormat::kQ4_0 ? -8.0f
                                                         : 0.0f;
   for (int64_t p = p_begin; p < p_end; ++p) {
     const uint8_t* panel = a.w + p * blocks * bb;
@@ -144,31 +145,15 @@ void QuantScalar(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
 
 }  // namespace
 
-const char* QuantFormatName(QuantFormat f) {
-  switch (f) {
-    case QuantFormat::kQ8_0:
-      return "q8_0";
-    case QuantFormat::kQ4_0:
-      return "q4_0";
-    case QuantFormat::kQ4_1:
-      break;
-  }
-  return "q4_1";
-}
+int64_t QuantPanelBlockBytes(BlockFormat f) { return ScaleBytes(f) + (f == BlockFormat::kQ8_0 ? 512 : 256); }
 
-int64_t QuantGgufBlockBytes(QuantFormat f) {
-  return f == QuantFormat::kQ8_0 ? 34 : f == QuantFormat::kQ4_0 ? 18 : 20;
-}
-
-int64_t QuantPanelBlockBytes(QuantFormat f) { return ScaleBytes(f) + (f == QuantFormat::kQ8_0 ? 512 : 256); }
-
-int64_t QuantPackedBytes(QuantFormat f, int64_t n, int64_t k) {
+int64_t QuantPackedBytes(BlockFormat f, int64_t n, int64_t k) {
   const int64_t panels = (n + kQuantPanelRows - 1) / kQuantPanelRows;
   return panels * (k / kQuantBlock) * QuantPanelBlockBytes(f);
 }
 
-void PackQuantWeight(QuantFormat f, const uint8_t* rows, int64_t n, int64_t k, uint8_t* out) {
-  const int64_t blocks = k / kQuantBlock, gb = QuantGgufBlockBytes(f), bb = QuantPanelBlockBytes(f);
+void PackQuantWeight(BlockFormat f, const uint8_t* rows, int64_t n, int64_t k, uint8_t* out) {
+  const int64_t blocks = k / kQuantBlock, gb = BlockLayoutOf(f).bytes, bb = QuantPanelBlockBytes(f);
   const int64_t sb = ScaleBytes(f);
   std::memset(out, 0, static_cast<size_t>(QuantPackedBytes(f, n, k)));
   for (int64_t o = 0; o < n; ++o) {
@@ -182,7 +167,7 @@ void PackQuantWeight(QuantFormat f, const uint8_t* rows, int64_t n, int64_t k, u
       if (HasMin(f)) std::memcpy(blk + 2 * kQuantPanelRows + 2 * r, &m, 2);
       uint8_t* qs = blk + sb;
       for (int64_t j = 0; j < kQuantBlock; ++j) {
-        if (f == QuantFormat::kQ8_0) {
+        if (f == BlockFormat::kQ8_0) {
           qs[(j / 4) * 64 + 4 * r + j % 4] = q[j];
         } else {
           const int64_t c = j / 8, within = j % 8;
@@ -193,7 +178,7 @@ void PackQuantWeight(QuantFormat f, const uint8_t* rows, int64_t n, int64_t k, u
   }
 }
 
-void UnpackQuantRows(QuantFormat f, const uint8_t* packed, int64_t n, int64_t k, const int64_t* rows,
+void UnpackQuantRows(BlockFormat f, const uint8_t* packed, int64_t n, int64_t k, const int64_t* rows,
                      int64_t count, float* out) {
   const int64_t blocks = k / kQuantBlock, bb = QuantPanelBlockBytes(f), sb = ScaleBytes(f);
   for (int64_t i = 0; i < count; ++i) {

@@ -32,31 +32,27 @@
 
 #include <cstdint>
 
+#include "common/block_format.h"
 #include "kernels/cpu/isa.h"
 
 namespace shardlm::kernels {
 
-enum class QuantFormat { kQ8_0 = 1, kQ4_0 = 2, kQ4_1 = 3 };
-
 constexpr int64_t kQuantBlock = 32;      // weights per block
 constexpr int64_t kQuantPanelRows = 16;  // output rows per panel
 
-const char* QuantFormatName(QuantFormat f);
-// Bytes of one GGUF block of the format (34, 18, 20).
-int64_t QuantGgufBlockBytes(QuantFormat f);
 // Bytes of one panel's block (16 rows x 32 k): 544, 288, 320.
-int64_t QuantPanelBlockBytes(QuantFormat f);
+int64_t QuantPanelBlockBytes(BlockFormat f);
 // Bytes of the packed form of an [n, k] weight (k a multiple of 32).
-int64_t QuantPackedBytes(QuantFormat f, int64_t n, int64_t k);
+int64_t QuantPackedBytes(BlockFormat f, int64_t n, int64_t k);
 
 // Repacks n rows of GGUF blocks (each row k / 32 blocks, rows contiguous)
 // into `out` (QuantPackedBytes(f, n, k) bytes).
-void PackQuantWeight(QuantFormat f, const uint8_t* rows, int64_t n, int64_t k, uint8_t* out);
+void PackQuantWeight(BlockFormat f, const uint8_t* rows, int64_t n, int64_t k, uint8_t* out);
 
 // Rows `rows[0..count)` of the weight, dequantized to f32 out[count, k] (an
 // embedding lookup from a tied LM head); the same values DequantizeBlocks
 // gives from the file.
-void UnpackQuantRows(QuantFormat f, const uint8_t* packed, int64_t n, int64_t k, const int64_t* rows,
+void UnpackQuantRows(BlockFormat f, const uint8_t* packed, int64_t n, int64_t k, const int64_t* rows,
                      int64_t count, float* out);
 
 // The activations of one product, quantized: qx int8[m, k], and per row and
@@ -80,7 +76,7 @@ enum class QuantEpilogue {
 
 template <typename T>
 struct QuantArgs {
-  QuantFormat format;
+  BlockFormat format;
   QuantActivations a;  // m rows of k
   const uint8_t* w;    // packed weight
   const T* bias;       // T[n] or nullptr

@@ -29,14 +29,14 @@ inline __m256i Bcast4(const int8_t* p) {
 }
 
 // Rows [i0, i0 + R) against rows [8 h, 8 h + 8) of panel p: out[i][r].
-template <typename T, QuantFormat F, int R>
+template <typename T, BlockFormat F, int R>
 void HalfRows(const QuantArgs<T>& a, int64_t p, int h, int64_t i0, float out[][8]) {
   const int64_t blocks = a.k / kQuantBlock, bb = QuantPanelBlockBytes(F);
-  constexpr int64_t kScaleBytes = (F == QuantFormat::kQ4_1 ? 2 : 1) * kQuantPanelRows * 2;
+  constexpr int64_t kScaleBytes = (F == BlockFormat::kQ4_1 ? 2 : 1) * kQuantPanelRows * 2;
   const uint8_t* panel = a.w + p * blocks * bb;
   const __m256i low = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256 offset = _mm256_set1_ps(F == QuantFormat::kQ4_0 ? -8.0f : 0.0f);
+  const __m256 offset = _mm256_set1_ps(F == BlockFormat::kQ4_0 ? -8.0f : 0.0f);
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   const int8_t* qx = a.a.qx + i0 * a.k;
@@ -47,7 +47,7 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h, int64_t i0, float out[][8
     const uint8_t* q = blk + kScaleBytes + 32 * h;
     const int64_t kb = b * kQuantBlock;
     __m256i dot[R];
-    if constexpr (F == QuantFormat::kQ8_0) {
+    if constexpr (F == BlockFormat::kQ8_0) {
       for (int i = 0; i < R; ++i) dot[i] = _mm256_setzero_si256();
       for (int c = 0; c < 8; ++c) {
         const __m256i w =
@@ -74,7 +74,7 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h, int64_t i0, float out[][8
       for (int i = 0; i < R; ++i) dot[i] = _mm256_madd_epi16(s16[i], ones);
     }
     const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    if constexpr (F == QuantFormat::kQ4_1) {
+    if constexpr (F == BlockFormat::kQ4_1) {
       const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
       for (int i = 0; i < R; ++i) {
         const __m256 s = _mm256_set1_ps(static_cast<float>(sx[i * blocks + b]));
@@ -111,7 +111,7 @@ void Finish(const QuantArgs<T>& a, int64_t row, int64_t col, const float* v) {
   }
 }
 
-template <typename T, QuantFormat F, int R>
+template <typename T, BlockFormat F, int R>
 void Group(const QuantArgs<T>& a, int64_t p, int64_t i0) {
   for (int h = 0; h < 2; ++h) {
     const int64_t col = p * kQuantPanelRows + 8 * h;
@@ -122,7 +122,7 @@ void Group(const QuantArgs<T>& a, int64_t p, int64_t i0) {
   }
 }
 
-template <typename T, QuantFormat F>
+template <typename T, BlockFormat F>
 void Panels(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
   for (int64_t p = p_begin; p < p_end; ++p) {
     int64_t i = 0;
@@ -146,12 +146,14 @@ void Panels(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
 template <typename T>
 void Run(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
   switch (a.format) {
-    case QuantFormat::kQ8_0:
-      return Panels<T, QuantFormat::kQ8_0>(a, p_begin, p_end);
-    case QuantFormat::kQ4_0:
-      return Panels<T, QuantFormat::kQ4_0>(a, p_begin, p_end);
-    case QuantFormat::kQ4_1:
-      return Panels<T, QuantFormat::kQ4_1>(a, p_begin, p_end);
+    case BlockFormat::kQ8_0:
+      return Panels<T, BlockFormat::kQ8_0>(a, p_begin, p_end);
+    case BlockFormat::kQ4_0:
+      return Panels<T, BlockFormat::kQ4_0>(a, p_begin, p_end);
+    case BlockFormat::kQ4_1:
+      return Panels<T, BlockFormat::kQ4_1>(a, p_begin, p_end);
+    case BlockFormat::kNone:  // never a packed weight's format
+      return;
   }
 }
 

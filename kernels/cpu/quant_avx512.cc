@@ -30,12 +30,12 @@ inline __m512 AsDtype(__m512 v) {
 }
 
 // Rows [i0, i0 + R) of panel p.
-template <typename T, QuantFormat F, int R>
+template <typename T, BlockFormat F, int R>
 void PanelRows(const QuantArgs<T>& a, int64_t p, int64_t i0) {
   const int64_t blocks = a.k / kQuantBlock, bb = QuantPanelBlockBytes(F);
-  constexpr int64_t kScaleBytes = (F == QuantFormat::kQ4_1 ? 2 : 1) * kQuantPanelRows * 2;
+  constexpr int64_t kScaleBytes = (F == BlockFormat::kQ4_1 ? 2 : 1) * kQuantPanelRows * 2;
   const uint8_t* panel = a.w + p * blocks * bb;
-  const __m512 offset = _mm512_set1_ps(F == QuantFormat::kQ8_0 ? -128.0f : -8.0f);
+  const __m512 offset = _mm512_set1_ps(F == BlockFormat::kQ8_0 ? -128.0f : -8.0f);
   const __m512i low = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm512_setzero_ps();
@@ -53,7 +53,7 @@ void PanelRows(const QuantArgs<T>& a, int64_t p, int64_t i0) {
     __m512i dot[R];
     for (int i = 0; i < R; ++i) dot[i] = _mm512_setzero_si512();
     const int64_t kb = b * kQuantBlock;
-    if constexpr (F == QuantFormat::kQ8_0) {
+    if constexpr (F == BlockFormat::kQ8_0) {
       for (int c = 0; c < 8; ++c) {
         const __m512i w = _mm512_loadu_si512(q + 64 * c);
         for (int i = 0; i < R; ++i)
@@ -71,7 +71,7 @@ void PanelRows(const QuantArgs<T>& a, int64_t p, int64_t i0) {
       }
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk)));
-    if constexpr (F == QuantFormat::kQ4_1) {
+    if constexpr (F == BlockFormat::kQ4_1) {
       const __m512 m = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 32)));
       for (int i = 0; i < R; ++i) {
         const __m512 s = _mm512_set1_ps(static_cast<float>(sx[i * blocks + b]));
@@ -97,7 +97,7 @@ void PanelRows(const QuantArgs<T>& a, int64_t p, int64_t i0) {
   }
 }
 
-template <typename T, QuantFormat F>
+template <typename T, BlockFormat F>
 void Panels(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
   for (int64_t p = p_begin; p < p_end; ++p) {
     int64_t i = 0;
@@ -133,12 +133,14 @@ void Panels(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
 template <typename T>
 void Run(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
   switch (a.format) {
-    case QuantFormat::kQ8_0:
-      return Panels<T, QuantFormat::kQ8_0>(a, p_begin, p_end);
-    case QuantFormat::kQ4_0:
-      return Panels<T, QuantFormat::kQ4_0>(a, p_begin, p_end);
-    case QuantFormat::kQ4_1:
-      return Panels<T, QuantFormat::kQ4_1>(a, p_begin, p_end);
+    case BlockFormat::kQ8_0:
+      return Panels<T, BlockFormat::kQ8_0>(a, p_begin, p_end);
+    case BlockFormat::kQ4_0:
+      return Panels<T, BlockFormat::kQ4_0>(a, p_begin, p_end);
+    case BlockFormat::kQ4_1:
+      return Panels<T, BlockFormat::kQ4_1>(a, p_begin, p_end);
+    case BlockFormat::kNone:  // never a packed weight's format
+      return;
   }
 }
 

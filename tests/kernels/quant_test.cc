@@ -40,11 +40,11 @@ struct Rows {
   at::Tensor dense;  // f32[n, k]
 };
 
-Rows RandomRows(QuantFormat f, int64_t n, int64_t k, uint32_t seed) {
+Rows RandomRows(BlockFormat f, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  const int64_t blocks = k / 32, gb = QuantGgufBlockBytes(f);
+  const int64_t blocks = k / 32, gb = BlockLayoutOf(f).bytes;
   Rows r{at::empty({n, blocks * gb}, at::kByte), at::empty({n, k}, at::kFloat)};
   uint8_t* b = r.bytes.data_ptr<uint8_t>();
   float* w = r.dense.data_ptr<float>();
@@ -55,7 +55,7 @@ Rows RandomRows(QuantFormat f, int64_t n, int64_t k, uint32_t seed) {
       std::memcpy(blk, &dh, 2);
       const float d = FromHalf(dh), m = FromHalf(mh);
       float* wb = w + o * k + bl * 32;
-      if (f == QuantFormat::kQ8_0) {
+      if (f == BlockFormat::kQ8_0) {
         for (int j = 0; j < 32; ++j) {
           const int8_t q = static_cast<int8_t>(byte(rng) - 128);
           blk[2 + j] = static_cast<uint8_t>(q);
@@ -64,16 +64,16 @@ Rows RandomRows(QuantFormat f, int64_t n, int64_t k, uint32_t seed) {
         continue;
       }
       uint8_t* qs = blk + 2;
-      if (f == QuantFormat::kQ4_1) {
+      if (f == BlockFormat::kQ4_1) {
         std::memcpy(blk + 2, &mh, 2);
         qs = blk + 4;
       }
       for (int j = 0; j < 16; ++j) {
         qs[j] = static_cast<uint8_t>(byte(rng));
         const int lo = qs[j] & 15, hi = qs[j] >> 4;
-        wb[j] = f == QuantFormat::kQ4_0 ? static_cast<float>(lo - 8) * d : static_cast<float>(lo) * d + m;
+        wb[j] = f == BlockFormat::kQ4_0 ? static_cast<float>(lo - 8) * d : static_cast<float>(lo) * d + m;
         wb[j + 16] =
-            f == QuantFormat::kQ4_0 ? static_cast<float>(hi - 8) * d : static_cast<float>(hi) * d + m;
+            f == BlockFormat::kQ4_0 ? static_cast<float>(hi - 8) * d : static_cast<float>(hi) * d + m;
       }
     }
   }
@@ -90,10 +90,10 @@ at::Tensor Bound(const at::Tensor& x, const at::Tensor& w) {
   return at::matmul(half_step, w.abs().t()) * 1.001 + 1e-5;
 }
 
-class QuantLinearTest : public ::testing::TestWithParam<QuantFormat> {};
+class QuantLinearTest : public ::testing::TestWithParam<BlockFormat> {};
 
 TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding) {
-  const QuantFormat f = GetParam();
+  const BlockFormat f = GetParam();
   for (int64_t n : {16, 37, 80}) {
     for (int64_t k : {32, 96, 576}) {
       const Rows rows = RandomRows(f, n, k, static_cast<uint32_t>(n * 1000 + k));
@@ -108,7 +108,7 @@ TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding)
         const at::Tensor want = at::matmul(x, rows.dense.t()) + bias;
         const at::Tensor excess = (got - want).abs() - Bound(x, rows.dense);
         EXPECT_LE(excess.max().item<float>(), 0.0f)
-            << QuantFormatName(f) << " n " << n << " k " << k << " m " << m;
+            << BlockFormatName(f) << " n " << n << " k " << k << " m " << m;
       }
     }
   }
@@ -131,7 +131,7 @@ at::Tensor LinearAt(Isa isa, const at::Tensor& x, const LinearWeight& w, const a
 }
 
 TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
-  const QuantFormat f = GetParam();
+  const BlockFormat f = GetParam();
   std::vector<Isa> simd;
   if (DetectedIsa() == Isa::kAvx512 && HasAvx512Vnni()) simd.push_back(Isa::kAvx512);
   if (DetectedIsa() >= Isa::kAvx2) simd.push_back(Isa::kAvx2);
@@ -150,7 +150,7 @@ TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
           const at::Tensor slow = LinearAt(Isa::kScalar, x, w, bias, y);
           for (Isa isa : simd) {
             EXPECT_TRUE(at::equal(LinearAt(isa, x, w, bias, y), slow))
-                << QuantFormatName(f) << " " << IsaName(isa) << " m " << m << " " << dtype
+                << BlockFormatName(f) << " " << IsaName(isa) << " m " << m << " " << dtype
                 << (y.defined() ? " add-to" : "") << " n " << n;
           }
         }
@@ -160,7 +160,7 @@ TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
 }
 
 TEST_P(QuantLinearTest, RowsAreTheFilesValues) {
-  const QuantFormat f = GetParam();
+  const BlockFormat f = GetParam();
   const Rows rows = RandomRows(f, 37, 64, 3);
   const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 64);
   const at::Tensor index = at::tensor({0, 36, 17, 16, 99, -1}, at::kLong);
@@ -170,7 +170,7 @@ TEST_P(QuantLinearTest, RowsAreTheFilesValues) {
 }
 
 TEST_P(QuantLinearTest, AddToAddsTheRoundedProduct) {
-  const QuantFormat f = GetParam();
+  const BlockFormat f = GetParam();
   const Rows rows = RandomRows(f, 40, 128, 5);
   const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 128);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -183,15 +183,15 @@ TEST_P(QuantLinearTest, AddToAddsTheRoundedProduct) {
 }
 
 TEST(QuantLinearShapes, RejectsRowsThatAreNotWholeBlocks) {
-  const Rows rows = RandomRows(QuantFormat::kQ8_0, 4, 64, 1);
-  EXPECT_THROW(LinearWeight::PrepareQuantized(QuantFormat::kQ8_0, rows.bytes, 48), c10::Error);
-  EXPECT_THROW(LinearWeight::PrepareQuantized(QuantFormat::kQ4_0, rows.bytes, 64), c10::Error);
+  const Rows rows = RandomRows(BlockFormat::kQ8_0, 4, 64, 1);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ8_0, rows.bytes, 48), c10::Error);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ4_0, rows.bytes, 64), c10::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLinearTest,
-                         ::testing::Values(QuantFormat::kQ8_0, QuantFormat::kQ4_0, QuantFormat::kQ4_1),
-                         [](const ::testing::TestParamInfo<QuantFormat>& p) {
-                           return std::string(QuantFormatName(p.param));
+                         ::testing::Values(BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1),
+                         [](const ::testing::TestParamInfo<BlockFormat>& p) {
+                           return std::string(BlockFormatName(p.param));
                          });
 
 }  // namespace

@@ -166,6 +166,8 @@ struct ServeFlags {
   InternalSecurityFlags security;
 };
 
+void DeclarePublicApiFlags(FlagSet& f, ServeFlags* o);
+
 // serve's and coordinator's flags (they differ in --collectives, local
 // workers only, and the internal security's defaults).
 void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
@@ -212,6 +214,13 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
         "cancelled",
         30, 0, 3600)
       .To(&o->shutdown_grace_s);
+  DeclarePublicApiFlags(f, o);
+  AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local, &o->security);
+}
+
+// The public API's own: TLS and keys, reflection, message size, the metrics
+// and HTTP ports, the served name and the chat template.
+void DeclarePublicApiFlags(FlagSet& f, ServeFlags* o) {
   f.String("tls-cert", "PEM certificate of the public port (TLS)").To(&o->tls.cert);
   f.String("tls-key", "PEM private key of the public port").To(&o->tls.key);
   f.String("tls-client-ca", "PEM CA: clients must present a certificate it signed (mutual TLS)")
@@ -248,7 +257,6 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
   f.String("chat-template",
            "a Jinja chat template file used instead of the model's tokenizer_config.json one")
       .To(&o->chat_template);
-  AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local, &o->security);
 }
 
 // What is read and checked before any worker starts: the model's config and

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
 #include "jinja/jinja_ops.h"
+#include "jinja/py_format.h"
 #include "jinja/py_string.h"
 
 namespace shardlm::jinja {
@@ -15,212 +16,6 @@ namespace {
 using Method = absl::StatusOr<Value> (*)(const Value& self, const CallArgs& args);
 
 absl::Status ValueError(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-std::string PadTo(const std::string& s, int64_t width, char32_t fill, char align) {
-  const int64_t pad = width - py::Length(s);
-  if (pad <= 0) return s;
-  std::string f;
-  py::AppendUtf8(fill, &f);
-  auto repeat = [&f](int64_t n) {
-    std::string out;
-    for (int64_t i = 0; i < n; ++i) out += f;
-    return out;
-  };
-  if (align == '<') return s + repeat(pad);
-  if (align == '^') return repeat(pad / 2) + s + repeat(pad - pad / 2);
-  return repeat(pad) + s;
-}
-
-// str.format's format-spec mini-language: [[fill]align][sign][0][width][.precision][type].
-absl::StatusOr<std::string> ApplyFormatSpec(const Value& v, std::string_view spec) {
-  const std::u32string cps = py::Decode(spec);
-  size_t i = 0;
-  char32_t fill = ' ';
-  char align = 0;
-  auto is_align = [](char32_t c) { return c == '<' || c == '>' || c == '^' || c == '='; };
-  if (cps.size() >= 2 && is_align(cps[1])) {
-    fill = cps[0];
-    align = static_cast<char>(cps[1]);
-    i = 2;
-  } else if (!cps.empty() && is_align(cps[0])) {
-    align = static_cast<char>(cps[0]);
-    i = 1;
-  }
-  char sign = '-';
-  if (i < cps.size() && (cps[i] == '+' || cps[i] == '-' || cps[i] == ' ')) sign = static_cast<char>(cps[i++]);
-  if (i < cps.size() && cps[i] == '0') {
-    if (align == 0) fill = '0', align = '=';
-    ++i;
-  }
-  int64_t width = 0;
-  while (i < cps.size() && cps[i] >= '0' && cps[i] <= '9')
-    width = std::min<int64_t>(width * 10 + (cps[i++] - '0'), 10000);
-  int precision = -1;
-  if (i < cps.size() && cps[i] == '.') {
-    precision = 0;
-    ++i;
-    while (i < cps.size() && cps[i] >= '0' && cps[i] <= '9')
-      precision = std::min(precision * 10 + int(cps[i++] - '0'), 1000);
-  }
-  char type = 0;
-  if (i < cps.size()) type = static_cast<char>(cps[i++]);
-  if (i != cps.size()) return ValueError("Invalid format specifier");
-
-  std::string body;
-  bool numeric = v.is_number();
-  char buf[1200];
-  if (type == 0 && v.is_string()) type = 's';
-  if (type == 's') {
-    if (!v.is_string())
-      return ValueError(absl::StrCat("Unknown format code 's' for object of type '", TypeName(v), "'"));
-    body = v.string_value();
-    if (precision >= 0) body = py::Encode(py::Decode(body).substr(0, precision));
-    numeric = false;
-  } else if (type != 0 && std::string_view("fFeEgG%").find(type) != std::string_view::npos) {
-    if (!v.is_number())
-      return ValueError(absl::StrCat("Unknown format code '", std::string(1, type), "' for object of type '",
-                                     TypeName(v), "'"));
-    double x = v.number_value();
-    char conv = type;
-    if (type == '%') x *= 100, conv = 'f';
-    std::snprintf(buf, sizeof(buf), "%.*f", precision < 0 ? 6 : precision, x);
-    if (conv != 'f' && conv != 'F') {
-      const char fmt[] = {'%', '.', '*', conv, 0};
-      std::snprintf(buf, sizeof(buf), fmt, precision < 0 ? 6 : precision, x);
-    }
-    body = buf;
-    if (type == '%') body += "%";
-  } else if (type == 'd' || type == 'x' || type == 'X' || type == 'o' || type == 'b') {
-    if (!v.is_integral())
-      return ValueError(absl::StrCat("Unknown format code '", std::string(1, type), "' for object of type '",
-                                     TypeName(v), "'"));
-    const int64_t n = v.int_value();
-    const unsigned long long mag =
-        n < 0 ? 0ULL - static_cast<unsigned long long>(n) : static_cast<unsigned long long>(n);
-    if (type == 'b') {
-      std::string bits;
-      for (unsigned long long m = mag; m > 0; m >>= 1)
-        bits.insert(bits.begin(), static_cast<char>('0' + (m & 1)));
-      body = bits.empty() ? "0" : bits;
-    } else {
-      const char fmt[] = {'%', 'l', 'l', type == 'd' ? 'u' : type, 0};
-      std::snprintf(buf, sizeof(buf), fmt, mag);
-      body = buf;
-    }
-    if (n < 0) body = "-" + body;
-  } else if (type == 0) {
-    body = ToStr(v);
-    if (precision >= 0 && v.kind() == Value::Kind::kFloat) {
-      std::snprintf(buf, sizeof(buf), "%.*g", precision, v.number_value());
-      body = buf;
-    }
-  } else {
-    return ValueError(absl::StrCat("Unknown format code '", std::string(1, type), "' for object of type '",
-                                   TypeName(v), "'"));
-  }
-  if (numeric && sign != '-' && !body.empty() && body[0] != '-') body = std::string(1, sign) + body;
-  if (align == 0) align = numeric ? '>' : '<';
-  if (align == '=' && numeric && !body.empty() && (body[0] == '-' || body[0] == '+' || body[0] == ' ')) {
-    return body.substr(0, 1) + PadTo(body.substr(1), width - 1, fill, '>');
-  }
-  return PadTo(body, width, fill, align == '=' ? '>' : align);
-}
-
-// str.format: "{}", "{0}", "{name}", "{0.attr}", "{0[key]}", "!r", ":spec".
-absl::StatusOr<std::string> StrFormat(const std::string& fmt, const CallArgs& args) {
-  std::string out;
-  int auto_index = 0;
-  bool manual = false;
-  for (size_t i = 0; i < fmt.size(); ++i) {
-    const char c = fmt[i];
-    if (c == '}') {
-      if (i + 1 < fmt.size() && fmt[i + 1] == '}') {
-        out.push_back('}');
-        ++i;
-        continue;
-      }
-      return ValueError("Single '}' encountered in format string");
-    }
-    if (c != '{') {
-      out.push_back(c);
-      continue;
-    }
-    if (i + 1 < fmt.size() && fmt[i + 1] == '{') {
-      out.push_back('{');
-      ++i;
-      continue;
-    }
-    const size_t close = fmt.find('}', i);
-    if (close == std::string::npos) return ValueError("Single '{' encountered in format string");
-    std::string field = fmt.substr(i + 1, close - i - 1);
-    i = close;
-    std::string spec;
-    if (const size_t colon = field.find(':'); colon != std::string::npos) {
-      spec = field.substr(colon + 1);
-      field.resize(colon);
-    }
-    char conversion = 0;
-    if (const size_t bang = field.find('!'); bang != std::string::npos) {
-      if (bang + 2 != field.size()) return ValueError("expected ':' after conversion specifier");
-      conversion = field[bang + 1];
-      field.resize(bang);
-    }
-    const size_t accessor = std::min(field.find('.'), field.find('['));
-    const std::string head = field.substr(0, accessor);
-    Value value;
-    if (head.empty() || std::all_of(head.begin(), head.end(), [](char d) { return d >= '0' && d <= '9'; })) {
-      int index;
-      if (head.empty()) {
-        if (manual)
-          return ValueError("cannot switch from manual field specification to automatic field numbering");
-        index = auto_index++;
-      } else {
-        if (auto_index > 0)
-          return ValueError("cannot switch from automatic field numbering to manual field specification");
-        manual = true;
-        index = std::stoi(head.substr(0, 6));
-      }
-      if (index >= static_cast<int>(args.positional.size())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("Replacement index ", index, " out of range for positional args tuple"));
-      }
-      value = args.positional[index];
-    } else {
-      const auto it = std::find_if(args.keyword.begin(), args.keyword.end(),
-                                   [&](const auto& kv) { return kv.first == head; });
-      if (it == args.keyword.end()) return absl::InvalidArgumentError("KeyError: '" + head + "'");
-      value = it->second;
-    }
-    for (size_t p = accessor; p < field.size();) {
-      if (field[p] == '.') {
-        const size_t end = std::min(field.find('.', p + 1), field.find('[', p + 1));
-        SHARDLM_ASSIGN_OR_RETURN(value, GetAttr(value, field.substr(p + 1, end - p - 1)));
-        p = end;
-      } else if (field[p] == '[') {
-        const size_t end = field.find(']', p);
-        if (end == std::string::npos) return ValueError("Missing ']' in format string");
-        const std::string key = field.substr(p + 1, end - p - 1);
-        const bool numeric =
-            !key.empty() && std::all_of(key.begin(), key.end(), [](char d) { return d >= '0' && d <= '9'; });
-        SHARDLM_ASSIGN_OR_RETURN(
-            value, GetItem(value, numeric ? Value::Int(std::stoll(key.substr(0, 18))) : Value::String(key)));
-        p = end + 1;
-      } else {
-        return ValueError("Only '.' or '[' may follow ']' in format field specifier");
-      }
-    }
-    if (conversion == 'r' || conversion == 'a') {
-      value = Value::String(Repr(value));
-    } else if (conversion == 's') {
-      value = Value::String(ToStr(value));
-    } else if (conversion != 0) {
-      return ValueError(absl::StrCat("Unknown conversion specifier ", std::string(1, conversion)));
-    }
-    SHARDLM_ASSIGN_OR_RETURN(std::string piece, ApplyFormatSpec(value, spec));
-    out += piece;
-  }
-  return out;
-}
 
 // ---- str methods ----
 
@@ -344,7 +139,7 @@ absl::StatusOr<Value> StrJoin(const Value& self, const CallArgs& args) {
 }
 
 absl::StatusOr<Value> StrFormatMethod(const Value& self, const CallArgs& args) {
-  SHARDLM_ASSIGN_OR_RETURN(std::string s, StrFormat(Self(self), args));
+  SHARDLM_ASSIGN_OR_RETURN(std::string s, PyFormat(Self(self), args));
   return Value::String(std::move(s));
 }
 

@@ -96,12 +96,14 @@ void RunPacked(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tens
 struct PackedInputs {
   at::Tensor x, bias;
 };
-PackedInputs PackedOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+// x [m, k] and the bias [n] match w; x as `dtype` with unit column stride, the
+// bias as `dtype` and contiguous.
+PackedInputs OperandsIn(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in,
+                        at::ScalarType dtype) {
   TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
               w.out_features(), ", ", w.in_features(), "] do not match");
   TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
               " elements for ", w.out_features(), " outputs");
-  const at::ScalarType dtype = w.dtype();
   PackedInputs in;
   in.x = x_in.scalar_type() == dtype ? x_in : x_in.to(dtype);
   if (in.x.stride(1) != 1) in.x = in.x.contiguous();
@@ -109,6 +111,10 @@ PackedInputs PackedOperands(const at::Tensor& x_in, const LinearWeight& w, const
   if (in.bias.defined() && (in.bias.scalar_type() != dtype || !in.bias.is_contiguous()))
     in.bias = in.bias.to(dtype).contiguous();
   return in;
+}
+
+PackedInputs PackedOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
+  return OperandsIn(x_in, w, bias_in, w.dtype());
 }
 
 void RunPackedAny(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& out,
@@ -209,18 +215,9 @@ void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::
 // The operands of a quantized product: x in f32 or bf16 with unit column
 // stride, the bias in x's dtype.
 PackedInputs QuantOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
-  TORCH_CHECK(x_in.dim() == 2 && x_in.size(1) == w.in_features(), "linear: x ", x_in.sizes(), " and w [",
-              w.out_features(), ", ", w.in_features(), "] do not match");
   TORCH_CHECK(x_in.device().is_cpu(), "linear: a quantized weight runs on the CPU only");
-  TORCH_CHECK(!bias_in.defined() || bias_in.numel() == w.out_features(), "linear: bias of ", bias_in.numel(),
-              " elements for ", w.out_features(), " outputs");
-  PackedInputs in;
-  in.x = x_in.scalar_type() == at::kFloat || x_in.scalar_type() == at::kBFloat16 ? x_in : x_in.to(at::kFloat);
-  if (in.x.stride(1) != 1) in.x = in.x.contiguous();
-  in.bias = bias_in;
-  if (in.bias.defined() && (in.bias.scalar_type() != in.x.scalar_type() || !in.bias.is_contiguous()))
-    in.bias = in.bias.to(in.x.scalar_type()).contiguous();
-  return in;
+  const at::ScalarType dtype = x_in.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
+  return OperandsIn(x_in, w, bias_in, dtype);
 }
 
 void RunQuant(const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& y,

@@ -77,6 +77,20 @@ absl::Status CheckShape(const Checkpoint& ckpt, const TensorView& view, const st
                                                  absl::StrJoin(expected_shape, ", "), "]"));
 }
 
+// `part` (rows of tensor `name`, sliced by `slice`) in the rotary order the
+// model computes in, where the file keeps q and k projections in GGUF's
+// permuted order; whole heads only.
+absl::StatusOr<at::Tensor> InRotaryOrder(const TensorView& view, const SliceSpec& slice,
+                                         const std::string& name, at::Tensor part) {
+  if (view.rope_permuted_head_dim <= 0) return part;
+  if (slice.dim > 0 || part.size(0) % view.rope_permuted_head_dim != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': a slice of ", part.size(0),
+                                                   " rows is not a whole number of heads of ",
+                                                   view.rope_permuted_head_dim));
+  }
+  return UndoRotaryPermutation(part, view.rope_permuted_head_dim);
+}
+
 }  // namespace
 
 absl::StatusOr<QuantShard> LoadQuantShard(const Checkpoint& ckpt, const ShardPlan& plan,
@@ -107,15 +121,8 @@ absl::StatusOr<QuantShard> LoadQuantShard(const Checkpoint& ckpt, const ShardPla
       std::memcpy(dst + r * out_bytes, view->data + (row0 + r) * row_bytes + skip,
                   static_cast<size_t>(out_bytes));
     }
-    if (view->rope_permuted_head_dim > 0) {
-      if (slice.dim > 0 || rows % view->rope_permuted_head_dim != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': a slice of ", rows,
-                                                       " rows is not a whole number of heads of ",
-                                                       view->rope_permuted_head_dim));
-      }
-      out = UndoRotaryPermutation(out, view->rope_permuted_head_dim).contiguous();
-    }
-    shard.rows = std::move(out);
+    SHARDLM_ASSIGN_OR_RETURN(out, InRotaryOrder(*view, slice, name, std::move(out)));
+    shard.rows = out.contiguous();
     return absl::OkStatus();
   });
   SHARDLM_RETURN_IF_ERROR(st);
@@ -155,14 +162,7 @@ absl::StatusOr<at::Tensor> LoadShard(const Checkpoint& ckpt, const ShardPlan& pl
       at::Tensor full = at::from_blob(base, view->shape, at::TensorOptions().dtype(src_type));
       part = slice.dim >= 0 ? full.narrow(slice.dim, slice.start, slice.length) : full;
     }
-    if (view->rope_permuted_head_dim > 0) {
-      if (slice.dim > 0 || part.size(0) % view->rope_permuted_head_dim != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': a slice of ", part.size(0),
-                                                       " rows is not a whole number of heads of ",
-                                                       view->rope_permuted_head_dim));
-      }
-      part = UndoRotaryPermutation(part, view->rope_permuted_head_dim);
-    }
+    SHARDLM_ASSIGN_OR_RETURN(part, InRotaryOrder(*view, slice, name, std::move(part)));
     // Always an owned copy (converted to the compute dtype on the way), so
     // the mapping can be dropped after loading and the rank's resident
     // memory is its shard, not every page the slicing touched.

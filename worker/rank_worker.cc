@@ -20,28 +20,33 @@
 namespace shardlm {
 namespace {
 
+// A dtype flag's value: "f32", "bf16", or "auto" for `automatic`; anything
+// else refused naming `flag`.
+absl::StatusOr<at::ScalarType> DtypeNamed(const std::string& value, at::ScalarType automatic,
+                                          const std::string& flag) {
+  if (value == "auto") return automatic;
+  if (value == "f32") return at::kFloat;
+  if (value == "bf16") return at::kBFloat16;
+  return absl::InvalidArgumentError(flag + " must be auto, f32 or bf16, got '" + value + "'");
+}
+
+// --dtype: "auto" is the checkpoint's (f32 stays f32, the rest computes in bf16).
+absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const ModelConfig& cfg) {
+  return DtypeNamed(flag, cfg.torch_dtype == "float32" ? at::kFloat : at::kBFloat16, "--dtype");
+}
+
 // --kv-dtype: the compute dtype unless it names another (then on the CPU only:
 // the GPU's rotary kernel writes K and V in the compute dtype).
 absl::StatusOr<at::ScalarType> ResolveKvDtype(const std::string& flag, at::ScalarType compute,
                                               const at::Device& device) {
-  if (flag == "auto") return compute;
-  if (flag != "f32" && flag != "bf16")
-    return InvalidField("kv_dtype", "--kv-dtype must be auto, f32 or bf16, got '" + flag + "'");
-  const at::ScalarType kv = flag == "f32" ? at::kFloat : at::kBFloat16;
-  if (kv != compute && !device.is_cpu()) {
+  absl::StatusOr<at::ScalarType> kv = DtypeNamed(flag, compute, "--kv-dtype");
+  if (!kv.ok()) return WithField(kv.status(), "kv_dtype");
+  if (*kv != compute && !device.is_cpu()) {
     return InvalidField("kv_dtype", "--kv-dtype " + flag +
                                         " differs from the compute dtype: the CPU only; on " + device.str() +
                                         " the KV cache has the compute dtype (--dtype)");
   }
   return kv;
-}
-
-absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const ModelConfig& cfg) {
-  std::string name = flag;
-  if (name == "auto") name = cfg.torch_dtype == "float32" ? "f32" : "bf16";
-  if (name == "f32") return at::kFloat;
-  if (name == "bf16") return at::kBFloat16;
-  return absl::InvalidArgumentError("--dtype must be auto, f32 or bf16, got '" + flag + "'");
 }
 
 }  // namespace

@@ -477,6 +477,21 @@ FEATURES = [
                     "{{ '42'.isdigit() }}{{ 'ab'.isalpha() }}{{ ' '.isspace() }}{{ 'x'.zfill(3) }}"
                     "{{ 'a,b'.partition(',') }}{{ 'ab'.ljust(4, '.') }}{{ 'ab'.center(5, '*') }}",
      {"s": "Hello world!\nsecond line"}),
+    # str.format's fields and format specs (jinja/py_format.cc), case by case.
+    ("str_format_specs", "{{ '[{:*^9}][{:<6}][{:>6}][{:=+8}][{:08.3f}][{: d}][{:+d}]'.format('mid', 'l', 'r', -42, -3.14159, 7, 7) }}"
+                         "{{ '[{:x}][{:X}][{:o}][{:b}][{:#>6b}][{:d}][{:5d}][{:<5d}|]'.format(255, 255, 8, 5, 5, -17, 3, 3) }}"
+                         "{{ '[{:e}][{:.2E}][{:g}][{:.3G}][{:.1%}][{:f}][{:.0f}][{:.2}]'.format(12345.678, 0.000123, 1e-7, 123456, 0.4567, 2.5, 2.5, 3.14159) }}"
+                         "{{ '[{:.3s}][{:10.2s}|][{}][{}][{:5}][{:<5}|]'.format('abcdef', 'xyz', 1.5, none, 12, true) }}"
+                         "{{ '[{0}{1}{0}][{a}-{b}][{0[k]}][{0[1]}][{x.y}]'.format(d, 'z', a=1, b=2) if false else '' }}"
+                         "{{ '[{0[k]}][{1[1]}][{2!r}][{2!s}][{3!r}]'.format(d, l, 'q', 1.0) }}"
+                         "{{ '{{}}{{{}}}'.format(9) }}{{ '{:é>4}'.format('ü') }}", {"d": {"k": "v"}, "l": [1, 2]}),
+    ("str_format_error_brace", "{{ 'a}b'.format(1) }}", {}),
+    ("str_format_error_open", "{{ 'a{b'.format(1) }}", {}),
+    ("str_format_error_switch", "{{ '{}{0}'.format(1) }}", {}),
+    ("str_format_error_index", "{{ '{2}'.format(1) }}", {}),
+    ("str_format_error_code", "{{ '{:d}'.format('x') }}", {}),
+    ("str_format_error_spec", "{{ '{:5q}'.format(1) }}", {}),
+    ("str_format_error_conversion", "{{ '{!x}'.format(1) }}", {}),
     # Unicode case (Python's full mappings, as ICU's root locale gives them) and character classes.
     ("str_case_unicode", "{{ s.upper() }}|{{ s.lower() }}|{{ s.title() }}|{{ s.capitalize() }}|{{ s.swapcase() }}|"
                          "{{ s|upper }}|{{ s|lower }}|{{ s|title }}|{{ s|capitalize }}|"

@@ -15,7 +15,7 @@ clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc model/safetensors.cc mod
 clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc \
   "${libs[@]}" -o "$out/gguf_fuzzer"
 # shellcheck disable=SC2046
-clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
+clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
   model/model_files.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc common/status.cc \
   "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 icu-uc) -o "$out/tokenizer_fuzzer"
 # The HTTP request parser (Boost.Beast's, with the server's limits) and the OpenAI JSON front end.
@@ -24,7 +24,7 @@ protoc -Iproto --cpp_out="$out/gen" proto/shardlm/v1/inference.proto
 # shellcheck disable=SC2046
 clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc coordinator/openai_params.cc \
   coordinator/openai_chat.cc coordinator/tool_calls.cc \
-  "$out/gen/shardlm/v1/inference.pb.cc" jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
+  "$out/gen/shardlm/v1/inference.pb.cc" jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
   tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc model/model_files.cc model/gguf.cc \
   model/gguf_model.cc model/mapped_file.cc common/status.cc "${libs[@]}" \
   $(pkg-config --cflags --libs libpcre2-8 icu-uc protobuf grpc++) -o "$out/http_request_fuzzer"

@@ -20,4 +20,8 @@ std::string_view KindName(ConstraintSpec::Kind kind) {
   return "none";
 }
 
+nlohmann::json JsonLayoutOptions() {
+  return {{"whitespace_flexible", false}, {"item_separator", ", "}, {"key_separator", ": "}};
+}
+
 }  // namespace shardlm

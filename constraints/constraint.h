@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace shardlm {
 
 struct ConstraintSpec {
@@ -20,6 +22,13 @@ struct ConstraintSpec {
 
   bool empty() const { return kind == Kind::kNone; }
 };
+
+// llguidance's "x-guidance" options for JSON laid out as Python's json.dumps lays it out
+// (", " and ": ", no other whitespace). ConstraintCompiler::Compile gives them to every JSON constraint whose
+// schema does not set its own; a grammar's %json needs them in its schema. llguidance's
+// default allows any run of whitespace between tokens, and a small model then pads a
+// document with newlines until max_tokens (vLLM's disable_any_whitespace, on by default here).
+nlohmann::json JsonLayoutOptions();
 
 // The API's field name of a kind ("json_schema", "json_object", "regex", "grammar", "choice";
 // "none" for kNone): errors name "constraint." + KindName(kind).

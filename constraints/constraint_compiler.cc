@@ -107,10 +107,6 @@ absl::StatusOr<std::unique_ptr<ConstraintCompiler>> ConstraintCompiler::Create(c
   return compiler;
 }
 
-nlohmann::json JsonLayoutOptions() {
-  return {{"whitespace_flexible", false}, {"item_separator", ", "}, {"key_separator", ": "}};
-}
-
 ConstraintCompiler::~ConstraintCompiler() { llg_free_tokenizer(llg_tokenizer_); }
 
 absl::StatusOr<std::unique_ptr<Matcher>> ConstraintCompiler::Compile(const ConstraintSpec& spec) const {

@@ -26,13 +26,6 @@ struct LlgTokenizer;  // llguidance.h
 
 namespace shardlm {
 
-// llguidance's "x-guidance" options for JSON laid out as Python's json.dumps lays it out
-// (", " and ": ", no other whitespace). Compile gives them to every JSON constraint whose
-// schema does not set its own; a grammar's %json needs them in its schema. llguidance's
-// default allows any run of whitespace between tokens, and a small model then pads a
-// document with newlines until max_tokens (vLLM's disable_any_whitespace, on by default here).
-nlohmann::json JsonLayoutOptions();
-
 class ConstraintCompiler {
  public:
   // `eos_ids`: the tokens that end a sequence (the first is llguidance's main EOS); a stopped

@@ -4,7 +4,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "constraints/constraint_compiler.h"
+#include "constraints/constraint.h"
 
 namespace shardlm {
 namespace {

@@ -23,7 +23,7 @@ mkdir -p "$out/gen"
 protoc -Iproto --cpp_out="$out/gen" proto/shardlm/v1/inference.proto
 # shellcheck disable=SC2046
 clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc coordinator/openai_params.cc \
-  coordinator/openai_chat.cc coordinator/tool_calls.cc \
+  coordinator/openai_chat.cc coordinator/tool_calls.cc constraints/constraint.cc common/grpc_status.cc \
   "$out/gen/shardlm/v1/inference.pb.cc" jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
   tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc model/model_files.cc model/gguf.cc \
   model/gguf_model.cc model/mapped_file.cc common/status.cc "${libs[@]}" \

@@ -73,11 +73,22 @@ class GenerateReactor : public grpc::ServerWriteReactor<pb::GenerateResponse> {
     grpc::Status st = service_->Admit(*ctx_, &owner);
     if (st.ok()) st = unparsed;
     if (!st.ok()) return FinishCall(st);
-    auto prompt = service_->PromptIds(req.prompt(), req.prefix_handle().empty(), "prompt", call_);
-    if (!prompt.ok()) return FinishCall(ToGrpcStatus(prompt.status()));
+    GenerateJob job = GenerateJobFromProto(req, {});
     session_ = std::make_unique<GenerateSession>(service_, owner, &call_);
+    // n and the stop strings before a text prompt is tokenized: the cheap
+    // errors first, as a long text costs time to tokenize.
+    if (absl::Status checked = session_->CheckJob(job); !checked.ok()) {
+      ended_ = true;
+      return FinishCall(ToGrpcStatus(checked));
+    }
+    auto prompt = service_->PromptIds(req.prompt(), req.prefix_handle().empty(), "prompt", call_);
+    if (!prompt.ok()) {
+      ended_ = true;
+      return FinishCall(ToGrpcStatus(prompt.status()));
+    }
+    job.request.prompt = *std::move(prompt);
     std::weak_ptr<GenerateReactor> weak = self_;
-    st = session_->Start(GenerateJobFromProto(req, *std::move(prompt)), [weak] {
+    st = session_->Start(std::move(job), [weak] {
       if (auto r = weak.lock()) r->Pump();
     });
     if (!st.ok()) {

@@ -49,6 +49,10 @@ class GenerateSession {
   GenerateSession(InferenceService* service, std::string owner, CallRecord* call);
   ~GenerateSession();  // abandons work still running
 
+  // n and the stop strings within their limits (ValidateRequest checks the
+  // rest when the samples are submitted). Start checks them too; the gRPC
+  // driver asks first, before it tokenizes a text prompt.
+  absl::Status CheckJob(const GenerateJob& job) const;
   // Checks the request and submits its work; `notify` is called (from the
   // engine loop's thread, any time until this session is destroyed) when
   // events wait for Drain. An error means nothing runs.
@@ -81,7 +85,6 @@ class GenerateSession {
   };
 
   // Start's parts (generate_session.cc says what each does).
-  absl::Status CheckJob(const GenerateJob& job) const;
   absl::Status FillBase(GenerateJob& job);
   absl::Status PrefillShared();
   // Submits the samples (from the shared handle when n > 1).

@@ -1,5 +1,6 @@
 #include "coordinator/openai_api.h"
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -125,7 +126,14 @@ bool LogitBiasOf(Params& p, const ModelContext& model, SamplingParams& s) {
       return p.Fail("logit_bias", absl::StrCat("logit_bias for token ", id, " must be in ",
                                                kLogitBiasBound.Text(), ", got ", Shown(it.value())));
     }
-    s.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    // "5" and "05" are one token: the last value given wins, as in a map.
+    const auto same = std::find_if(s.logit_bias.begin(), s.logit_bias.end(),
+                                   [id](const auto& entry) { return entry.first == id; });
+    if (same != s.logit_bias.end()) {
+      same->second = it.value().get<float>();
+    } else {
+      s.logit_bias.emplace_back(static_cast<int32_t>(id), it.value().get<float>());
+    }
   }
   return true;
 }

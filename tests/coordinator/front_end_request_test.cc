@@ -99,6 +99,14 @@ TEST(FrontEndRequestTest, EveryParameterLandsInTheSameField) {
   EXPECT_EQ(grpc.constraint.kind, ConstraintSpec::Kind::kRegex);
 }
 
+// Keys spelling one token id twice ("5", "05") are one bias, the last given,
+// as the gRPC API's map keeps one value per id.
+TEST(FrontEndRequestTest, ALogitBiasKeySpeltTwiceIsOneBias) {
+  const GenerateJob job =
+      FromOpenAi(R"({"model": "m", "prompt": [1], "logit_bias": {"5": 10, "7": 1, "05": -3}})");
+  EXPECT_EQ(job.request.sampling.logit_bias, (std::vector<std::pair<int32_t, float>>{{5, -3.0f}, {7, 1.0f}}));
+}
+
 TEST(FrontEndRequestTest, ConstraintsOfEachKind) {
   pb::Constraint c;
   EXPECT_TRUE(ConstraintFromProto(c).empty());

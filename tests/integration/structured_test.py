@@ -510,7 +510,10 @@ def case_errors(ctx, chk):
                 ("temperature out of range", "temperature",
                  sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4,
                                        sampling=sc.pb.SamplingParams(temperature=1000))),
-                ("too many samples", "n", sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4, n=99))]:
+                ("too many samples", "n", sc.pb.GenerateRequest(prompt=sc.to_prompt("x"), max_new_tokens=4, n=99)),
+                # n is checked before a text prompt is tokenized (or refused as too long).
+                ("too many samples of a too long prompt", "n",
+                 sc.pb.GenerateRequest(prompt=sc.to_prompt("x " * 2_000_000), max_new_tokens=4, n=99))]:
             call = st.Generate(req, timeout=60)
             try:
                 list(call)

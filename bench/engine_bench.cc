@@ -80,11 +80,9 @@ struct Row {
 // next step planned and queued on the workers while one runs. Medians of 3
 // alternating runs of each.
 // --weights and --kv-dtype, as every engine here is given them.
-using Storage = StorageFlags;
-
 void BenchTensorParallel(const std::string& dir, const std::string& exe, const std::vector<int32_t>& tps,
                          const std::vector<int32_t>& batches, int32_t steps, const std::string& dtype,
-                         const Storage& storage) {
+                         const StorageFlags& storage) {
   std::printf(
       "\n| dtype | tp | batch | step ms | rank-0 compute ms | collectives ms | coordinator+RPC ms | overhead "
       "| "
@@ -175,7 +173,7 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
 // Time to first token of a 1000-token prompt whose first 900 tokens are
 // cached (automatic prefix caching, and an explicit prefix handle), against
 // the same prompt cold. In-process, one rank.
-void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const Storage& storage) {
+void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const StorageFlags& storage) {
   RankWorkerOptions wo;
   wo.model_dir = dir;
   wo.dtype = dtype;
@@ -462,8 +460,7 @@ int Main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  const Storage& storage = o.storage;
-  if (o.ttft) BenchCachedPrefix(dir, "f32", storage);
+  if (o.ttft) BenchCachedPrefix(dir, "f32", o.storage);
   if (!o.tp.empty()) {
     std::vector<int32_t> tps;
     ParseIdList("tp", o.tp, &tps).IgnoreError();
@@ -481,7 +478,7 @@ int Main(int argc, char** argv) {
     std::vector<std::string> tp_dtypes = absl::StrSplit(o.dtypes, ',', absl::SkipEmpty());
     if (tp_dtypes.empty()) tp_dtypes = {"f32"};
     for (const std::string& dtype : tp_dtypes)
-      BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, storage);
+      BenchTensorParallel(dir, exe, tps, tp_batches, steps, dtype, o.storage);
   }
   if (rows.empty()) return 0;
   std::printf(

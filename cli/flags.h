@@ -8,7 +8,7 @@
 // CLI exits 2 on it). The command line is tokenized by CLI11; the checks and
 // their messages are this file's.
 //
-//   ServeOptions o;
+//   ServeFlags o;
 //   FlagSet f("serve");
 //   f.String("model", "checkpoint directory", /*required=*/true).To(&o.model);
 //   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20).To(&o.kv_cache_mb);

@@ -59,8 +59,8 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
   AddDeviceFlags(f, &o->device);
   if (spawn_local) AddCollectivesFlag(f, &o->collectives);
   f.Int("target-step-ms",
-        "cut long prompts into chunks so a step takes about this long (from the measured time per token; "
-        "a cancelled or late request stops within about two steps); 0: off",
+        "cut long prompts into chunks so a step takes about this long (from the measured cost of a token "
+        "and of the context it attends to; a cancelled or late request stops within about two steps); 0: off",
         250, 0, 600000)
       .To(&o->target_step_ms);
   AddSchedulingFlags(f, &o->scheduling);

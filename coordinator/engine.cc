@@ -46,7 +46,7 @@ Engine::Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_block
       kv_(num_blocks, KvOptions(options, block_size)),
       scheduler_(SchedulerOptions(options)) {
   UpdateGauges();  // the KV gauges show the free pool before the first step
-  // Until a long step has been timed, steps are short enough to time safely.
+  // Until steps have been timed, they are short enough to time safely.
   if (options_.target_step_ms > 0) scheduler_.LimitStepTokens(kFirstStepTokens);
 }
 
@@ -349,20 +349,21 @@ absl::Status Engine::StepOverlapped() {
 
 void Engine::LearnStepCost(const PlannedStep& plan) {
   // A step's own time: overlapped, it started computing when the one before
-  // it came back. Short steps are mostly fixed cost, so only long ones teach
-  // the cost of a token (an overestimate by the fixed part: on the safe side).
-  constexpr size_t kMinTokens = 128;
+  // it came back.
   const auto began = std::max(plan.started, last_finished_);
   last_finished_ = plan.finished;
-  if (options_.target_step_ms <= 0 || plan.finished == std::chrono::steady_clock::time_point{} ||
-      plan.input.token_ids.size() < kMinTokens) {
-    return;
+  if (options_.target_step_ms <= 0 || plan.finished == std::chrono::steady_clock::time_point{}) return;
+  // Steps of decodes alone are mostly fixed cost (a batch-1 decode reads
+  // every weight for one token): they would make prompt tokens look dear.
+  if (std::none_of(plan.takes.begin(), plan.takes.end(), [](int32_t take) { return take > 1; })) return;
+  int64_t keys = 0;  // the cached keys its tokens attend to
+  for (int32_t position : plan.input.positions) keys += position + 1;
+  step_cost_.Observe(static_cast<int64_t>(plan.input.token_ids.size()), keys,
+                     std::chrono::duration<double>(plan.finished - began).count());
+  if (const auto& cost = step_cost_.cost()) {
+    const double target = options_.target_step_ms / 1000.0;
+    scheduler_.LimitStepTime({target, cost->per_token, cost->per_key});
   }
-  const double took = std::chrono::duration<double>(plan.finished - began).count();
-  const double per_token = took / static_cast<double>(plan.input.token_ids.size());
-  seconds_per_token_ = seconds_per_token_ == 0 ? per_token : 0.5 * seconds_per_token_ + 0.5 * per_token;
-  const int64_t limit = static_cast<int64_t>(options_.target_step_ms / 1000.0 / seconds_per_token_);
-  scheduler_.LimitStepTokens(std::max<int64_t>(limit, kMinTokens));
 }
 
 // The step's bookkeeping undone whatever its outcome: in-flight counts, rows

@@ -36,6 +36,7 @@
 #include "coordinator/kv_manager.h"
 #include "coordinator/scheduler.h"
 #include "coordinator/sequence.h"
+#include "coordinator/step_cost.h"
 #include "coordinator/validate_request.h"
 #include "model/model_config.h"
 #include "model/step.h"
@@ -62,8 +63,9 @@ class Engine {
     // Plan and start the next step while one runs, when the executor
     // overlaps steps (worker processes): PlanStep(/*ahead=*/true).
     bool overlap_steps = true;
-    // A step should take about this long: from the measured time per token,
-    // long prompts are cut into chunks that fit, so a request that is
+    // A step should take about this long: from the measured cost of a token
+    // and of the cached keys it attends to (step_cost.h), long prompts are
+    // cut into chunks that fit, so a request that is
     // cancelled or past its deadline stops within about two steps (the one
     // running and the one planned behind it), and decodes are not held up
     // behind a long prompt. 0: steps are bounded by max_batch_tokens alone.
@@ -226,10 +228,10 @@ class Engine {
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
-  // The step time budget (Options::target_step_ms): seconds per step token,
-  // learnt from long steps, and when the last step's rows came back.
+  // The step time budget (Options::target_step_ms): what a step costs,
+  // learnt from the steps run, and when the last step's rows came back.
   void LearnStepCost(const PlannedStep& plan);
-  double seconds_per_token_ = 0;
+  StepCostModel step_cost_;
   std::chrono::steady_clock::time_point last_finished_{};
   // StepOverlapped's step in flight, and its rows to come.
   std::unique_ptr<PlannedStep> queued_;

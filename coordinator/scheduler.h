@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <deque>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,9 +87,26 @@ class Scheduler {
   explicit Scheduler(Options options) : options_(options) {}
 
   // Caps the tokens of the next steps below max_batch_tokens (the engine's
-  // time budget: a step should take about --target-step-ms); every running
-  // decode still gets its token. <= 0: no cap.
+  // first steps, before it has timed any); every running decode still gets
+  // its token. <= 0: no cap.
   void LimitStepTokens(int64_t limit) { step_limit_ = limit; }
+
+  // The engine's time budget (a step should take about --target-step-ms):
+  // prompt chunks are cut so that the step's tokens cost at most `seconds`,
+  // at `per_token` a token plus `per_key` a cached key it attends to (its
+  // position + 1). Every running decode still gets its token, and the step's
+  // first prompt chunk at least kMinChunkTokens (or the rest of its prompt),
+  // so prompts always advance. Replaces a LimitStepTokens cap.
+  struct TimeBudget {
+    double seconds = 0;
+    double per_token = 0;
+    double per_key = 0;
+  };
+  static constexpr int32_t kMinChunkTokens = 16;
+  void LimitStepTime(const TimeBudget& budget) {
+    time_budget_ = budget;
+    step_limit_ = 0;
+  }
 
   // "continuous" or "static"; InvalidArgument otherwise.
   static absl::Status ParsePolicy(const std::string& name, Policy* policy);
@@ -119,12 +137,18 @@ class Scheduler {
   // sequences not in this step, newest first; false if even all of them
   // do not make enough.
   bool MakeRoom(KvSpace& kv, SchedSeq& seq, int32_t tokens);
+  // The most tokens of `seq`'s prompt, from num_computed on, that cost at
+  // most `seconds` under the time budget.
+  int64_t TokensWithin(const SchedSeq& seq, double seconds) const;
+  // What `tokens` tokens of `seq` from num_computed on cost under it.
+  double CostOf(const SchedSeq& seq, int64_t tokens) const;
 
   Options options_;
   std::deque<SchedSeq*> waiting_;   // ascending id
   std::vector<SchedSeq*> running_;  // ascending id
   int64_t queued_tokens_ = 0;
   int64_t step_limit_ = 0;
+  std::optional<TimeBudget> time_budget_;
   int64_t preemptions_ = 0;
 };
 

@@ -269,6 +269,55 @@ TEST_F(SchedulerTest, AdmissionUsesThePrefixCacheAndGivesItBackWhenTheHeadWaits)
   EXPECT_EQ(kv.FreeBlocks(), 0);
 }
 
+TEST_F(SchedulerTest, ATimeBudgetCutsDeeperChunksShorter) {
+  Scheduler::Options o;
+  o.max_batch_tokens = 100000;
+  Scheduler sched(o);
+  FakeKv kv(100000);
+  // 1 ms a token, 1 us a key, 250 ms a step.
+  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  FakeSeq* a = Add(8000);
+  ASSERT_TRUE(sched.Enqueue(a).ok());
+  auto work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1));
+  // t tokens from 0 cost 1e-3 t + 1e-6 t (t + 1) / 2 <= 0.25: t = 224.
+  EXPECT_EQ(work[0].tokens, 224);
+  a->num_computed = 4000;
+  work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1));
+  // From 4000, a token costs at least 5 ms: 49 tokens fit.
+  EXPECT_EQ(work[0].tokens, 49);
+  // The budget is spent on the chunk: what it says it costs fits.
+  const double t = work[0].tokens;
+  EXPECT_LE(1e-3 * t + 1e-6 * (t * 4000 + t * (t + 1) / 2), 0.25);
+  const double t1 = t + 1;
+  EXPECT_GT(1e-3 * t1 + 1e-6 * (t1 * 4000 + t1 * (t1 + 1) / 2), 0.25);
+}
+
+TEST_F(SchedulerTest, ATimeBudgetKeepsDecodesAndAdvancesOnePromptAtLeast) {
+  Scheduler::Options o;
+  o.max_batch_tokens = 100000;
+  Scheduler sched(o);
+  FakeKv kv(100000);
+  std::vector<FakeSeq*> decoding;
+  for (int i = 0; i < 3; ++i) {
+    decoding.push_back(Add(10));
+    ASSERT_TRUE(sched.Enqueue(decoding.back()).ok());
+  }
+  Apply(sched.Schedule(kv));  // their prompts: now each decodes
+  FakeSeq* p1 = Add(1000);
+  FakeSeq* p2 = Add(1000);
+  ASSERT_TRUE(sched.Enqueue(p1).ok());
+  ASSERT_TRUE(sched.Enqueue(p2).ok());
+  // Each decode alone costs more than the step's budget.
+  sched.LimitStepTime({0.01, 0.02, 0});
+  auto work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1, 2, 3, 4));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(work[i].tokens, 1);
+  EXPECT_EQ(work[3].tokens, Scheduler::kMinChunkTokens) << "the first prompt chunk still advances";
+  EXPECT_THAT(Ids(sched.waiting()), ElementsAre(5)) << "no time left for the second prompt";
+}
+
 TEST_F(SchedulerTest, RemoveTakesQueuedAndRunningSequencesOut) {
   Scheduler::Options o;
   o.max_num_seqs = 1;

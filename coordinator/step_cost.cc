@@ -1,0 +1,44 @@
+#include "coordinator/step_cost.h"
+
+#include <cmath>
+
+namespace shardlm {
+
+void StepCostModel::Observe(int64_t tokens, int64_t keys, double seconds) {
+  if (tokens <= 0 || keys < 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;
+  window_.push_back({static_cast<double>(tokens), static_cast<double>(keys), seconds});
+  if (window_.size() > kWindow) window_.pop_front();
+  if (window_.size() >= kMinSteps) Fit();
+}
+
+template <typename X, typename Y>
+double StepCostModel::Sum(X x, Y y) const {
+  double sum = 0, w = 1;
+  for (auto it = window_.rbegin(); it != window_.rend(); ++it, w *= kDecay) sum += w * x(*it) * y(*it);
+  return sum;
+}
+
+void StepCostModel::Fit() {
+  auto tokens = [](const Sample& s) { return s.tokens; };
+  auto keys = [](const Sample& s) { return s.keys; };
+  auto seconds = [](const Sample& s) { return s.seconds; };
+  // The normal equations of seconds ~ a * tokens + b * keys.
+  const double tt = Sum(tokens, tokens), tk = Sum(tokens, keys), kk = Sum(keys, keys);
+  const double ts = Sum(tokens, seconds), ks = Sum(keys, seconds);
+  const double kk_ridged = kk * (1 + kRidge);
+  const double det = tt * kk_ridged - tk * tk;
+  double a = -1, b = -1;
+  if (det > 0) {
+    a = (ts * kk_ridged - tk * ks) / det;
+    b = (tt * ks - tk * ts) / det;
+  }
+  if (a >= 0 && b >= 0) {
+    cost_ = StepCost{a, b};
+  } else {
+    // Tokens alone (tt > 0: every step has a token). Not keys alone: that
+    // would make a new prompt's first, shallow chunk look almost free.
+    cost_ = StepCost{ts / tt, 0};
+  }
+}
+
+}  // namespace shardlm

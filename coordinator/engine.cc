@@ -347,12 +347,15 @@ absl::Status Engine::StepOverlapped() {
   return st;
 }
 
-void Engine::LearnStepCost(const PlannedStep& plan) {
+void Engine::LearnStepCost(const PlannedStep& plan, bool ran) {
   // A step's own time: overlapped, it started computing when the one before
   // it came back.
   const auto began = std::max(plan.started, last_finished_);
   last_finished_ = plan.finished;
-  if (options_.target_step_ms <= 0 || plan.finished == std::chrono::steady_clock::time_point{}) return;
+  // A failed step's time says nothing of the cost (a hang ran to the step
+  // timeout; a refusal came back at once).
+  const bool timed = plan.finished != std::chrono::steady_clock::time_point{};
+  if (options_.target_step_ms <= 0 || !ran || !timed) return;
   // Steps of decodes alone are mostly fixed cost (a batch-1 decode reads
   // every weight for one token): they would make prompt tokens look dear.
   if (std::none_of(plan.takes.begin(), plan.takes.end(), [](int32_t take) { return take > 1; })) return;
@@ -366,11 +369,11 @@ void Engine::LearnStepCost(const PlannedStep& plan) {
   }
 }
 
-// The step's bookkeeping undone whatever its outcome: in-flight counts, rows
-// pending, copied blocks released.
-void Engine::SettleStep(PlannedStep& plan) {
+// The step's bookkeeping undone whatever its outcome (`ran`: its rows came
+// back): in-flight counts, rows pending, copied blocks released.
+void Engine::SettleStep(PlannedStep& plan, bool ran) {
   --steps_in_flight_;
-  LearnStepCost(plan);
+  LearnStepCost(plan, ran);
   for (size_t k = 0; k < plan.in_step.size(); ++k) {
     Sequence* seq = plan.in_step[k];
     --seq->flight.steps;
@@ -446,7 +449,7 @@ void Engine::RetireEnded(PlannedStep& plan) {
 }
 
 absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
-  SettleStep(plan);
+  SettleStep(plan, results.ok());
   if (!results.ok()) {
     // Fail the work in flight, keep the engine usable. A sequence also in
     // the step behind this one ends when that one is applied.

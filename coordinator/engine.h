@@ -213,7 +213,7 @@ class Engine {
   // Sets the metrics' gauges from the current state (when metrics are on).
   void UpdateGauges() const;
   // ApplyStep's parts, in order.
-  void SettleStep(PlannedStep& plan);
+  void SettleStep(PlannedStep& plan, bool ran);
   void PublishComputed(PlannedStep& plan);
   void ApplyRow(const RowOwner& owner, const RowResult& r);
   void RetireEnded(PlannedStep& plan);
@@ -230,7 +230,7 @@ class Engine {
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
   // The step time budget (Options::target_step_ms): what a step costs,
   // learnt from the steps run, and when the last step's rows came back.
-  void LearnStepCost(const PlannedStep& plan);
+  void LearnStepCost(const PlannedStep& plan, bool ran);
   StepCostModel step_cost_;
   std::chrono::steady_clock::time_point last_finished_{};
   // StepOverlapped's step in flight, and its rows to come.

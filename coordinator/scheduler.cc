@@ -167,18 +167,22 @@ std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
     if (has_budget) {
       kv.Admit(*seq);
       const int32_t take = take_of(*seq);
-      // A preempted sequence back at the head may preempt newer ones.
-      if (take <= 0 || !MakeRoom(kv, *seq, seq->num_computed + take)) {
+      if (take <= 0 && options_.policy == Policy::kStatic) {
+        // The step's time is spent: joins the batch without work, below.
+        kv.Evict(*seq);
+      } else if (take <= 0 || !MakeRoom(kv, *seq, seq->num_computed + take)) {
+        // A preempted sequence back at the head may preempt newer ones.
         kv.Evict(*seq);  // give back what the prefix cache lent; the head waits
         break;
+      } else {
+        spend(*seq, take);
+        kv.Grow(*seq, seq->num_computed + take);
+        seq->scheduled = true;
+        work.push_back({seq, take});
+        budget -= take;
       }
-      spend(*seq, take);
-      kv.Grow(*seq, seq->num_computed + take);
-      seq->scheduled = true;
-      work.push_back({seq, take});
-      budget -= take;
     }
-    // Static without budget left: joins the batch now, computes from the next step.
+    // Static without budget (tokens or time) left: joins the batch now, computes from the next step.
     waiting_.pop_front();
     queued_tokens_ -= seq->queued_tokens;
     seq->queued_tokens = 0;

@@ -1,5 +1,6 @@
 #include "coordinator/step_cost.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace shardlm {
@@ -34,10 +35,15 @@ void StepCostModel::Fit() {
   }
   if (a >= 0 && b >= 0) {
     cost_ = StepCost{a, b};
+    return;
+  }
+  // One term alone, the one that fits better (the least-squares optimum with
+  // both >= 0 lies on an edge): its error is ss - xs^2 / xx, so the larger
+  // xs^2 / xx wins. Tokens win a tie, and tt > 0 (every step has a token).
+  if (kk > 0 && ks * ks / kk > ts * ts / tt) {
+    cost_ = StepCost{0, std::max(ks / kk, 0.0)};
   } else {
-    // Tokens alone (tt > 0: every step has a token). Not keys alone: that
-    // would make a new prompt's first, shallow chunk look almost free.
-    cost_ = StepCost{ts / tt, 0};
+    cost_ = StepCost{std::max(ts / tt, 0.0), 0};
   }
 }
 

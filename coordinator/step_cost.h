@@ -27,10 +27,10 @@ struct StepCost {
 };
 
 // Weighted least squares over the last kWindow steps, the newer weighing
-// more, with both coefficients >= 0 (when either comes out negative, tokens
-// are fitted alone). A small ridge on per_key settles what the steps cannot
-// tell apart (all at one depth: tokens and keys in proportion) towards
-// per_token. Both lean the same way: towards overestimating shallower work.
+// more, with both coefficients >= 0 (when either comes out negative, the
+// better of the two terms alone). A small ridge on per_key settles what the
+// steps cannot tell apart (all at one depth: tokens and keys in proportion)
+// towards per_token, the side that overestimates shallower work.
 class StepCostModel {
  public:
   static constexpr int kWindow = 32;

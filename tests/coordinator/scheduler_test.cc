@@ -318,6 +318,55 @@ TEST_F(SchedulerTest, ATimeBudgetKeepsDecodesAndAdvancesOnePromptAtLeast) {
   EXPECT_THAT(Ids(sched.waiting()), ElementsAre(5)) << "no time left for the second prompt";
 }
 
+TEST_F(SchedulerTest, PromptChunksShareTheTimeLeft) {
+  Scheduler::Options o;
+  o.max_batch_tokens = 100000;
+  Scheduler sched(o);
+  FakeKv kv(100000);
+  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  FakeSeq* a = Add(100);
+  FakeSeq* b = Add(1000);
+  ASSERT_TRUE(sched.Enqueue(a).ok());
+  ASSERT_TRUE(sched.Enqueue(b).ok());
+  auto work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1, 2));
+  // a's 100 tokens cost 0.1 + 1e-6 * 5050 = 0.10505 s; b gets the 0.14495 s left: 135 tokens.
+  EXPECT_EQ(work[0].tokens, 100);
+  EXPECT_EQ(work[1].tokens, 135);
+}
+
+TEST_F(SchedulerTest, DeepDecodesSpendTheTimeOfAPromptChunk) {
+  Scheduler::Options o;
+  o.max_batch_tokens = 100000;
+  Scheduler sched(o);
+  FakeKv kv(100000);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(sched.Enqueue(Add(2000)).ok());
+  Apply(sched.Schedule(kv));  // their prompts: now each decodes at position 2000
+  FakeSeq* p = Add(1000);
+  ASSERT_TRUE(sched.Enqueue(p).ok());
+  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  auto work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1, 2, 3, 4));
+  // Each decode costs 1e-3 + 1e-6 * 2001 s; the prompt gets what is left: 217 tokens, not 224.
+  EXPECT_EQ(work[3].tokens, 217);
+}
+
+TEST_F(SchedulerTest, StaticPolicyBatchesWhatTheTimeBudgetLeavesOut) {
+  Scheduler::Options o;
+  o.policy = Scheduler::Policy::kStatic;
+  o.max_num_seqs = 4;
+  o.max_batch_tokens = 100000;
+  Scheduler sched(o);
+  FakeKv kv(100000);
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(sched.Enqueue(Add(1000)).ok());
+  sched.LimitStepTime({0.25, 1e-3, 0});
+  auto work = sched.Schedule(kv);
+  ASSERT_THAT(Ids(work), ElementsAre(1));
+  EXPECT_EQ(work[0].tokens, 250);
+  EXPECT_EQ(sched.running().size(), 4u) << "the rest join the batch and compute from the next step";
+  EXPECT_THAT(Ids(sched.waiting()), ElementsAre(5));
+}
+
 TEST_F(SchedulerTest, RemoveTakesQueuedAndRunningSequencesOut) {
   Scheduler::Options o;
   o.max_num_seqs = 1;

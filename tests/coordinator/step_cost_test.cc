@@ -64,6 +64,22 @@ TEST(StepCostModelTest, CoefficientsNeverGoNegative) {
   EXPECT_NEAR(m.cost()->per_token, 0.002, 5e-4);
 }
 
+TEST(StepCostModelTest, KeysAloneWhenTokensComeOutNegative) {
+  // Steps whose time the keys explain and tokens take away from (a plain fit:
+  // -1 ms a token): the better term alone, keys, not tokens. (At -0.1 ms the
+  // ridge already keeps the fit's per_token positive.)
+  StepCostModel m;
+  for (int i = 0; i < 10; ++i) {
+    const int64_t tokens = 50 + 15 * i, keys = KeysOf(1000 + 100 * i, tokens);
+    m.Observe(tokens, keys, 3e-6 * keys - 1e-3 * tokens);
+  }
+  ASSERT_TRUE(m.cost().has_value());
+  EXPECT_EQ(m.cost()->per_token, 0);
+  // Keys alone take the tokens' (negative) share in: a little under 3 us.
+  EXPECT_GT(m.cost()->per_key, 2e-6);
+  EXPECT_LT(m.cost()->per_key, 3e-6);
+}
+
 TEST(StepCostModelTest, NewerStepsWeighMore) {
   // The machine got twice as slow (a neighbour took a core): within a few
   // steps the model says so.
@@ -77,6 +93,7 @@ TEST(StepCostModelTest, NewerStepsWeighMore) {
 TEST(StepCostModelTest, IgnoresStepsWithoutTokensOrTime) {
   StepCostModel m;
   m.Observe(0, 0, 0.1);
+  m.Observe(10, -5, 0.01);
   m.Observe(10, 55, -1);
   m.Observe(10, 55, std::numeric_limits<double>::infinity());
   m.Observe(10, 55, std::numeric_limits<double>::quiet_NaN());

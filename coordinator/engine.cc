@@ -365,7 +365,7 @@ void Engine::LearnStepCost(const PlannedStep& plan, bool ran) {
                      std::chrono::duration<double>(plan.finished - began).count());
   if (const auto& cost = step_cost_.cost()) {
     const double target = options_.target_step_ms / 1000.0;
-    scheduler_.LimitStepTime({target, cost->per_token, cost->per_key});
+    scheduler_.LimitStepTime({target, *cost});
   }
 }
 

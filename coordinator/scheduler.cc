@@ -1,7 +1,6 @@
 #include "coordinator/scheduler.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 
@@ -86,25 +85,6 @@ bool Scheduler::MakeRoom(KvSpace& kv, SchedSeq& seq, int32_t tokens) {
   return true;
 }
 
-double Scheduler::CostOf(const SchedSeq& seq, int64_t tokens) const {
-  // Token i (from 0) attends to num_computed + i + 1 keys.
-  const double t = static_cast<double>(tokens);
-  const double keys = t * seq.num_computed + t * (t + 1) / 2;
-  return time_budget_->per_token * t + time_budget_->per_key * keys;
-}
-
-int64_t Scheduler::TokensWithin(const SchedSeq& seq, double seconds) const {
-  if (seconds <= 0) return 0;
-  // The largest t with per_key / 2 * t^2 + (per_token + per_key * (num_computed + 1/2)) * t <= seconds.
-  const double a = time_budget_->per_key / 2;
-  const double b = time_budget_->per_token + time_budget_->per_key * (seq.num_computed + 0.5);
-  if (a <= 0 && b <= 0) return std::numeric_limits<int32_t>::max();
-  // The positive root, in the form that stays exact when a is small (or 0).
-  const double t = 2 * seconds / (b + std::sqrt(b * b + 4 * a * seconds));
-  constexpr double kMost = std::numeric_limits<int32_t>::max();
-  return static_cast<int64_t>(std::min(std::floor(t), kMost));
-}
-
 std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
   std::vector<Work> work;
   int64_t budget = options_.max_batch_tokens;
@@ -117,11 +97,12 @@ std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
   const bool was_empty = running_.empty();
   double seconds_left = time_budget_ ? time_budget_->seconds : 0;
   bool first_chunk = true;
+  auto prompt_chunk = [](const SchedSeq& s) { return s.length() - s.num_computed > 1; };
   auto take_of = [&](const SchedSeq& s) {
     const int64_t need = s.length() - s.num_computed;
     int64_t take = std::min({need, budget, static_cast<int64_t>(s.max_chunk)});
-    if (time_budget_ && need > 1) {  // a prompt chunk: cut to the time left
-      int64_t fits = TokensWithin(s, seconds_left);
+    if (time_budget_ && prompt_chunk(s)) {  // cut to the time left
+      int64_t fits = time_budget_->cost.ChunkTokensWithin(s.num_computed, seconds_left);
       if (first_chunk) fits = std::max<int64_t>(fits, kMinChunkTokens);
       take = std::min(take, fits);
     }
@@ -130,8 +111,8 @@ std::vector<Scheduler::Work> Scheduler::Schedule(KvSpace& kv) {
   // A scheduled take spends its share of the time budget.
   auto spend = [&](const SchedSeq& s, int32_t take) {
     if (!time_budget_) return;
-    seconds_left -= CostOf(s, take);
-    if (s.length() - s.num_computed > 1) first_chunk = false;
+    seconds_left -= time_budget_->cost.ChunkSeconds(s.num_computed, take);
+    if (prompt_chunk(s)) first_chunk = false;
   };
 
   // 1. The running set: decodes first (each needs one token to go on), then

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/step_cost.h"
 
 namespace shardlm {
 
@@ -92,15 +93,13 @@ class Scheduler {
   void LimitStepTokens(int64_t limit) { step_limit_ = limit; }
 
   // The engine's time budget (a step should take about --target-step-ms):
-  // prompt chunks are cut so that the step's tokens cost at most `seconds`,
-  // at `per_token` a token plus `per_key` a cached key it attends to (its
-  // position + 1). Every running decode still gets its token, and the step's
+  // prompt chunks are cut so that the step's tokens cost at most `seconds`
+  // under `cost`. Every running decode still gets its token, and the step's
   // first prompt chunk at least kMinChunkTokens (or the rest of its prompt),
   // so prompts always advance. Replaces a LimitStepTokens cap.
   struct TimeBudget {
     double seconds = 0;
-    double per_token = 0;
-    double per_key = 0;
+    StepCost cost;
   };
   static constexpr int32_t kMinChunkTokens = 16;
   void LimitStepTime(const TimeBudget& budget) {
@@ -137,11 +136,6 @@ class Scheduler {
   // sequences not in this step, newest first; false if even all of them
   // do not make enough.
   bool MakeRoom(KvSpace& kv, SchedSeq& seq, int32_t tokens);
-  // The most tokens of `seq`'s prompt, from num_computed on, that cost at
-  // most `seconds` under the time budget.
-  int64_t TokensWithin(const SchedSeq& seq, double seconds) const;
-  // What `tokens` tokens of `seq` from num_computed on cost under it.
-  double CostOf(const SchedSeq& seq, int64_t tokens) const;
 
   Options options_;
   std::deque<SchedSeq*> waiting_;   // ascending id

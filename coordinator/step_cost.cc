@@ -2,8 +2,27 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace shardlm {
+
+double StepCost::ChunkSeconds(int64_t start, int64_t tokens) const {
+  // Token i (from 0) attends to start + i + 1 keys.
+  const double t = static_cast<double>(tokens);
+  return Seconds(t, t * static_cast<double>(start) + t * (t + 1) / 2);
+}
+
+int64_t StepCost::ChunkTokensWithin(int64_t start, double seconds) const {
+  if (seconds <= 0) return 0;
+  // The largest t with per_key / 2 * t^2 + (per_token + per_key * (start + 1/2)) * t <= seconds.
+  const double a = per_key / 2;
+  const double b = per_token + per_key * (static_cast<double>(start) + 0.5);
+  if (a <= 0 && b <= 0) return std::numeric_limits<int32_t>::max();
+  // The positive root, in the form that stays exact when a is small (or 0).
+  const double t = 2 * seconds / (b + std::sqrt(b * b + 4 * a * seconds));
+  constexpr double kMost = std::numeric_limits<int32_t>::max();
+  return static_cast<int64_t>(std::min(std::floor(t), kMost));
+}
 
 void StepCostModel::Observe(int64_t tokens, int64_t keys, double seconds) {
   if (tokens <= 0 || keys < 0 || !(seconds >= 0) || !std::isfinite(seconds)) return;

@@ -24,6 +24,11 @@ struct StepCost {
   double per_token = 0;  // seconds per token computed
   double per_key = 0;    // seconds per cached key a token attends to
   double Seconds(double tokens, double keys) const { return per_token * tokens + per_key * keys; }
+  // What `tokens` tokens of one sequence from position `start` on cost.
+  double ChunkSeconds(int64_t start, int64_t tokens) const;
+  // The most tokens of one sequence from position `start` on that cost at
+  // most `seconds` (0 when seconds <= 0; INT32_MAX when nothing costs).
+  int64_t ChunkTokensWithin(int64_t start, double seconds) const;
 };
 
 // Weighted least squares over the last kWindow steps, the newer weighing
@@ -36,9 +41,9 @@ class StepCostModel {
   static constexpr int kWindow = 32;
   static constexpr double kDecay = 0.9;  // a step's weight, per newer step
   static constexpr int kMinSteps = 3;
+  static constexpr double kRidge = 0.001;  // of the keys' own weight
 
   void Observe(int64_t tokens, int64_t keys, double seconds);
-  static constexpr double kRidge = 0.001;  // of the keys' own weight
   // The fit once kMinSteps steps have been seen; nullopt before.
   const std::optional<StepCost>& cost() const { return cost_; }
 

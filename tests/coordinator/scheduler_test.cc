@@ -275,7 +275,7 @@ TEST_F(SchedulerTest, ATimeBudgetCutsDeeperChunksShorter) {
   Scheduler sched(o);
   FakeKv kv(100000);
   // 1 ms a token, 1 us a key, 250 ms a step.
-  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  sched.LimitStepTime({0.25, {1e-3, 1e-6}});
   FakeSeq* a = Add(8000);
   ASSERT_TRUE(sched.Enqueue(a).ok());
   auto work = sched.Schedule(kv);
@@ -310,7 +310,7 @@ TEST_F(SchedulerTest, ATimeBudgetKeepsDecodesAndAdvancesOnePromptAtLeast) {
   ASSERT_TRUE(sched.Enqueue(p1).ok());
   ASSERT_TRUE(sched.Enqueue(p2).ok());
   // Each decode alone costs more than the step's budget.
-  sched.LimitStepTime({0.01, 0.02, 0});
+  sched.LimitStepTime({0.01, {0.02, 0}});
   auto work = sched.Schedule(kv);
   ASSERT_THAT(Ids(work), ElementsAre(1, 2, 3, 4));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(work[i].tokens, 1);
@@ -323,7 +323,7 @@ TEST_F(SchedulerTest, PromptChunksShareTheTimeLeft) {
   o.max_batch_tokens = 100000;
   Scheduler sched(o);
   FakeKv kv(100000);
-  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  sched.LimitStepTime({0.25, {1e-3, 1e-6}});
   FakeSeq* a = Add(100);
   FakeSeq* b = Add(1000);
   ASSERT_TRUE(sched.Enqueue(a).ok());
@@ -344,7 +344,7 @@ TEST_F(SchedulerTest, DeepDecodesSpendTheTimeOfAPromptChunk) {
   Apply(sched.Schedule(kv));  // their prompts: now each decodes at position 2000
   FakeSeq* p = Add(1000);
   ASSERT_TRUE(sched.Enqueue(p).ok());
-  sched.LimitStepTime({0.25, 1e-3, 1e-6});
+  sched.LimitStepTime({0.25, {1e-3, 1e-6}});
   auto work = sched.Schedule(kv);
   ASSERT_THAT(Ids(work), ElementsAre(1, 2, 3, 4));
   // Each decode costs 1e-3 + 1e-6 * 2001 s; the prompt gets what is left: 217 tokens, not 224.
@@ -359,7 +359,7 @@ TEST_F(SchedulerTest, StaticPolicyBatchesWhatTheTimeBudgetLeavesOut) {
   Scheduler sched(o);
   FakeKv kv(100000);
   for (int i = 0; i < 5; ++i) ASSERT_TRUE(sched.Enqueue(Add(1000)).ok());
-  sched.LimitStepTime({0.25, 1e-3, 0});
+  sched.LimitStepTime({0.25, {1e-3, 0}});
   auto work = sched.Schedule(kv);
   ASSERT_THAT(Ids(work), ElementsAre(1));
   EXPECT_EQ(work[0].tokens, 250);

@@ -32,16 +32,16 @@ struct StepCost {
 };
 
 // Weighted least squares over the last kWindow steps, the newer weighing
-// more, with both coefficients >= 0 (when either comes out negative, the
-// better of the two terms alone). A small ridge on per_key settles what the
-// steps cannot tell apart (all at one depth: tokens and keys in proportion)
-// towards per_token, the side that overestimates shallower work.
+// more, with both coefficients >= 0 (when either comes out negative, tokens
+// alone). A small ridge on per_key settles what the steps cannot tell apart
+// (all at one depth: tokens and keys in proportion) towards per_token. Both
+// lean the same way: towards overestimating shallower work.
 class StepCostModel {
  public:
   static constexpr int kWindow = 32;
   static constexpr double kDecay = 0.9;  // a step's weight, per newer step
   static constexpr int kMinSteps = 3;
-  static constexpr double kRidge = 0.001;  // of the keys' own weight
+  static constexpr double kRidge = 0.01;  // of the keys' own weight
 
   void Observe(int64_t tokens, int64_t keys, double seconds);
   // The fit once kMinSteps steps have been seen; nullopt before.

@@ -30,15 +30,16 @@
 #include "common/logging.h"
 #include "common/openmp_env.h"
 #include "common/random_token.h"
-#include "coordinator/engine.h"
-#include "coordinator/worker_group.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/engine_runner.h"
+#include "coordinator/group/worker_group.h"
+#include "formats/gguf.h"
+#include "formats/tiny_model.h"
 #include "kernels/cuda_attention.h"
 #include "kernels/cuda_fused.h"
 #include "kernels/kernel_options.h"
 #include "kernels/step_profile.h"
 #include "model/device.h"
-#include "model/gguf.h"
-#include "model/tiny_model.h"
 #include "worker/rank_worker.h"
 
 namespace shardlm {
@@ -110,24 +111,25 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
     for (const auto& r : exec->ranks()) rss = std::max(rss, r.resident_bytes() / 1e6);
     for (int32_t batch : batches) {
       Engine engine(exec, *cfg, exec->num_blocks(), exec->block_size(), Engine::Options{4096});
-      engine.Run(Request(16, 2, 99, cfg->vocab_size)).IgnoreError();  // warm-up
+      EngineRunner runner(&engine);
+      runner.Run(Request(16, 2, 99, cfg->vocab_size)).IgnoreError();  // warm-up
       // Step by step: ms per step, and the parts of it (summed).
       auto step_by_step = [&](double* worker, double* coll) {
         for (int32_t b = 0; b < batch; ++b)
           engine.Submit(Request(16, steps + 1, b + 1000, cfg->vocab_size)).IgnoreError();
-        engine.Step().IgnoreError();  // prefill, not timed
+        runner.Step().IgnoreError();  // prefill, not timed
         double wall = 0;
         int32_t done = 0;
         while (!engine.Idle() && done < steps) {
           auto t0 = Clock::now();
-          engine.Step().IgnoreError();
+          runner.Step().IgnoreError();
           wall += Seconds(t0, Clock::now());
           const StepTiming t = exec->last_timing();
           *worker += t.worker_us / 1e3;
           *coll += t.collective_us / 1e3;
           ++done;
         }
-        while (!engine.Idle()) engine.Step().IgnoreError();
+        while (!engine.Idle()) runner.Step().IgnoreError();
         *worker /= std::max(1, done);
         *coll /= std::max(1, done);
         return 1e3 * wall / std::max(1, done);
@@ -136,13 +138,13 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
       auto overlapped = [&] {
         for (int32_t b = 0; b < batch; ++b)
           engine.Submit(Request(16, steps + 2, b + 1000, cfg->vocab_size)).IgnoreError();
-        engine.Step().IgnoreError();            // prefill, not timed
-        engine.StepOverlapped().IgnoreError();  // the first step queued, not timed
+        runner.Step().IgnoreError();            // prefill, not timed
+        runner.StepOverlapped().IgnoreError();  // the first step queued, not timed
         int32_t done = 0;
         const auto t0 = Clock::now();
-        for (; !engine.Idle() && done < steps; ++done) engine.StepOverlapped().IgnoreError();
+        for (; !engine.Idle() && done < steps; ++done) runner.StepOverlapped().IgnoreError();
         const double ms = 1e3 * Seconds(t0, Clock::now()) / std::max(1, done);
-        while (!engine.Idle()) engine.StepOverlapped().IgnoreError();
+        while (!engine.Idle()) runner.StepOverlapped().IgnoreError();
         return ms;
       };
       // This VM's speed drifts within seconds: the two alternate, 3 times
@@ -176,9 +178,7 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
 void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const StorageFlags& storage) {
   RankWorkerOptions wo;
   wo.model_dir = dir;
-  wo.dtype = dtype;
-  wo.weights = storage.weights;
-  wo.kv_dtype = storage.kv_dtype;
+  if (!SetRankStorage(dtype, storage.weights, storage.kv_dtype, &wo).ok()) return;
   wo.kv_cache_bytes = 1ll << 30;
   auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
   if (!worker.ok()) return;
@@ -186,12 +186,13 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const S
   const int64_t vocab = w.config().vocab_size;
   auto ttft = [&](Engine& engine, EngineRequest r) {
     auto t0 = Clock::now();
-    engine.Run(std::move(r)).IgnoreError();
+    EngineRunner(&engine).Run(std::move(r)).IgnoreError();
     return 1e3 * Seconds(t0, Clock::now());
   };
   Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()), static_cast<int32_t>(w.block_size()),
                 Engine::Options{4096});
-  engine.Run(Request(16, 1, 99, vocab)).IgnoreError();  // warm-up
+  EngineRunner runner(&engine);
+  runner.Run(Request(16, 1, 99, vocab)).IgnoreError();  // warm-up
   EngineRequest full = Request(1000, 1, 7, vocab);
   EngineRequest other = Request(1000, 1, 8, vocab);  // same length, nothing cached
   const double cold = ttft(engine, other);
@@ -199,7 +200,7 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const S
   prefix.prompt.resize(900);
   prefix.max_new_tokens = 0;
   prefix.keep_handle = true;
-  auto pre = engine.Run(prefix);
+  auto pre = runner.Run(prefix);
   // 896 tokens (56 full blocks) come from the prefix cache the prefill published.
   const double cached = ttft(engine, full);
   EngineRequest from_handle = full;
@@ -386,13 +387,14 @@ int Main(int argc, char** argv) {
     pos = comma + 1;
     RankWorkerOptions wo;
     wo.model_dir = dir;
-    wo.dtype = compute;
-    wo.weights = o.storage.weights;
-    wo.kv_dtype = o.storage.kv_dtype;
-    std::string dtype = f.Has("weights") ? compute + "/" + wo.weights : compute;
-    if (f.Has("kv-dtype")) dtype += " kv " + wo.kv_dtype;
+    if (absl::Status st = SetRankStorage(compute, o.storage.weights, o.storage.kv_dtype, &wo); !st.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    std::string dtype = f.Has("weights") ? compute + "/" + o.storage.weights : compute;
+    if (f.Has("kv-dtype")) dtype += " kv " + o.storage.kv_dtype;
     wo.kv_cache_bytes = o.kv_cache_mb << 20;
-    wo.device = device->str();
+    wo.device = *device;
     wo.cuda_graph_max_batch = o.cuda_graph_max_batch;
     auto worker = RankWorker::Load(wo, MakeSingleRankCommunicator());
     if (!worker.ok()) {
@@ -405,14 +407,15 @@ int Main(int argc, char** argv) {
     for (int32_t batch : batches) {
       Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()),
                     static_cast<int32_t>(w.block_size()), Engine::Options{4096});
+      EngineRunner runner(&engine);
       // Warm-up (first-touch of weights, allocator, thread pool).
-      engine.Run(Request(16, 2, 99, vocab)).IgnoreError();
+      runner.Run(Request(16, 2, 99, vocab)).IgnoreError();
       // Prefill: batch prompts, one new token each.
       kernels::EnableStepProfile(true);
       kernels::TakeStepProfile();
       auto t0 = Clock::now();
       for (int32_t b = 0; b < batch; ++b) engine.Submit(Request(prompt_len, 1, b, vocab)).IgnoreError();
-      while (!engine.Idle()) engine.Step().IgnoreError();
+      while (!engine.Idle()) runner.Step().IgnoreError();
       const double prefill_s = Seconds(t0, Clock::now());
       const double prefill = static_cast<double>(batch) * prompt_len / prefill_s;
       const kernels::StepProfile prefill_parts = kernels::TakeStepProfile();
@@ -427,10 +430,10 @@ int Main(int argc, char** argv) {
         };
         engine.Submit(std::move(r)).IgnoreError();
       }
-      while (prefilled < batch && !engine.Idle()) engine.Step().IgnoreError();  // their prefill, not timed
+      while (prefilled < batch && !engine.Idle()) runner.Step().IgnoreError();  // their prefill, not timed
       // Nor the first decode step of this batch size: on a GPU it captures
       // the bucket's CUDA graph (model/step_graphs.h).
-      engine.Step().IgnoreError();
+      runner.Step().IgnoreError();
       auto t1 = Clock::now();
       int32_t done = 0;
       double coordinator = 0;  // seconds in PlanStep and ApplyStep
@@ -441,7 +444,8 @@ int Main(int argc, char** argv) {
         auto plan = engine.PlanStep();
         coordinator += Seconds(p0, Clock::now());
         if (!plan) continue;
-        auto results = engine.ExecuteStep(*plan);
+        auto pending = engine.StartStep(*plan);
+        auto results = engine.WaitStep(*plan, *pending);
         auto a0 = Clock::now();
         engine.ApplyStep(*plan, std::move(results)).IgnoreError();
         coordinator += Seconds(a0, Clock::now());
@@ -451,7 +455,7 @@ int Main(int argc, char** argv) {
       kernels::StepProfile parts = kernels::TakeStepProfile();
       kernels::EnableStepProfile(false);
       for (double& s : parts.seconds) s /= done;
-      while (!engine.Idle()) engine.Step().IgnoreError();
+      while (!engine.Idle()) runner.Step().IgnoreError();
       // This VM's bandwidth drifts by 2x within minutes: each row's floor
       // uses the faster of the start's probe and one taken now.
       const double row_bw = std::max(bw, read_bandwidth());

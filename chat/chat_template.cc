@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/gguf.h"
-#include "model/model_files.h"
+#include "formats/gguf.h"
+#include "formats/model_files.h"
 
 namespace shardlm {
 namespace {

@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
-#include "coordinator/inference_service.h"  // kMaxStopStrings, kMaxStopStringBytes
+#include "coordinator/serving/request_limits.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {

@@ -20,7 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "constraints/constraint.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace shardlm {

@@ -19,7 +19,8 @@
 #include "cli/constraint_flags.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/engine_runner.h"
 #include "tokenizer/stop_text.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,6 +61,105 @@ absl::StatusOr<EngineRequest> Prepare(const BatchLine& line, LocalModel& model,
   return std::move(item.request);
 }
 
+// Feeds the lines to the engine a window at a time, steps it, and records
+// each line's result as it finishes.
+class LocalBatchRun {
+ public:
+  LocalBatchRun(Engine& engine, LocalModel& model, const std::vector<BatchLine>& lines, BatchResults& results,
+                size_t window)
+      : engine_(engine), runner_(&engine), model_(model), lines_(lines), results_(results), window_(window) {}
+
+  absl::Status Run(const CliEnv& env) {
+    results_.Start();
+    absl::Status outcome = absl::OkStatus();
+    while (next_ < lines_.size() || !active_.empty()) {
+      if (env.stop != nullptr && env.stop->load()) outcome = Interrupt();
+      while (outcome.ok() && next_ < lines_.size() && active_.size() < window_) SubmitLine(next_++);
+      const int64_t steps_before = engine_.stats().steps;
+      if (!engine_.Idle()) {
+        // A failed step fails the requests in it (their results carry why); the engine goes on.
+        // With worker processes the next step is queued behind the running one
+        // (docs/scheduler.md, overlapped steps).
+        absl::Status st = runner_.StepOverlapped();
+        if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
+      }
+      for (int64_t id : to_stop_) engine_.Stop(id);
+      to_stop_.clear();
+      const size_t finished = CollectFinished();
+      // A guard for a scheduler that can run nothing although work is queued.
+      no_progress_ =
+          (engine_.stats().steps == steps_before && finished == 0 && !active_.empty()) ? no_progress_ + 1 : 0;
+      if (no_progress_ > 1000) {
+        engine_.FailAll(
+            absl::InternalError("the engine scheduled nothing for 1000 iterations with work queued"));
+      }
+      results_.ShowProgress();
+    }
+    return outcome;
+  }
+
+ private:
+  // Cancels what runs; the lines not yet submitted say CANCELLED.
+  absl::Status Interrupt() {
+    for (const auto& [id, a] : active_) engine_.Cancel(id);
+    for (; next_ < lines_.size(); ++next_)
+      results_.Error(next_, absl::CancelledError("interrupted before it ran"));
+    return absl::CancelledError("batch: interrupted; the lines not finished say CANCELLED");
+  }
+
+  void SubmitLine(size_t slot) {
+    std::unique_ptr<Active> a;
+    absl::StatusOr<EngineRequest> req = Prepare(lines_[slot], model_, &a);
+    if (!req.ok()) return results_.Error(slot, req.status());
+    Active* ap = a.get();
+    ap->slot = slot;
+    req->on_token = [ap, this](int32_t token, float, const std::vector<TopLogprob>&) {
+      if (ap->text.stopped()) return;
+      ++ap->tokens_seen;
+      ap->released += ap->text.Add(token);
+      if (!ap->text.stopped()) return;
+      ap->stop_at = ap->tokens_seen;
+      to_stop_.push_back(ap->id);
+    };
+    absl::StatusOr<int64_t> id = engine_.Submit(*std::move(req));
+    if (!id.ok()) return results_.Error(slot, id.status());
+    ap->id = *id;
+    active_.emplace(*id, std::move(a));
+  }
+
+  // Records the lines whose requests finished; returns how many did.
+  size_t CollectFinished() {
+    std::vector<std::pair<int64_t, EngineResult>> finished = engine_.TakeFinished();
+    for (auto& [id, r] : finished) {
+      auto it = active_.find(id);
+      if (it == active_.end()) continue;
+      Active& a = *it->second;
+      if (!r.status.ok()) {
+        results_.Error(a.slot, r.status);
+      } else {
+        const bool stopped = a.text.stopped();
+        if (stopped && r.tokens.size() > a.stop_at) r.tokens.resize(a.stop_at);
+        results_.Ok(a.slot, r.tokens, a.released + a.text.Finish(),
+                    stopped ? "stop" : FinishReasonName(r.finish_reason),
+                    static_cast<int64_t>(r.prompt.size()));
+      }
+      active_.erase(it);
+    }
+    return finished.size();
+  }
+
+  Engine& engine_;
+  EngineRunner runner_;
+  LocalModel& model_;
+  const std::vector<BatchLine>& lines_;
+  BatchResults& results_;
+  const size_t window_;
+  std::map<int64_t, std::unique_ptr<Active>> active_;  // by engine id
+  std::vector<int64_t> to_stop_;                       // stop strings matched during the last step
+  size_t next_ = 0;
+  int no_progress_ = 0;
+};
+
 }  // namespace
 
 absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::vector<BatchLine>& lines,
@@ -74,83 +174,10 @@ absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::ve
   SHARDLM_ASSIGN_OR_RETURN(LocalModel model, OpenModel(f.local, env, eo));
   info->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   Engine& engine = *model.engine;
-
-  results.Start();
-  std::map<int64_t, std::unique_ptr<Active>> active;  // by engine id
-  std::vector<int64_t> to_stop;                       // stop strings matched during the last step
-  size_t next = 0;
-  int no_progress = 0;
-  absl::Status outcome = absl::OkStatus();
-  while (next < lines.size() || !active.empty()) {
-    if (env.stop != nullptr && env.stop->load()) {
-      for (const auto& [id, a] : active) engine.Cancel(id);
-      for (; next < lines.size(); ++next)
-        results.Error(next, absl::CancelledError("interrupted before it ran"));
-      outcome = absl::CancelledError("batch: interrupted; the lines not finished say CANCELLED");
-    }
-    while (outcome.ok() && next < lines.size() && active.size() < window) {
-      const size_t slot = next++;
-      std::unique_ptr<Active> a;
-      absl::StatusOr<EngineRequest> req = Prepare(lines[slot], model, &a);
-      if (req.ok()) {
-        Active* ap = a.get();
-        ap->slot = slot;
-        req->on_token = [ap, &to_stop](int32_t token, float, const std::vector<TopLogprob>&) {
-          if (ap->text.stopped()) return;
-          ++ap->tokens_seen;
-          ap->released += ap->text.Add(token);
-          if (!ap->text.stopped()) return;
-          ap->stop_at = ap->tokens_seen;
-          to_stop.push_back(ap->id);
-        };
-        absl::StatusOr<int64_t> id = engine.Submit(*std::move(req));
-        if (!id.ok()) {
-          results.Error(slot, id.status());
-          continue;
-        }
-        ap->id = *id;
-        active.emplace(*id, std::move(a));
-        continue;
-      }
-      results.Error(slot, req.status());
-    }
-    const int64_t steps_before = engine.steps();
-    if (!engine.Idle()) {
-      // A failed step fails the requests in it (their results carry why); the engine goes on.
-      // With worker processes the next step is queued behind the running one
-      // (docs/scheduler.md, overlapped steps).
-      absl::Status st = engine.StepOverlapped();
-      if (!st.ok()) LOG(WARNING) << "batch: a step failed: " << st;
-    }
-    for (int64_t id : to_stop) engine.Stop(id);
-    to_stop.clear();
-    std::vector<std::pair<int64_t, EngineResult>> finished = engine.TakeFinished();
-    for (auto& [id, r] : finished) {
-      auto it = active.find(id);
-      if (it == active.end()) continue;
-      Active& a = *it->second;
-      if (!r.status.ok()) {
-        results.Error(a.slot, r.status);
-      } else {
-        const bool stopped = a.text.stopped();
-        if (stopped && r.tokens.size() > a.stop_at) r.tokens.resize(a.stop_at);
-        results.Ok(a.slot, r.tokens, a.released + a.text.Finish(),
-                   stopped ? "stop" : FinishReasonName(r.finish_reason),
-                   static_cast<int64_t>(r.prompt.size()));
-      }
-      active.erase(it);
-    }
-    // A guard for a scheduler that can run nothing although work is queued.
-    no_progress =
-        (engine.steps() == steps_before && finished.empty() && !active.empty()) ? no_progress + 1 : 0;
-    if (no_progress > 1000) {
-      engine.FailAll(
-          absl::InternalError("the engine scheduled nothing for 1000 iterations with work queued"));
-    }
-    results.ShowProgress();
-  }
-  info->engine_steps = engine.steps();
-  info->preemptions = engine.preemptions();
+  absl::Status outcome = LocalBatchRun(engine, model, lines, results, window).Run(env);
+  const Engine::Stats stats = engine.stats();
+  info->engine_steps = stats.steps;
+  info->preemptions = stats.preemptions;
   return outcome;
 }
 

@@ -15,12 +15,13 @@
 #include "common/logging.h"
 #include "common/random_token.h"
 #include "common/status.h"
-#include "coordinator/engine.h"
-#include "coordinator/worker_group.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/engine_runner.h"
+#include "coordinator/group/worker_group.h"
+#include "formats/tiny_model.h"
 #include "model/device.h"
-#include "model/sampling_limits.h"
-#include "model/tiny_model.h"
 #include "nlohmann/json.hpp"
+#include "step/sampling_limits.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
@@ -57,7 +58,7 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
   } else {
     RankWorkerOptions o;
     o.model_dir = dir;
-    ApplyWorkerFlags(flags.engine, flags.device, &o);
+    SHARDLM_RETURN_IF_ERROR(ApplyWorkerFlags(flags.engine, flags.device, &o));
     SHARDLM_ASSIGN_OR_RETURN(m.worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
                                         static_cast<int32_t>(m.worker->num_blocks()),
@@ -229,7 +230,7 @@ int RunGenerate(int argc, char** argv, const CliEnv& env) {
       text += piece;
       print(piece);
     };
-    result = model->engine->Run(std::move(req));
+    result = EngineRunner(model->engine.get()).Run(std::move(req));
     if (!result.ok()) return Fail(result.status());
     if (detok) {
       std::string tail = detok->Finish();
@@ -267,7 +268,7 @@ int RunScore(int argc, char** argv, const CliEnv& env) {
     req.prompt = *prompt;
     req.max_new_tokens = 0;
     req.score_prompt = true;
-    result = model->engine->Run(std::move(req));
+    result = EngineRunner(model->engine.get()).Run(std::move(req));
   }
   if (!result.ok()) return Fail(result.status());
   json scores = json::array();

@@ -12,8 +12,8 @@
 #include "cli/flags.h"
 #include "common/grpc_security.h"
 #include "constraints/constraint_compiler.h"
-#include "coordinator/engine.h"
-#include "coordinator/worker_group.h"
+#include "coordinator/engine/engine.h"
+#include "coordinator/group/worker_group.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
 
@@ -83,18 +83,11 @@ struct DeviceFlags {
 };
 void AddDeviceFlags(FlagSet& f, DeviceFlags* out, int64_t warmup_tokens = 256);
 
-// The engine and device flags into a worker's options (RankWorkerOptions, or
-// WorkerGroupOptions for each of its workers).
-template <class WorkerOptions>
-void ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, WorkerOptions* o) {
-  o->dtype = engine.dtype;
-  o->weights = engine.storage.weights;
-  o->kv_dtype = engine.storage.kv_dtype;
-  o->kv_cache_bytes = engine.kv_cache_mb << 20;
-  o->device = device.device;
-  o->cuda_graph_max_batch = device.cuda_graph_max_batch;
-  o->warmup_tokens = device.warmup_tokens;
-}
+// The engine and device flags into the options of the workers a group starts
+// (the worker protocol carries them in the flags' words; each worker parses them).
+void ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, WorkerGroupOptions* o);
+// The same into an in-process rank's options, parsed once here (errors name the flag).
+absl::Status ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, RankWorkerOptions* o);
 
 // The scheduler's flags of serve and batch: --max-num-seqs, --policy,
 // --no-overlap-steps; ApplySchedulingFlags puts them (and --max-batch-tokens)

@@ -152,6 +152,41 @@ FlagBinding FlagSet::Bool(const std::string& name, const std::string& help) {
 
 const FlagSpec& FlagSet::Spec(const std::string& name) const { return specs_.at(index_.at(name)); }
 
+bool FlagSet::TakesValue(const std::string& name) const {
+  auto it = index_.find(name);
+  return it != index_.end() ? specs_[it->second].kind != Kind::kBool : config_enabled_ && name == "config";
+}
+
+// CLI11 reads "--name=" as "--name" with the next argument as its value;
+// here the value is the empty string, as the "=" says.
+std::vector<std::string> FlagSet::WithEmptyValues(const std::vector<std::string>& given) const {
+  std::vector<std::string> args;
+  bool options_ended = false;
+  for (const std::string& a : given) {
+    options_ended = options_ended || a == "--";
+    const size_t eq = a.find('=');
+    if (!options_ended && a.rfind("--", 0) == 0 && eq + 1 == a.size() && TakesValue(a.substr(2, eq - 2))) {
+      args.push_back(a.substr(0, eq));
+      args.push_back("");
+    } else {
+      args.push_back(a);
+    }
+  }
+  return args;
+}
+
+absl::Status FlagSet::UnknownFlag(const std::string& extra) const {
+  const std::string flag = extra.substr(0, extra.find('='));
+  std::vector<std::string> names = {"help"};
+  for (const FlagSpec& s : specs_) names.push_back(s.name);
+  if (config_enabled_) names.insert(names.end(), {"config", "print-config"});
+  const std::string near =
+      ClosestName(flag.substr(std::min(flag.find_first_not_of('-'), flag.size())), names);
+  return UsageError(absl::StrCat(command_, ": unknown flag ", flag,
+                                 near.empty() ? "" : absl::StrCat(" (did you mean --", near, "?)"),
+                                 "; `shardlm ", command_, " --help` lists the flags"));
+}
+
 absl::Status FlagSet::ParseArgv(const std::vector<std::string>& given,
                                 std::map<std::string, std::string>* flags) {
   CLI::App app("shardlm " + command_);
@@ -177,24 +212,7 @@ absl::Status FlagSet::ParseArgv(const std::vector<std::string>& given,
   } catch (const CLI::Error& e) {
     return absl::InternalError(absl::StrCat(command_, ": bad flag table: ", e.what()));
   }
-  auto takes_value = [&](const std::string& name) {
-    auto it = index_.find(name);
-    return it != index_.end() ? specs_[it->second].kind != Kind::kBool : config_enabled_ && name == "config";
-  };
-  // CLI11 reads "--name=" as "--name" with the next argument as its value;
-  // here the value is the empty string, as the "=" says.
-  std::vector<std::string> args;
-  bool options_ended = false;
-  for (const std::string& a : given) {
-    options_ended = options_ended || a == "--";
-    const size_t eq = a.find('=');
-    if (!options_ended && a.rfind("--", 0) == 0 && eq + 1 == a.size() && takes_value(a.substr(2, eq - 2))) {
-      args.push_back(a.substr(0, eq));
-      args.push_back("");
-    } else {
-      args.push_back(a);
-    }
-  }
+  std::vector<std::string> args = WithEmptyValues(given);
   const std::string last = args.empty() ? "" : args.back();
   std::reverse(args.begin(), args.end());  // CLI11 consumes from the back
   try {
@@ -202,7 +220,7 @@ absl::Status FlagSet::ParseArgv(const std::vector<std::string>& given,
   } catch (const CLI::ArgumentMismatch& e) {
     // An option runs short of values only at the end of the arguments.
     const std::string name = last.substr(0, last.find('='));
-    if (name.rfind("--", 0) == 0 && takes_value(name.substr(2))) {
+    if (name.rfind("--", 0) == 0 && TakesValue(name.substr(2))) {
       return UsageError(absl::StrCat(command_, ": ", name, " needs a value"));
     }
     return UsageError(absl::StrCat(command_, ": ", e.what()));
@@ -215,15 +233,7 @@ absl::Status FlagSet::ParseArgv(const std::vector<std::string>& given,
   }
   for (const std::string& extra : app.remaining()) {
     if (extra == "--") continue;  // CLI11 keeps the end-of-flags mark among the extras
-    const std::string flag = extra.substr(0, extra.find('='));
-    std::vector<std::string> names = {"help"};
-    for (const FlagSpec& s : specs_) names.push_back(s.name);
-    if (config_enabled_) names.insert(names.end(), {"config", "print-config"});
-    const std::string near =
-        ClosestName(flag.substr(std::min(flag.find_first_not_of('-'), flag.size())), names);
-    return UsageError(absl::StrCat(command_, ": unknown flag ", flag,
-                                   near.empty() ? "" : absl::StrCat(" (did you mean --", near, "?)"),
-                                   "; `shardlm ", command_, " --help` lists the flags"));
+    return UnknownFlag(extra);
   }
   for (const auto& [name, opt] : options) {
     if (opt->count() > 0) (*flags)[name] = opt->results().back();

@@ -163,6 +163,11 @@ class FlagSet {
   // The command line (CLI11): flag values as given, positionals, --help,
   // --config, --print-config.
   absl::Status ParseArgv(const std::vector<std::string>& args, std::map<std::string, std::string>* flags);
+  // ParseArgv's parts: whether --name takes a value; the arguments with
+  // "--name=" as an empty value; the error for a flag nobody declared.
+  bool TakesValue(const std::string& name) const;
+  std::vector<std::string> WithEmptyValues(const std::vector<std::string>& given) const;
+  absl::Status UnknownFlag(const std::string& extra) const;
 
   std::string command_;
   bool config_enabled_ = false;

@@ -10,7 +10,7 @@
 
 #include "absl/status/statusor.h"
 #include "constraints/constraint.h"
-#include "coordinator/engine.h"
+#include "coordinator/engine/engine.h"
 #include "shardlm/v1/inference.pb.h"
 
 namespace shardlm {

@@ -31,14 +31,15 @@
 #include "common/metrics.h"
 #include "common/random_token.h"
 #include "common/status.h"
-#include "coordinator/engine_loop.h"
-#include "coordinator/inference_service.h"
-#include "coordinator/metrics_http.h"
-#include "coordinator/openai_http.h"
-#include "coordinator/service_metrics.h"
-#include "coordinator/worker_group.h"
-#include "model/model_config.h"
-#include "model/model_files.h"
+#include "coordinator/engine/service_metrics.h"
+#include "coordinator/group/worker_group.h"
+#include "coordinator/grpc/inference_service.h"
+#include "coordinator/http/metrics_http.h"
+#include "coordinator/openai/openai_http.h"
+#include "coordinator/serving/engine_loop.h"
+#include "coordinator/serving/serving_core.h"
+#include "formats/model_config.h"
+#include "formats/model_files.h"
 #include "partitioning/shard_plan.h"
 
 namespace shardlm {
@@ -260,8 +261,7 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ServeFlags& f, con
 
 // The OpenAI HTTP API (when --http-port is given).
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f, const ServeInputs& in,
-                                                            const GroupState& initial,
-                                                            InferenceService* service,
+                                                            const GroupState& initial, ServingCore* core,
                                                             std::function<bool()> ready) {
   if (!f.http_port) return nullptr;
   OpenAiHttpOptions ho;
@@ -283,7 +283,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
   ho.model.max_queued_sequences = f.max_queued_requests;
   ho.ready = std::move(ready);
-  SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(service, std::move(ho)));
+  SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(core, std::move(ho)));
   std::printf("OpenAI API on http%s://%s:%d/v1\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
               http->port());
   return http;
@@ -292,11 +292,11 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
 // NOT_SERVING and UNAVAILABLE for new calls at once; every call in flight
 // (tokenizing, queued or running, gRPC or HTTP) gets the grace period to
 // finish, then whatever is left is cancelled.
-void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, InferenceService& service,
+void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, ServingCore& core,
            WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http) {
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
-  service.StartDraining();
+  core.StartDraining();
   group.BeginShutdown();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(f.shutdown_grace_s);
   while ((metrics.calls_in_flight() > 0 || loop.pending() > 0) && std::chrono::steady_clock::now() < until) {
@@ -339,9 +339,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
                   [g] { return g->state(); });
   ServedModel served{go->dtype == "auto" ? (in->cfg.torch_dtype == "float32" ? "f32" : "bf16") : go->dtype,
                      go->tp, go->block_size, eo.handle_ttl_ms};
-  InferenceService service(&loop, in->tokenizer.get(), served);
-  service.SetApiKeys(in->api_keys);
-  service.SetMetrics(&metrics);
+  ServingCore core(&loop, in->tokenizer.get(), served);
+  core.SetApiKeys(in->api_keys);
+  core.SetMetrics(&metrics);
+  InferenceService service(&core);
 
   std::atomic<bool> draining{false};
   // Ready once every listener accepts (the "serving" line below), while the
@@ -352,7 +353,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   int port = 0;
   auto server = StartGrpc(f, *in, &service, &health, &port);
   if (!server.ok()) return Fail(server.status());
-  auto http = StartHttp(f, *in, initial, &service, ready);
+  auto http = StartHttp(f, *in, initial, &core, ready);
   if (!http.ok()) return Fail(http.status());
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),
@@ -362,7 +363,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::fflush(stdout);
   while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   draining = true;
-  Drain(f, metrics, loop, service, *g, **server, *http);
+  Drain(f, metrics, loop, core, *g, **server, *http);
   return 0;  // loop, then group (stopping the workers), are destroyed on return
 }
 

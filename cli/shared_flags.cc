@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "common/grpc_security.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "model/device.h"
 
@@ -76,11 +77,31 @@ void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out) {
       .To(&out->no_overlap_steps);
 }
 
+void ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, WorkerGroupOptions* o) {
+  o->dtype = engine.dtype;
+  o->weights = engine.storage.weights;
+  o->kv_dtype = engine.storage.kv_dtype;
+  o->kv_cache_bytes = engine.kv_cache_mb << 20;
+  o->device = device.device;
+  o->cuda_graph_max_batch = device.cuda_graph_max_batch;
+  o->warmup_tokens = device.warmup_tokens;
+}
+
+absl::Status ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& device, RankWorkerOptions* o) {
+  SHARDLM_RETURN_IF_ERROR(SetRankStorage(engine.dtype, engine.storage.weights, engine.storage.kv_dtype, o));
+  SHARDLM_ASSIGN_OR_RETURN(o->device, ResolveDevice(device.device));
+  o->kv_cache_bytes = engine.kv_cache_mb << 20;
+  o->cuda_graph_max_batch = device.cuda_graph_max_batch;
+  o->warmup_tokens = device.warmup_tokens;
+  return absl::OkStatus();
+}
+
 void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& engine,
                           Engine::Options* options) {
   options->max_batch_tokens = engine.max_batch_tokens;
   options->max_num_seqs = scheduling.max_num_seqs;
-  options->policy = scheduling.policy;
+  // The flag's choices are the policies' names: parsed once, here.
+  CHECK(Scheduler::ParsePolicy(scheduling.policy, &options->policy).ok()) << scheduling.policy;
   options->overlap_steps = !scheduling.no_overlap_steps;
 }
 

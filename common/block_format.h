@@ -1,5 +1,5 @@
 // ggml's block formats of quantized weights, by name and layout: what a GGUF
-// file stores (model/quant_blocks.h dequantizes and quantizes them) and what
+// file stores (formats/quant_blocks.h dequantizes and quantizes them) and what
 // the CPU kernels repack and multiply (kernels/cpu/quant.h). Header-only, so
 // that both can share it without a link between them.
 #pragma once

@@ -19,24 +19,9 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/tls_files.h"
 
 namespace shardlm {
-
-// PEM files. Server side: cert + key, and client_ca to require client
-// certificates signed by it (mutual TLS). Client side: client_ca is the CA
-// that signed the server; cert + key (optional) are this client's identity.
-struct TlsFiles {
-  std::string cert;
-  std::string key;
-  std::string client_ca;
-  bool enabled() const { return !cert.empty() || !key.empty() || !client_ca.empty(); }
-};
-
-// Reads a whole file; NotFound / InvalidArgument naming `what` (a flag).
-absl::StatusOr<std::string> ReadSecretFile(const std::string& path, const std::string& what);
-
-// A shared token from a file, without trailing blanks or newline.
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path, const std::string& what);
 
 // Insecure credentials when `tls` is empty; errors name `flag_prefix`-cert,
 // `flag_prefix`-key and `ca_flag`.

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "model/gguf.h"
-#include "model/gguf_model.h"
+#include "formats/gguf.h"
+#include "formats/gguf_model.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto header = shardlm::ParseGguf(data, size, "fuzz.gguf");

@@ -19,8 +19,8 @@
 #include <string>
 
 #include "chat/chat_template.h"
-#include "coordinator/http_server.h"
-#include "coordinator/openai_api.h"
+#include "coordinator/http/http_server.h"
+#include "coordinator/openai/openai_api.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {

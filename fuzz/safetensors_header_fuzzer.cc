@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "model/safetensors.h"
+#include "formats/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto header = shardlm::ParseSafetensorsHeader(data, size, "fuzz.safetensors");

@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace shardlm::jinja::py {
 namespace {

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "model/step.h"
+#include "step/step.h"
 
 namespace shardlm {
 

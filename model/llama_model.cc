@@ -106,6 +106,59 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
 
 }  // namespace
 
+// Reads this rank's shards of the checkpoint's tensors: on the host, then
+// moved to the device one tensor at a time; projections quantized where the
+// weight format asks and the shard allows (kernels::LinearWeight packs them).
+class ShardReader {
+ public:
+  ShardReader(const Checkpoint& ckpt, const ShardPlan& plan, at::ScalarType dtype, at::Device device,
+              WeightFormat weights)
+      : ckpt_(ckpt),
+        plan_(plan),
+        dtype_(dtype),
+        device_(device),
+        weights_(weights),
+        quantize_(device.is_cpu() && weights != WeightFormat::kDense) {}
+
+  bool Has(const std::string& name) const { return ckpt_.Has(name); }
+
+  absl::StatusOr<at::Tensor> Tensor(const std::string& name, std::vector<int64_t> shape) const {
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, LoadShard(ckpt_, plan_, name, shape, dtype_));
+    if (device_.is_cpu()) return t;
+    SHARDLM_RETURN_IF_ERROR(CatchTorchErrors(absl::StrCat("moving ", name, " to ", device_.str()), [&] {
+      t = t.to(device_);
+      return absl::OkStatus();
+    }));
+    return t;
+  }
+
+  // A projection of `parts` concatenated along the rows: quantized where
+  // asked and possible, else dense (`gated`: a gate/up pair, PrepareGated).
+  absl::StatusOr<kernels::LinearWeight> Projection(const Parts& parts, bool gated = false) const {
+    if (quantize_) {
+      SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
+                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_)));
+      if (q.defined()) return q;
+    }
+    std::vector<at::Tensor> dense;
+    for (const auto& [name, shape] : parts) {
+      SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, Tensor(name, shape));
+      dense.push_back(std::move(t));
+    }
+    at::Tensor w = dense.size() == 1 ? std::move(dense[0]) : at::cat(dense, 0);
+    return gated ? kernels::LinearWeight::PrepareGated(std::move(w))
+                 : kernels::LinearWeight::Prepare(std::move(w));
+  }
+
+ private:
+  const Checkpoint& ckpt_;
+  const ShardPlan& plan_;
+  at::ScalarType dtype_;
+  at::Device device_;
+  WeightFormat weights_;
+  bool quantize_;
+};
+
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& cfg, const Checkpoint& ckpt,
                                                              const ShardPlan& plan, at::ScalarType dtype,
                                                              Communicator* comm, at::Device device,
@@ -115,94 +168,73 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
                         "--weights q8_0, q4_0 and q4_1 run on the CPU; on " + device.str() +
                             " weights are dequantized to the compute dtype (--weights auto or dense)");
   }
-  const bool quantize = device.is_cpu() && weights != WeightFormat::kDense;
   std::unique_ptr<LlamaModel> m(new LlamaModel(cfg, plan, dtype, comm, device));
-  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, d = cfg.head_dim;
-  const int64_t V = cfg.vocab_size, q_out = cfg.num_heads * d, kv_out = cfg.num_kv_heads * d;
-  // Shards are read (and converted) on the host, then moved to the device
-  // one tensor at a time.
-  auto load = [&](const std::string& name, std::vector<int64_t> shape) -> absl::StatusOr<at::Tensor> {
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, LoadShard(ckpt, plan, name, shape, dtype));
-    if (device.is_cpu()) return t;
-    SHARDLM_RETURN_IF_ERROR(CatchTorchErrors(absl::StrCat("moving ", name, " to ", device.str()), [&] {
-      t = t.to(device);
-      return absl::OkStatus();
-    }));
-    return t;
-  };
-  SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, load("model.norm.weight", {H}));
-  // The projections are prepared for kernels::Linear (packed on AVX-512).
-  // A tied embedding is looked up in the LM head's weight, so it is held once.
-  auto prepare = [](at::Tensor w) { return kernels::LinearWeight::Prepare(std::move(w)); };
-  // A projection: quantized where `weights` asks and the shard allows, else
-  // dense (`gated`: a gate/up pair, PrepareGated).
-  auto projection = [&](const Parts& parts, bool gated) -> absl::StatusOr<kernels::LinearWeight> {
-    if (quantize) {
-      SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
-                               LoadQuantized(ckpt, plan, parts, BlockFormatFor(weights)));
-      if (q.defined()) return q;
-    }
-    std::vector<at::Tensor> dense;
-    for (const auto& [name, shape] : parts) {
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, load(name, shape));
-      dense.push_back(std::move(t));
-    }
-    at::Tensor w = dense.size() == 1 ? std::move(dense[0]) : at::cat(dense, 0);
-    return gated ? kernels::LinearWeight::PrepareGated(std::move(w)) : prepare(std::move(w));
-  };
-  absl::Status st = CatchTorchErrors("preparing the LM head", [&]() -> absl::Status {
-    if (cfg.tie_word_embeddings && !ckpt.Has("lm_head.weight")) {
-      SHARDLM_ASSIGN_OR_RETURN(m->lm_head_, projection({{"model.embed_tokens.weight", {V, H}}}, false));
-    } else {
-      SHARDLM_ASSIGN_OR_RETURN(m->embed_, load("model.embed_tokens.weight", {V, H}));
-      SHARDLM_ASSIGN_OR_RETURN(m->lm_head_, projection({{"lm_head.weight", {V, H}}}, false));
-    }
-    return absl::OkStatus();
-  });
-  SHARDLM_RETURN_IF_ERROR(st);
-  st = CatchTorchErrors("loading layers", [&]() -> absl::Status {
+  const ShardReader reader(ckpt, plan, dtype, device, weights);
+  SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, reader.Tensor("model.norm.weight", {cfg.hidden_size}));
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("preparing the LM head", [&] { return m->LoadHead(reader); }));
+  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("loading layers", [&]() -> absl::Status {
     for (int64_t i = 0; i < cfg.num_layers; ++i) {
-      const std::string p = absl::StrCat("model.layers.", i, ".");
-      Layer L;
-      SHARDLM_ASSIGN_OR_RETURN(L.input_norm, load(p + "input_layernorm.weight", {H}));
-      SHARDLM_ASSIGN_OR_RETURN(L.post_norm, load(p + "post_attention_layernorm.weight", {H}));
-      // One product instead of three.
-      SHARDLM_ASSIGN_OR_RETURN(L.qkv, projection({{p + "self_attn.q_proj.weight", {q_out, H}},
-                                                  {p + "self_attn.k_proj.weight", {kv_out, H}},
-                                                  {p + "self_attn.v_proj.weight", {kv_out, H}}},
-                                                 false));
-      if (cfg.attention_bias) {
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor qb, load(p + "self_attn.q_proj.bias", {q_out}));
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor kb, load(p + "self_attn.k_proj.bias", {kv_out}));
-        SHARDLM_ASSIGN_OR_RETURN(at::Tensor vb, load(p + "self_attn.v_proj.bias", {kv_out}));
-        L.qkv_bias = at::cat({qb, kb, vb}, 0);
-      }
-      if (cfg.qk_norm) {
-        SHARDLM_ASSIGN_OR_RETURN(L.q_norm, load(p + "self_attn.q_norm.weight", {d}));
-        SHARDLM_ASSIGN_OR_RETURN(L.k_norm, load(p + "self_attn.k_norm.weight", {d}));
-      }
-      SHARDLM_ASSIGN_OR_RETURN(L.o, projection({{p + "self_attn.o_proj.weight", {H, q_out}}}, false));
-      SHARDLM_ASSIGN_OR_RETURN(
-          L.gate_up,
-          projection({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}}, true));
-      SHARDLM_ASSIGN_OR_RETURN(L.down, projection({{p + "mlp.down_proj.weight", {H, I}}}, false));
-      m->layers_.push_back(std::move(L));
+      SHARDLM_ASSIGN_OR_RETURN(Layer layer, LoadLayer(reader, cfg, i));
+      m->layers_.push_back(std::move(layer));
     }
-    std::vector<float> inv = RotaryInverseFrequencies(cfg);
-    m->inv_freq_ = at::tensor(inv, at::kFloat);
+    m->inv_freq_ = at::tensor(RotaryInverseFrequencies(cfg), at::kFloat);
     return absl::OkStatus();
-  });
-  SHARDLM_RETURN_IF_ERROR(st);
-  int64_t bytes =
-      (m->embed_.defined() ? m->embed_.nbytes() : 0) + m->final_norm_.nbytes() + m->lm_head_.nbytes();
-  for (const Layer& L : m->layers_) {
+  }));
+  m->weight_bytes_ = m->WeightBytes();
+  return m;
+}
+
+// A tied embedding is looked up in the LM head's weight, so it is held once.
+absl::Status LlamaModel::LoadHead(const ShardReader& reader) {
+  const int64_t V = cfg_.vocab_size, H = cfg_.hidden_size;
+  if (cfg_.tie_word_embeddings && !reader.Has("lm_head.weight")) {
+    SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"model.embed_tokens.weight", {V, H}}}));
+    return absl::OkStatus();
+  }
+  SHARDLM_ASSIGN_OR_RETURN(embed_, reader.Tensor("model.embed_tokens.weight", {V, H}));
+  SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"lm_head.weight", {V, H}}}));
+  return absl::OkStatus();
+}
+
+// Layer i's shards, with q/k/v fused into one product and gate/up into another.
+absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(const ShardReader& reader, const ModelConfig& cfg,
+                                                        int64_t i) {
+  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, d = cfg.head_dim;
+  const int64_t q_out = cfg.num_heads * d, kv_out = cfg.num_kv_heads * d;
+  const std::string p = absl::StrCat("model.layers.", i, ".");
+  Layer L;
+  SHARDLM_ASSIGN_OR_RETURN(L.input_norm, reader.Tensor(p + "input_layernorm.weight", {H}));
+  SHARDLM_ASSIGN_OR_RETURN(L.post_norm, reader.Tensor(p + "post_attention_layernorm.weight", {H}));
+  SHARDLM_ASSIGN_OR_RETURN(L.qkv, reader.Projection({{p + "self_attn.q_proj.weight", {q_out, H}},
+                                                     {p + "self_attn.k_proj.weight", {kv_out, H}},
+                                                     {p + "self_attn.v_proj.weight", {kv_out, H}}}));
+  if (cfg.attention_bias) {
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor qb, reader.Tensor(p + "self_attn.q_proj.bias", {q_out}));
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor kb, reader.Tensor(p + "self_attn.k_proj.bias", {kv_out}));
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor vb, reader.Tensor(p + "self_attn.v_proj.bias", {kv_out}));
+    L.qkv_bias = at::cat({qb, kb, vb}, 0);
+  }
+  if (cfg.qk_norm) {
+    SHARDLM_ASSIGN_OR_RETURN(L.q_norm, reader.Tensor(p + "self_attn.q_norm.weight", {d}));
+    SHARDLM_ASSIGN_OR_RETURN(L.k_norm, reader.Tensor(p + "self_attn.k_norm.weight", {d}));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(L.o, reader.Projection({{p + "self_attn.o_proj.weight", {H, q_out}}}));
+  SHARDLM_ASSIGN_OR_RETURN(
+      L.gate_up, reader.Projection({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}},
+                                   /*gated=*/true));
+  SHARDLM_ASSIGN_OR_RETURN(L.down, reader.Projection({{p + "mlp.down_proj.weight", {H, I}}}));
+  return L;
+}
+
+int64_t LlamaModel::WeightBytes() const {
+  int64_t bytes = (embed_.defined() ? embed_.nbytes() : 0) + final_norm_.nbytes() + lm_head_.nbytes();
+  for (const Layer& L : layers_) {
     for (const at::Tensor* t : {&L.input_norm, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.post_norm}) {
       if (t->defined()) bytes += t->nbytes();
     }
     bytes += L.qkv.nbytes() + L.o.nbytes() + L.gate_up.nbytes() + L.down.nbytes();
   }
-  m->weight_bytes_ = bytes;
-  return m;
+  return bytes;
 }
 
 namespace {

@@ -23,13 +23,13 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "formats/checkpoint.h"
+#include "formats/model_config.h"
 #include "kernels/attention.h"
 #include "kernels/linear.h"
 #include "kv/kv_pool.h"
-#include "model/checkpoint.h"
-#include "model/model_config.h"
-#include "model/step.h"
 #include "partitioning/shard_plan.h"
+#include "step/step.h"
 
 namespace shardlm {
 
@@ -41,6 +41,8 @@ namespace shardlm {
 // another (CPU only).
 enum class WeightFormat { kAuto, kDense, kQ8_0, kQ4_0, kQ4_1 };
 absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag);
+
+class ShardReader;  // llama_model.cc: reads this rank's shards of a checkpoint
 
 class LlamaModel {
  public:
@@ -104,6 +106,11 @@ class LlamaModel {
   LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm,
              at::Device device)
       : cfg_(cfg), plan_(plan), dtype_(dtype), device_(device), comm_(comm) {}
+
+  // Load's parts (llama_model.cc): the embedding and LM head, one layer, the bytes held.
+  absl::Status LoadHead(const ShardReader& reader);
+  static absl::StatusOr<Layer> LoadLayer(const ShardReader& reader, const ModelConfig& cfg, int64_t i);
+  int64_t WeightBytes() const;
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
   // ForwardTensors' parts (llama_model.cc says what each does).

@@ -10,14 +10,12 @@
 
 #include <cstdint>
 
-#include "model/step.h"
+#include "step/draw_seed.h"
+#include "step/step.h"
 
 namespace shardlm {
 
 // logits: f32[vocab] of one row.
 RowResult ProcessRow(const float* logits, int64_t vocab, const SampleRow& row);
-
-// Mixes a request seed and a token index into the seed of one draw.
-uint64_t DrawSeed(uint64_t request_seed, uint64_t token_index);
 
 }  // namespace shardlm

@@ -46,7 +46,7 @@
 #include "kv/kv_pool.h"
 #include "model/cuda_graph.h"
 #include "model/llama_model.h"
-#include "model/step.h"
+#include "step/step.h"
 
 namespace shardlm {
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/checkpoint.h"
-#include "model/quant_blocks.h"
+#include "formats/checkpoint.h"
+#include "formats/quant_blocks.h"
 #include "partitioning/shard_plan.h"
 
 namespace shardlm {

@@ -29,7 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "model/model_config.h"
+#include "formats/model_config.h"
 
 namespace shardlm {
 

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/sampling_limits.h"
+#include "step/sampling_limits.h"
 
 namespace shardlm {
 namespace {

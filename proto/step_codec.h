@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "model/step.h"
 #include "shardlm/worker/v1/worker.pb.h"
+#include "step/step.h"
 
 namespace shardlm {
 
@@ -45,7 +45,7 @@ struct StepLimits {
 absl::StatusOr<std::unique_ptr<DecodedStep>> DecodeStep(const wpb::StepRequest& request,
                                                         const StepLimits& limits);
 
-// The masks that follow step `step_id` (model/step_masks.h). Decoding checks
+// The masks that follow step `step_id` (step/step_masks.h). Decoding checks
 // only the bytes; PointRowsAtMasks checks them against the step's rows.
 wpb::StepMasksRequest EncodeMasks(const std::vector<RowMask>& masks, uint64_t step_id, uint64_t epoch = 0);
 absl::StatusOr<std::vector<RowMask>> DecodeMasks(const wpb::StepMasksRequest& request);

@@ -10,24 +10,23 @@ mkdir -p "$out" fuzz/corpus/safetensors fuzz/corpus/gguf fuzz/corpus/tokenizer f
 flags=(-std=c++20 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 # shellcheck disable=SC2046
 libs=($(pkg-config --cflags --libs absl_status absl_statusor absl_strings))
-clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc model/safetensors.cc model/mapped_file.cc \
+clang++ "${flags[@]}" fuzz/safetensors_header_fuzzer.cc formats/safetensors.cc formats/mapped_file.cc \
   "${libs[@]}" -o "$out/safetensors_header_fuzzer"
-clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc \
+clang++ "${flags[@]}" fuzz/gguf_fuzzer.cc formats/gguf.cc formats/gguf_model.cc formats/mapped_file.cc \
   "${libs[@]}" -o "$out/gguf_fuzzer"
 # shellcheck disable=SC2046
-clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
-  model/model_files.cc model/gguf.cc model/gguf_model.cc model/mapped_file.cc common/status.cc \
+clang++ "${flags[@]}" fuzz/tokenizer_fuzzer.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc common/utf8.cc \
+  formats/model_files.cc formats/gguf.cc formats/gguf_model.cc formats/mapped_file.cc common/status.cc \
   "${libs[@]}" $(pkg-config --cflags --libs libpcre2-8 icu-uc) -o "$out/tokenizer_fuzzer"
-# The HTTP request parser (Boost.Beast's, with the server's limits) and the OpenAI JSON front end.
-mkdir -p "$out/gen"
-protoc -Iproto --cpp_out="$out/gen" proto/shardlm/v1/inference.proto
+# The HTTP request parser (Boost.Beast's, with the server's limits) and the OpenAI JSON front end
+# (no protobuf and no gRPC: the front end speaks the serving core's types).
 # shellcheck disable=SC2046
-clang++ "${flags[@]}" -I"$out/gen" fuzz/http_request_fuzzer.cc coordinator/openai_api.cc coordinator/openai_params.cc \
-  coordinator/openai_chat.cc coordinator/tool_calls.cc constraints/constraint.cc common/grpc_status.cc \
-  "$out/gen/shardlm/v1/inference.pb.cc" jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc tokenizer/utf8.cc \
-  tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc model/model_files.cc model/gguf.cc \
-  model/gguf_model.cc model/mapped_file.cc common/status.cc "${libs[@]}" \
-  $(pkg-config --cflags --libs libpcre2-8 icu-uc protobuf grpc++) -o "$out/http_request_fuzzer"
+clang++ "${flags[@]}" fuzz/http_request_fuzzer.cc coordinator/openai/openai_api.cc coordinator/openai/openai_params.cc \
+  coordinator/openai/openai_chat.cc coordinator/openai/tool_calls.cc constraints/constraint.cc \
+  jinja/*.cc chat/*.cc tokenizer/tokenizer.cc tokenizer/tokenizer_json.cc tokenizer/pretokenize.cc tokenizer/byte_level.cc common/utf8.cc \
+  tokenizer/incremental_detokenizer.cc tokenizer/stop_text.cc formats/model_files.cc formats/gguf.cc \
+  formats/gguf_model.cc formats/mapped_file.cc common/status.cc "${libs[@]}" \
+  $(pkg-config --cflags --libs libpcre2-8 icu-uc) -o "$out/http_request_fuzzer"
 # Seeds: headers of real checkpoints written by make-tiny-model (first 64 KiB).
 if [ -x build/shardlm ] && [ -z "$(ls -A fuzz/corpus/safetensors)" ]; then
   tmp=$(mktemp -d)

@@ -16,7 +16,7 @@ PACKAGES=(
   libopenblas0-openmp
   python3 python3-venv python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 curl
   openssl procps iproute2 patchelf xz-utils
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev universal-ctags
 
 )
 missing=()

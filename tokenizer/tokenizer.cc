@@ -10,13 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
-#include "model/gguf.h"
-#include "model/model_files.h"
+#include "common/utf8.h"
+#include "formats/gguf.h"
+#include "formats/model_files.h"
 #include "nlohmann/json.hpp"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pretokenize.h"
-#include "tokenizer/utf8.h"
 
 namespace shardlm {
 namespace bpe {

@@ -15,34 +15,33 @@
 #include "model/device.h"
 #include "model/device_sampling.h"
 #include "model/sampling.h"
-#include "model/step_masks.h"
+#include "step/step_masks.h"
 
 namespace shardlm {
 namespace {
 
-// A dtype flag's value: "f32", "bf16", or "auto" for `automatic`; anything
-// else refused naming `flag`.
-absl::StatusOr<at::ScalarType> DtypeNamed(const std::string& value, at::ScalarType automatic,
-                                          const std::string& flag) {
-  if (value == "auto") return automatic;
-  if (value == "f32") return at::kFloat;
-  if (value == "bf16") return at::kBFloat16;
-  return absl::InvalidArgumentError(flag + " must be auto, f32 or bf16, got '" + value + "'");
-}
-
-// --dtype: "auto" is the checkpoint's (f32 stays f32, the rest computes in bf16).
-absl::StatusOr<at::ScalarType> ResolveDtype(const std::string& flag, const ModelConfig& cfg) {
-  return DtypeNamed(flag, cfg.torch_dtype == "float32" ? at::kFloat : at::kBFloat16, "--dtype");
+// --dtype: kAuto is the checkpoint's (f32 stays f32, the rest computes in bf16).
+at::ScalarType ResolveDtype(DtypeChoice choice, const ModelConfig& cfg) {
+  switch (choice) {
+    case DtypeChoice::kF32:
+      return at::kFloat;
+    case DtypeChoice::kBf16:
+      return at::kBFloat16;
+    case DtypeChoice::kAuto:
+      break;
+  }
+  return cfg.torch_dtype == "float32" ? at::kFloat : at::kBFloat16;
 }
 
 // --kv-dtype: the compute dtype unless it names another (then on the CPU only:
 // the GPU's rotary kernel writes K and V in the compute dtype).
-absl::StatusOr<at::ScalarType> ResolveKvDtype(const std::string& flag, at::ScalarType compute,
+absl::StatusOr<at::ScalarType> ResolveKvDtype(DtypeChoice choice, at::ScalarType compute,
                                               const at::Device& device) {
-  absl::StatusOr<at::ScalarType> kv = DtypeNamed(flag, compute, "--kv-dtype");
-  if (!kv.ok()) return WithField(kv.status(), "kv_dtype");
-  if (*kv != compute && !device.is_cpu()) {
-    return InvalidField("kv_dtype", "--kv-dtype " + flag +
+  const at::ScalarType kv = choice == DtypeChoice::kAuto  ? compute
+                            : choice == DtypeChoice::kF32 ? at::kFloat
+                                                          : at::kBFloat16;
+  if (kv != compute && !device.is_cpu()) {
+    return InvalidField("kv_dtype", std::string("--kv-dtype ") + DtypeChoiceName(choice) +
                                         " differs from the compute dtype: the CPU only; on " + device.str() +
                                         " the KV cache has the compute dtype (--dtype)");
   }
@@ -50,6 +49,35 @@ absl::StatusOr<at::ScalarType> ResolveKvDtype(const std::string& flag, at::Scala
 }
 
 }  // namespace
+
+absl::StatusOr<DtypeChoice> ParseDtypeChoice(const std::string& value, const std::string& flag) {
+  if (value == "auto") return DtypeChoice::kAuto;
+  if (value == "f32") return DtypeChoice::kF32;
+  if (value == "bf16") return DtypeChoice::kBf16;
+  return absl::InvalidArgumentError(flag + " must be auto, f32 or bf16, got '" + value + "'");
+}
+
+const char* DtypeChoiceName(DtypeChoice choice) {
+  switch (choice) {
+    case DtypeChoice::kF32:
+      return "f32";
+    case DtypeChoice::kBf16:
+      return "bf16";
+    case DtypeChoice::kAuto:
+      break;
+  }
+  return "auto";
+}
+
+absl::Status SetRankStorage(const std::string& dtype, const std::string& weights, const std::string& kv_dtype,
+                            RankWorkerOptions* o) {
+  SHARDLM_ASSIGN_OR_RETURN(o->dtype, ParseDtypeChoice(dtype, "--dtype"));
+  SHARDLM_ASSIGN_OR_RETURN(o->weights, ParseWeightFormat(weights));
+  absl::StatusOr<DtypeChoice> kv = ParseDtypeChoice(kv_dtype, "--kv-dtype");
+  if (!kv.ok()) return WithField(kv.status(), "kv_dtype");
+  o->kv_dtype = *kv;
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOptions& options,
                                                              std::unique_ptr<Communicator> comm) {
@@ -59,9 +87,9 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
   auto w = std::make_unique<RankWorker>();
   w->comm_ = std::move(comm);
   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(options.model_dir));
-  SHARDLM_ASSIGN_OR_RETURN(at::ScalarType dtype, ResolveDtype(options.dtype, cfg));
-  SHARDLM_ASSIGN_OR_RETURN(WeightFormat weights, ParseWeightFormat(options.weights));
-  SHARDLM_ASSIGN_OR_RETURN(at::Device device, ResolveDevice(options.device, options.local_rank));
+  const at::ScalarType dtype = ResolveDtype(options.dtype, cfg);
+  const WeightFormat weights = options.weights;
+  const at::Device device = options.device;
   SHARDLM_ASSIGN_OR_RETURN(at::ScalarType kv_dtype, ResolveKvDtype(options.kv_dtype, dtype, device));
   // Kernels of our own launch on the current device: make it the rank's on
   // the loading thread (and on the stepping thread, in Execute).

@@ -4,7 +4,7 @@
 // The same class serves the single-process engine (world size 1, in-process)
 // and, with tensor parallelism, each `shardlm worker` process.
 //
-//   RankWorkerOptions o{.model_dir = dir, .dtype = at::kFloat, .kv_cache_bytes = 256 << 20};
+//   RankWorkerOptions o{.model_dir = dir, .dtype = DtypeChoice::kF32, .kv_cache_bytes = 256 << 20};
 //   SHARDLM_ASSIGN_OR_RETURN(auto worker, RankWorker::Load(o, MakeSingleRankCommunicator()));
 //   SHARDLM_ASSIGN_OR_RETURN(std::vector<RowResult> rows, worker->Execute(step));
 #pragma once
@@ -15,27 +15,38 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "formats/checkpoint.h"
 #include "kv/kv_pool.h"
-#include "model/checkpoint.h"
 #include "model/llama_model.h"
-#include "model/step.h"
 #include "model/step_graphs.h"
+#include "step/step.h"
 
 namespace shardlm {
 
+// A dtype a rank is told (--dtype, --kv-dtype); kAuto is resolved at load.
+enum class DtypeChoice { kAuto, kF32, kBf16 };
+// "auto", "f32" or "bf16"; InvalidArgument naming `flag` otherwise.
+absl::StatusOr<DtypeChoice> ParseDtypeChoice(const std::string& value, const std::string& flag);
+const char* DtypeChoiceName(DtypeChoice choice);
+
+// Typed: the flags (cli/) and the worker protocol's settings (worker_server.cc)
+// are parsed into these once, where they arrive (SetRankStorage, ResolveDevice).
+struct RankWorkerOptions;
+// --dtype, --weights and --kv-dtype (or the settings a coordinator sends) into `o`;
+// errors name the flag.
+absl::Status SetRankStorage(const std::string& dtype, const std::string& weights, const std::string& kv_dtype,
+                            RankWorkerOptions* o);
+
 struct RankWorkerOptions {
   std::string model_dir;
-  std::string dtype = "auto";  // "auto" (the checkpoint's), "f32" or "bf16"
-  std::string weights = "auto";  // the projections' weights (--weights): auto, dense, q8_0, q4_0, q4_1
-  // The KV cache's dtype (--kv-dtype): "auto" (the compute dtype), "f32" or
-  // "bf16". Another than the compute dtype runs attention in it (the CPU only).
-  std::string kv_dtype = "auto";
+  DtypeChoice dtype = DtypeChoice::kAuto;      // kAuto: the checkpoint's (f32 stays f32, the rest bf16)
+  WeightFormat weights = WeightFormat::kAuto;  // the projections' weights (--weights)
+  // The KV cache's dtype (--kv-dtype): kAuto is the compute dtype. Another
+  // than the compute dtype runs attention in it (the CPU only).
+  DtypeChoice kv_dtype = DtypeChoice::kAuto;
   int64_t kv_cache_bytes = 256ll << 20;
   int64_t block_size = 16;
-  // "auto", "cpu", "cuda" or "cuda:N" (model/device.h); `local_rank` picks the
-  // GPU for "cuda" and "auto".
-  std::string device = "cpu";
-  int local_rank = 0;
+  at::Device device = at::kCPU;  // resolved from --device by ResolveDevice (model/device.h)
   // Steps of at most this many tokens run on CUDA graphs, one per batch-size
   // bucket, each captured on its first step (model/step_graphs.h); 0: none.
   // Only on a CUDA device, unless cuda_graph_capture is false.

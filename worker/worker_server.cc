@@ -20,11 +20,12 @@
 #include "common/grpc_status.h"
 #include "common/health_service.h"
 #include "common/logging.h"
+#include "formats/fingerprint.h"
 #include "model/device.h"
-#include "model/fingerprint.h"
-#include "model/step_masks.h"
 #include "proto/step_codec.h"
+#include "proto/worker_protocol.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
+#include "step/step_masks.h"
 #include "worker/compute_thread.h"
 #include "worker/rank_worker.h"
 #include "worker/remote_store.h"
@@ -308,17 +309,22 @@ class WorkerProcess {
       timed_ = timed_comm.get();
       RankWorkerOptions wo;
       wo.model_dir = options_.model_dir;
-      wo.dtype = assigned.dtype();
-      wo.weights = assigned.weights().empty() ? "auto" : assigned.weights();
-      wo.kv_dtype = assigned.kv_dtype().empty() ? "auto" : assigned.kv_dtype();
+      // The coordinator's settings, in its flags' words, parsed here once.
+      absl::Status storage =
+          SetRankStorage(assigned.dtype(), assigned.weights().empty() ? "auto" : assigned.weights(),
+                         assigned.kv_dtype().empty() ? "auto" : assigned.kv_dtype(), &wo);
       wo.kv_cache_bytes = assigned.kv_cache_bytes();
       wo.block_size = assigned.block_size();
-      wo.device = device_.str();
+      wo.device = device_;
       // A host-staged collective copies to the host mid-step: no graph can capture it.
       wo.cuda_graph_max_batch = options_.host_staged_collectives ? 0 : options_.cuda_graph_max_batch;
       wo.warmup_tokens = options_.warmup_tokens;
       absl::StatusOr<std::unique_ptr<RankWorker>> loaded = absl::InternalError("not loaded");
-      service_->RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
+      if (storage.ok()) {
+        service_->RunCompute([&] { loaded = RankWorker::Load(wo, std::move(timed_comm)); });
+      } else {
+        loaded = storage;
+      }
       if (!loaded.ok()) {
         LOG(ERROR) << "worker rank " << rank.rank << ": " << loaded.status();
         service_->SetNotReady(loaded.status());

@@ -31,9 +31,6 @@ class ServerCredentials;
 
 namespace shardlm {
 
-inline constexpr uint32_t kWorkerProtocolVersion = 5;  // 3: overlapped steps; 4: steps carry the epoch;
-                                                      // 5: constraint masks (in the step, and StepMasks)
-
 struct WorkerProcessOptions {
   std::string coordinator;  // host:port of the coordinator's worker endpoint
   std::string model_dir;

@@ -13,6 +13,7 @@
 #include "common/grpc_status.h"
 #include "common/logging.h"
 #include "proto/step_codec.h"
+#include "proto/worker_protocol.h"
 #include "worker/worker_server.h"
 
 namespace shardlm {

@@ -18,8 +18,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "model/step_masks.h"
 #include "shardlm/worker/v1/worker.grpc.pb.h"
+#include "step/step_masks.h"
 #include "worker/compute_thread.h"
 #include "worker/rank_worker.h"
 #include "worker/timed_communicator.h"

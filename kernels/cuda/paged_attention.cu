@@ -143,6 +143,108 @@ __device__ __forceinline__ float* RunStats(const PagedAttentionParams& p, int r,
 // D would take the merge buffer past 32 KB of shared memory.
 __host__ __device__ constexpr int WarpsFor(int D, int G) { return G * D <= 1024 ? 8 : 4; }
 
+// Row t's queries of heads h0.. (this lane's elements, scaled for exp2) and
+// an empty online softmax for each. Heads past nh (a group that is not a
+// power of two) get q = 0 and are not written.
+template <typename T, int G, int E>
+__device__ __forceinline__ void StartSoftmax(const PagedAttentionParams& p, int64_t t, int lane, int h0,
+                                             int nh, float (&q)[G][E], float (&acc)[G][E], float (&m)[G],
+                                             float (&l)[G]) {
+  const T* qrow = static_cast<const T*>(p.q) + t * p.q_row_stride + lane * E;
+  const float qscale = p.scale * kLog2e;
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+#pragma unroll
+    for (int e = 0; e < E; ++e) {
+      q[g][e] = g < nh ? ToFloat(qrow[(h0 + g) * p.q_head_stride + e]) * qscale : 0.0f;
+      acc[g][e] = 0.0f;
+    }
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
+}
+
+// One tile of KT keys (kf, vf: this lane's elements of each) into the online
+// softmax of each of the G heads: scores, the running max m, sum l and the
+// weighted values acc. Keys past key_end score -inf and weigh nothing.
+template <int G, int E, int KT>
+__device__ __forceinline__ void AccumulateTile(const float (&q)[G][E], const float (&kf)[KT][E],
+                                               const float (&vf)[KT][E], int j0, int key_end, float (&m)[G],
+                                               float (&l)[G], float (&acc)[G][E]) {
+#pragma unroll
+  for (int g = 0; g < G; ++g) {
+    float s[KT];
+    float tile_max = m[g];
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      float dot = 0.0f;
+#pragma unroll
+      for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], kf[kk][e], dot);
+      s[kk] = j0 + kk <= key_end ? WarpSum(dot) : -INFINITY;
+      tile_max = fmaxf(tile_max, s[kk]);
+    }
+    // tile_max is finite (the tile's first key is in range); exp2f(-inf) = 0 on the first tile.
+    const float alpha = exp2f(m[g] - tile_max);
+    m[g] = tile_max;
+    l[g] *= alpha;
+#pragma unroll
+    for (int e = 0; e < E; ++e) acc[g][e] *= alpha;
+#pragma unroll
+    for (int kk = 0; kk < KT; ++kk) {
+      const float w = exp2f(s[kk] - tile_max);
+      l[g] += w;
+#pragma unroll
+      for (int e = 0; e < E; ++e) acc[g][e] = fmaf(w, vf[kk][e], acc[g][e]);
+    }
+  }
+}
+
+// Head g's W warp partials (in shared memory) merged, each rescaled to their
+// common max: this lane's unnormalized output o, the max mx and the sum.
+template <int W, int G, int D>
+__device__ __forceinline__ void MergeWarps(const float (&merge_acc)[W][G][D], const float (&merge_max)[W][G],
+                                           const float (&merge_sum)[W][G], int g, int lane,
+                                           float (&o)[D / 32], float& mx, float& sum) {
+  constexpr int E = D / 32;
+  mx = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < W; ++w) mx = fmaxf(mx, merge_max[w][g]);
+  float part[E];
+  sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; ++w) {
+    const float c = merge_max[w][g] == -INFINITY ? 0.0f : exp2f(merge_max[w][g] - mx);
+    sum += c * merge_sum[w][g];
+    LoadRun(&merge_acc[w][g][lane * E], part);
+#pragma unroll
+    for (int e = 0; e < E; ++e) o[e] = fmaf(c, part[e], o[e]);
+  }
+}
+
+// Head h of row t, merged over this block's warps (o unnormalized, with its
+// max and sum): the output when the row's keys are one run, else this run's
+// part for MergeSplitsKernel.
+template <typename T, int D>
+__device__ __forceinline__ void WriteHead(const PagedAttentionParams& p, int64_t t, int h, int split,
+                                          int runs, int lane, float (&o)[D / 32], float mx, float sum) {
+  constexpr int E = D / 32;
+  if (runs > 1) {
+    StoreRun(RunAcc(p, blockIdx.x, h, split) + lane * E, o);
+    if (lane == 0) {
+      RunStats(p, blockIdx.x, h, split)[0] = mx;
+      RunStats(p, blockIdx.x, h, split)[1] = sum;
+    }
+    return;
+  }
+  // No keys at all (a negative position) gives zeros rather than NaN.
+  const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+#pragma unroll
+  for (int e = 0; e < E; ++e) o[e] *= inv;
+  StoreRun(static_cast<T*>(p.out) + (t * p.heads + h) * D + lane * E, o);
+}
+
 // T: float or __nv_bfloat16; D: head size (a multiple of 32); G: query heads
 // per block (the group, rounded up to a power of two, at most kMaxGroup).
 template <typename T, int D, int G>
@@ -178,20 +280,8 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   const T* kbase = static_cast<const T*>(p.k) + kvh * D + lane * E;
   const T* vbase = static_cast<const T*>(p.v) + kvh * D + lane * E;
 
-  // Heads past nh (a group that is not a power of two) get q = 0 and are not written.
   float q[G][E], acc[G][E], m[G], l[G];
-  const T* qrow = static_cast<const T*>(p.q) + t * p.q_row_stride + lane * E;
-  const float qscale = p.scale * kLog2e;
-#pragma unroll
-  for (int g = 0; g < G; ++g) {
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      q[g][e] = g < nh ? ToFloat(qrow[(h0 + g) * p.q_head_stride + e]) * qscale : 0.0f;
-      acc[g][e] = 0.0f;
-    }
-    m[g] = -INFINITY;
-    l[g] = 0.0f;
-  }
+  StartSoftmax<T, G, E>(p, t, lane, h0, nh, q, acc, m, l);
 
   for (int j0 = key_begin + warp * KT; j0 <= key_end; j0 += W * KT) {
     // Keys past the run's end in the last tile are neither loaded nor weighted.
@@ -208,32 +298,7 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
         for (int e = 0; e < E; ++e) kf[kk][e] = vf[kk][e] = 0.0f;
       }
     }
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      float s[KT];
-      float tile_max = m[g];
-#pragma unroll
-      for (int kk = 0; kk < KT; ++kk) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int e = 0; e < E; ++e) dot = fmaf(q[g][e], kf[kk][e], dot);
-        s[kk] = j0 + kk <= key_end ? WarpSum(dot) : -INFINITY;
-        tile_max = fmaxf(tile_max, s[kk]);
-      }
-      // tile_max is finite (the tile's first key is in range); exp2f(-inf) = 0 on the first tile.
-      const float alpha = exp2f(m[g] - tile_max);
-      m[g] = tile_max;
-      l[g] *= alpha;
-#pragma unroll
-      for (int e = 0; e < E; ++e) acc[g][e] *= alpha;
-#pragma unroll
-      for (int kk = 0; kk < KT; ++kk) {
-        const float w = exp2f(s[kk] - tile_max);
-        l[g] += w;
-#pragma unroll
-        for (int e = 0; e < E; ++e) acc[g][e] = fmaf(w, vf[kk][e], acc[g][e]);
-      }
-    }
+    AccumulateTile<G, E, KT>(q, kf, vf, j0, key_end, m, l, acc);
   }
 
   // Merge the warps' partial softmaxes: rescale each to the block's max.
@@ -248,31 +313,9 @@ __global__ void __launch_bounds__(WarpsFor(D, G) * 32) PagedAttentionKernel(cons
   }
   __syncthreads();
   for (int g = warp; g < nh; g += W) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < W; ++w) mx = fmaxf(mx, merge_max[w][g]);
-    float o[E] = {}, part[E], sum = 0.0f;
-#pragma unroll
-    for (int w = 0; w < W; ++w) {
-      const float c = merge_max[w][g] == -INFINITY ? 0.0f : exp2f(merge_max[w][g] - mx);
-      sum += c * merge_sum[w][g];
-      LoadRun(&merge_acc[w][g][lane * E], part);
-#pragma unroll
-      for (int e = 0; e < E; ++e) o[e] = fmaf(c, part[e], o[e]);
-    }
-    if (runs > 1) {  // this run's part, for MergeSplitsKernel
-      StoreRun(RunAcc(p, blockIdx.x, h0 + g, split) + lane * E, o);
-      if (lane == 0) {
-        RunStats(p, blockIdx.x, h0 + g, split)[0] = mx;
-        RunStats(p, blockIdx.x, h0 + g, split)[1] = sum;
-      }
-      continue;
-    }
-    // No keys at all (a negative position) gives zeros rather than NaN.
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int e = 0; e < E; ++e) o[e] *= inv;
-    StoreRun(static_cast<T*>(p.out) + (t * p.heads + h0 + g) * D + lane * E, o);
+    float o[E], mx, sum;
+    MergeWarps<W, G, D>(merge_acc, merge_max, merge_sum, g, lane, o, mx, sum);
+    WriteHead<T, D>(p, t, h0 + g, split, runs, lane, o, mx, sum);
   }
 }
 
@@ -308,7 +351,7 @@ const char* Launch(const PagedAttentionParams& p, cudaStream_t stream) {
   PagedAttentionKernel<T, D, G><<<grid, WarpsFor(D, G) * 32, 0, stream>>>(p);
   if (p.num_splits > 1) {
     const dim3 merge_grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.heads));
-    MergeSplitsKernel<T><<<merge_grid, D < 128 ? D : 128, 0, stream>>>(p);
+    MergeSplitsKernel<T> < <<merge_grid, D<128 ? D : 128, 0, stream>>>(p);
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
@@ -383,14 +426,16 @@ const char* LaunchPagedAttention(const PagedAttentionParams& params, void* strea
   }
   if (p.block_size <= 0 || p.max_blocks <= 0) return "paged attention: bad block_size or max_blocks";
   if (p.sliding_window < 0) return "paged attention: negative sliding_window";
-  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.positions == nullptr || p.seq_of_token == nullptr || p.block_tables == nullptr) {
+  if (p.q == nullptr || p.k == nullptr || p.v == nullptr || p.out == nullptr || p.positions == nullptr ||
+      p.seq_of_token == nullptr || p.block_tables == nullptr) {
     return "paged attention: null pointer";
   }
   if (!Aligned16(p.k) || !Aligned16(p.v) || !Aligned16(p.out)) {
     return "paged attention: k, v and out must be 16-byte aligned";
   }
   if (!PagedAttentionSupports(p.head_dim)) return "paged attention: unsupported head_dim";
-  if (p.num_splits < 1 || p.num_splits > kMaxSplits) return "paged attention: num_splits outside [1, kMaxSplits]";
+  if (p.num_splits < 1 || p.num_splits > kMaxSplits)
+    return "paged attention: num_splits outside [1, kMaxSplits]";
   if (p.num_splits > 1 && (p.split_workspace == nullptr || !Aligned16(p.split_workspace))) {
     return "paged attention: num_splits > 1 needs a 16-byte aligned split_workspace";
   }

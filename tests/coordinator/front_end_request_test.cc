@@ -1,10 +1,10 @@
 // The front ends build the engine's request each straight from its own wire
-// format (coordinator/proto_convert.h for gRPC, coordinator/openai_api.h for
+// format (coordinator/grpc/proto_convert.h for gRPC, coordinator/openai/openai_api.h for
 // OpenAI's JSON): the same request said both ways is the same GenerateJob.
 #include <gtest/gtest.h>
 
-#include "coordinator/openai_api.h"
-#include "coordinator/proto_convert.h"
+#include "coordinator/grpc/proto_convert.h"
+#include "coordinator/openai/openai_api.h"
 
 namespace shardlm {
 namespace {

@@ -15,10 +15,10 @@
 #include <filesystem>
 
 #include "common/status.h"
+#include "formats/checkpoint.h"
+#include "formats/model_config.h"
+#include "formats/tiny_model.h"
 #include "kernels/fused.h"
-#include "model/checkpoint.h"
-#include "model/model_config.h"
-#include "model/tiny_model.h"
 #include "partitioning/shard_plan.h"
 #include "tests/testing/status_matchers.h"
 

@@ -5,7 +5,7 @@
 #include <random>
 
 #include "common/logging.h"
-#include "tokenizer/utf8.h"
+#include "common/utf8.h"
 
 namespace shardlm {
 namespace {

@@ -12,13 +12,13 @@
 #include <random>
 #include <set>
 
+#include "formats/checkpoint.h"
+#include "formats/tiny_model.h"
 #include "kernels/fused.h"
-#include "model/checkpoint.h"
 #include "model/device.h"
 #include "model/device_sampling.h"
 #include "model/sampling.h"
 #include "model/step_upload.h"
-#include "model/tiny_model.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/rank_worker.h"
 

@@ -11,7 +11,7 @@
 #include <thread>
 
 #include "collectives/gloo_communicator.h"
-#include "model/tiny_model.h"
+#include "formats/tiny_model.h"
 #include "tests/testing/status_matchers.h"
 #include "worker/rank_worker.h"
 

@@ -1,0 +1,56 @@
+#include "coordinator/openai/openai_params.h"
+
+#include "coordinator/serving/request_limits.h"
+
+namespace shardlm {
+namespace openai {
+
+// A client's value as an error message shows it: scalars as JSON (cut
+// short), lists and objects by kind only.
+std::string Shown(const Json& v) {
+  if (v.is_structured()) return v.is_array() ? "a list" : "an object";
+  std::string text = v.dump(-1, ' ', false, Json::error_handler_t::replace);
+  if (text.size() > 64) text = text.substr(0, 61) + "...";
+  return text;
+}
+
+std::optional<std::vector<int32_t>> Params::Encode(const std::string& field, const std::string& text,
+                                                   const ModelContext& model, bool add_special_tokens) {
+  auto ids = EncodeField(*model.tokenizer, text, add_special_tokens, model.max_context, field, stop_);
+  if (!ids.ok()) {
+    Fail(field, std::string(ids.status().message()));
+    return std::nullopt;
+  }
+  return std::move(*ids);
+}
+
+const std::string* StringParam(Params& p, const std::string& key) {
+  if (!p.Has(key)) return nullptr;
+  if (!p.At(key).is_string()) {
+    p.Fail(key, absl::StrCat(key, " must be a string"));
+    return nullptr;
+  }
+  return &p.At(key).get_ref<const std::string&>();
+}
+
+bool SetLength(Params& p, const ModelContext& model, const std::string& param, int64_t default_tokens,
+               const std::string& prompt_param, EngineRequest& g) {
+  const int64_t prompt = static_cast<int64_t>(g.prompt.size());
+  if (prompt == 0) return p.Fail(prompt_param, prompt_param + " must not be empty");
+  if (prompt >= model.max_context) {
+    return p.Fail(prompt_param, absl::StrCat("The prompt is ", prompt, " tokens; this model's context holds ",
+                                             model.max_context, " (prompt plus completion)"));
+  }
+  int64_t max_tokens = default_tokens < 0 ? model.max_context - prompt : default_tokens;
+  if (!p.Integer(param, 0, model.max_context, &max_tokens)) return false;
+  if (prompt + max_tokens > model.max_context) {
+    return p.Fail(param, absl::StrCat("This model's context holds ", model.max_context, " tokens, but ",
+                                      prompt, " prompt tokens plus ", param, "=", max_tokens, " is ",
+                                      prompt + max_tokens, "; lower ", param, " or shorten the prompt"));
+  }
+  g.max_new_tokens = static_cast<int32_t>(max_tokens);
+  return true;
+}
+
+}  // namespace openai
+}  // namespace shardlm

@@ -1,0 +1,63 @@
+// config.json and generation_config.json of a Hugging Face decoder-only model.
+//
+// Supported: LlamaForCausalLM (Llama 2, 3, 3.1, 3.2 incl. rope_scaling
+// "llama3"), MistralForCausalLM (sliding_window), Qwen2ForCausalLM (q/k/v
+// bias), Qwen3ForCausalLM (q_norm/k_norm, explicit head_dim). Anything else is
+// InvalidArgument listing what is supported.
+//
+//   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace shardlm {
+
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3 };
+
+// rope_scaling {"rope_type": "llama3", ...} (Llama 3.1 / 3.2).
+struct Llama3RopeScaling {
+  double factor = 8.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  Arch arch = Arch::kLlama;
+  std::string architecture;  // as written in config.json
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t intermediate_size = 0;
+  int64_t num_layers = 0;
+  int64_t num_heads = 0;
+  int64_t num_kv_heads = 0;
+  int64_t head_dim = 0;
+  int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  double rope_theta = 10000.0;
+  std::optional<Llama3RopeScaling> rope_scaling;
+  std::optional<int64_t> sliding_window;  // Mistral; nullopt = full attention
+  bool attention_bias = false;            // q/k/v biases (Qwen2)
+  bool qk_norm = false;                   // per-head RMSNorm of q and k (Qwen3)
+  bool tie_word_embeddings = false;
+  std::string torch_dtype = "float32";
+  std::optional<int64_t> bos_token_id;
+  std::vector<int64_t> eos_token_ids;  // generation_config.json wins over config.json
+};
+
+// Parses config.json text; `label` names the file in errors.
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& label);
+
+// Reads DIR/config.json and, when present, DIR/generation_config.json; or, when
+// `dir` is a GGUF file, the config its metadata describes (formats/gguf_model.h).
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
+
+// "llama" / "mistral" / "qwen2" / "qwen3".
+const char* ArchName(Arch arch);
+
+}  // namespace shardlm

@@ -56,6 +56,9 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
     const GroupState g = m.group->state();
     m.engine = std::make_unique<Engine>(m.group.get(), cfg, g.num_blocks, g.block_size, eo);
   } else {
+    // The model first, as before the flags were parsed here: a missing model
+    // is the error to report, whatever else is wrong.
+    SHARDLM_RETURN_IF_ERROR(LoadModelConfig(dir).status());
     RankWorkerOptions o;
     o.model_dir = dir;
     SHARDLM_RETURN_IF_ERROR(ApplyWorkerFlags(flags.engine, flags.device, &o));

@@ -101,7 +101,8 @@ void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& 
   options->max_batch_tokens = engine.max_batch_tokens;
   options->max_num_seqs = scheduling.max_num_seqs;
   // The flag's choices are the policies' names: parsed once, here.
-  CHECK(Scheduler::ParsePolicy(scheduling.policy, &options->policy).ok()) << scheduling.policy;
+  CHECK(Scheduler::ParsePolicy(scheduling.policy, &options->policy).ok())
+      << "unknown policy " << scheduling.policy;
   options->overlap_steps = !scheduling.no_overlap_steps;
 }
 

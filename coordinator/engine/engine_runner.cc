@@ -4,6 +4,10 @@
 
 namespace shardlm {
 
+EngineRunner::~EngineRunner() {
+  if (queued_) engine_->ApplyStep(*queued_, engine_->WaitStep(*queued_, *queued_pending_)).IgnoreError();
+}
+
 absl::Status EngineRunner::Step() {
   std::unique_ptr<PlannedStep> plan = engine_->PlanStep();
   if (!plan) return absl::OkStatus();

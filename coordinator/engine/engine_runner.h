@@ -22,6 +22,11 @@ namespace shardlm {
 class EngineRunner {
  public:
   explicit EngineRunner(Engine* engine) : engine_(engine) {}
+  // Applies a step StepOverlapped left in flight, so that its sequences do
+  // not stay "in flight" (and their blocks held) after the runner is gone.
+  ~EngineRunner();
+  EngineRunner(const EngineRunner&) = delete;
+  EngineRunner& operator=(const EngineRunner&) = delete;
 
   // One scheduler iteration: plan, run and apply a step (nothing when
   // nothing can run). An executor failure fails the work in flight and is

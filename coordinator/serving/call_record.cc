@@ -45,8 +45,10 @@ absl::Status CallRecord::Finish(absl::Status status) {
     status = PastDeadline() ? absl::DeadlineExceededError("finished after the call's deadline")
                             : absl::CancelledError("finished after the client left");
   }
-  // absl's code names are gRPC's ("OK", "INVALID_ARGUMENT", ...).
-  const std::string code = absl::StatusCodeToString(status.code());
+  // absl's code names are gRPC's ("OK", "INVALID_ARGUMENT", ...); a code
+  // outside the canonical ones is UNKNOWN, as gRPC names it.
+  std::string code = absl::StatusCodeToString(status.code());
+  if (code.empty()) code = "UNKNOWN";
   if (metrics_) metrics_->RequestDone(method_, code.c_str(), took.count());
   char latency[32];
   std::snprintf(latency, sizeof(latency), "%.1f", took.count() * 1000);

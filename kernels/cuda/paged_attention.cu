@@ -351,7 +351,7 @@ const char* Launch(const PagedAttentionParams& p, cudaStream_t stream) {
   PagedAttentionKernel<T, D, G><<<grid, WarpsFor(D, G) * 32, 0, stream>>>(p);
   if (p.num_splits > 1) {
     const dim3 merge_grid(static_cast<unsigned>(p.num_rows), static_cast<unsigned>(p.heads));
-    MergeSplitsKernel<T> < <<merge_grid, D<128 ? D : 128, 0, stream>>>(p);
+    MergeSplitsKernel<T><<<merge_grid, D < 128 ? D : 128, 0, stream>>>(p);
   }
   const cudaError_t err = cudaGetLastError();
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);

@@ -1,24 +1,16 @@
 #include "coordinator/grpc/inference_service.h"
 
-#include <cmath>
-#include <condition_variable>
-#include <limits>
-#include <mutex>
-#include <optional>
+#include <string>
+#include <vector>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/grpc_status.h"
 #include "common/status.h"
 #include "coordinator/serving/request_limits.h"
 
 namespace shardlm {
-namespace {
 
 namespace pb = ::shardlm::v1;
-
-}  // namespace
 
 absl::Status CallGone(const grpc::ServerContextBase& ctx) {
   if (!ctx.IsCancelled()) return absl::OkStatus();

@@ -10,10 +10,6 @@
 // cancelled and their KV blocks freed.
 #pragma once
 
-#include <atomic>
-#include <functional>
-#include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 

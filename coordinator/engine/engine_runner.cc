@@ -34,6 +34,7 @@ absl::Status EngineRunner::StepOverlapped() {
 absl::StatusOr<EngineResult> EngineRunner::Run(EngineRequest request) {
   absl::StatusOr<int64_t> id = engine_->Submit(std::move(request));
   if (!id.ok()) return id.status();
+  absl::Status stepped = absl::OkStatus();
   while (true) {
     for (auto& [done, result] : engine_->TakeFinished()) finished_.emplace(done, std::move(result));
     auto it = finished_.find(*id);
@@ -43,13 +44,10 @@ absl::StatusOr<EngineResult> EngineRunner::Run(EngineRequest request) {
       if (!r.status.ok()) return r.status;
       return r;
     }
-    absl::Status st = Step();
-    if (!st.ok()) {
-      // The step failed the request in it: its result says so, unless it
-      // was not in that step (then the step's error is the answer).
-      for (auto& [done, result] : engine_->TakeFinished()) finished_.emplace(done, std::move(result));
-      if (!finished_.count(*id)) return st;
-    }
+    // A failed step fails the request in it (its result says so above); one
+    // not in that step gets the step's error.
+    if (!stepped.ok()) return stepped;
+    stepped = Step();
   }
 }
 

@@ -332,7 +332,6 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
 
   auto go = GroupOptions(f, env, *in, spawn_local, &metrics);
   if (!go.ok()) return Fail(go.status());
-  if (!spawn_local) std::fprintf(stderr, "waiting for %d workers at %s\n", go->tp, go->listen.c_str());
   auto group = WorkerGroup::Start(*go);
   if (!group.ok()) return Fail(group.status());
   WorkerGroup* g = group->get();

@@ -213,6 +213,9 @@ class WorkerProcess {
     stub_ = std::shared_ptr<wpb::Rendezvous::Stub>(wpb::Rendezvous::NewStub(channel_));
     reg_.set_protocol_version(kWorkerProtocolVersion);
     reg_.set_worker_address(absl::StrCat(options_.advertise_host, ":", port_));
+    // The bound port (--listen may name port 0), for operators and probes.
+    LOG(INFO) << "worker listening on " << options_.listen.substr(0, options_.listen.rfind(':')) << ":"
+              << port_ << ", registering as " << reg_.worker_address();
     reg_.set_model_fingerprint(*fingerprint);
     reg_.set_rank(options_.rank);
     return true;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -101,7 +102,12 @@ absl::StatusOr<std::unique_ptr<WorkerGroup>> WorkerGroup::Start(const WorkerGrou
   g->exec_options_.step_timeout_per_token = std::chrono::milliseconds(options.step_timeout_per_token_ms);
   g->exec_options_.internal_token = options.internal_token;
   g->exec_options_.metrics = options.metrics;
-  if (options.spawn_local) g->StartLocalWorkers();
+  if (options.spawn_local) {
+    g->StartLocalWorkers();
+  } else {
+    // The bound endpoint (--worker-listen may name port 0): where to point workers.
+    std::fprintf(stderr, "waiting for %d workers at %s\n", options.tp, g->endpoint_.c_str());
+  }
   // A newcomer for a formed group's rank: refused while the holder answers.
   WorkerGroup* self = g.get();
   g->rendezvous_->SetMemberAliveProbe([self](int rank) {

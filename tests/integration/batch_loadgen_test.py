@@ -37,7 +37,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
-from harness import (Ctx, Failure, LoggedProcess, case_main_args, free_port, ps_rows, run_cases,  # noqa: E402
+from harness import (SERVING_PORT, Ctx, Failure, LoggedProcess, case_main_args, ps_rows, run_cases,  # noqa: E402
                      wait_until_empty)
 
 MODEL_FLAGS = ["--arch", "llama", "--hidden-size", "64", "--num-heads", "4", "--num-kv-heads", "2",
@@ -79,13 +79,12 @@ class BatchCtx(Ctx):
 
     def server(self, name="plain", *extra):
         if name not in self._servers:
-            port = free_port()
-            p = LoggedProcess([self.binary, "serve", "--model", self.model, "--port", port] + list(extra),
+            p = LoggedProcess([self.binary, "serve", "--model", self.model, "--port", 0] + list(extra),
                               self.dir("serve_%s.log" % name))
-            p.address = "127.0.0.1:%d" % port
             self._servers[name] = p
             if not p.wait_for(re.escape("shardlm serving"), 60):
                 raise Failure("serve %s not ready: %s" % (name, p.text()[-1500:]))
+            p.address = "127.0.0.1:%d" % p.announced_port(SERVING_PORT)
         return self._servers[name].address
 
     def close(self):

@@ -29,8 +29,8 @@ import sys
 import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "testing"))
-from harness import (Ctx, Failure, LoggedProcess, case_main_args, free_port, run_binary,  # noqa: E402
-                     run_cases, tail, wait_no_workers)
+from harness import (METRICS_PORT, SERVING_PORT, Ctx, Failure, LoggedProcess, case_main_args,  # noqa: E402
+                     free_port, run_binary, run_cases, tail, wait_no_workers)
 
 MODEL_FLAGS = ["--arch", "llama", "--hidden-size", "64", "--num-layers", "2", "--num-heads", "4",
                "--num-kv-heads", "2", "--intermediate-size", "128", "--seed", "5", "--dtype", "f32"]
@@ -163,19 +163,22 @@ def bad_config(ctx, chk):
 
 def serve_from_file(ctx, chk):
     model = ctx.model()
-    port, metrics_port = free_port(), free_port()
-    path = ctx.write("serve.yaml", "model: %s\ntp: 1\nhost: 127.0.0.1\nport: %d\nmetrics-port: %d\n"
-                     % (model, port, metrics_port))
+    # Port 0 in the file: the port bound is the system's choice, not the default 50051, so the
+    # file's value was used (a port picked free beforehand could be taken by another process).
+    path = ctx.write("serve.yaml", "model: %s\ntp: 1\nhost: 127.0.0.1\nport: 0\nmetrics-port: 0\n" % model)
     srv = LoggedProcess([ctx.binary, "serve", "--config", path], ctx.dir("serve.log"))
     try:
-        ready = srv.wait_for(r"shardlm serving .* on 127\.0\.0\.1:%d\b" % port, START_TIMEOUT_S)
-        if not chk.check(ready, "serve --config listens on the file's port %d: %s" % (port, tail(srv.text()))):
+        ready = srv.wait_for(r"shardlm serving .* on 127\.0\.0\.1:\d+", START_TIMEOUT_S)
+        if not chk.check(ready, "serve --config listens on the file's host: %s" % tail(srv.text())):
             return
+        port = srv.announced_port(SERVING_PORT)
+        chk.check(port != 50051, "... on the file's port 0, bound to %d (not the default 50051)" % port)
         with socket.create_connection(("127.0.0.1", port), timeout=5):
             chk.check(True, "port %d accepts connections" % port)
+        metrics_port = srv.announced_port(METRICS_PORT)
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % metrics_port, timeout=10) as r:
             body = r.read().decode()
-        chk.check("shardlm_" in body, "the file's metrics-port %d serves /metrics" % metrics_port)
+        chk.check("shardlm_" in body, "the file's metrics-port (0, bound to %d) serves /metrics" % metrics_port)
     finally:
         rc = srv.stop()
     chk.check(rc == 0, "SIGTERM: serve exits 0 (rc %s)" % rc)

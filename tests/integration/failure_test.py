@@ -263,14 +263,14 @@ def no_coordinator_case(ctx, chk):
     address, repeats it while it waits, and exits with the reason at the deadline (it was
     silent for the whole --register-timeout-ms, then said only "Deadline Exceeded")."""
     model = ctx.model()
-    with socket.socket() as s:  # a port nothing listens on
+    with socket.socket() as s:  # a port bound, so no other process takes it, and not listening
         s.bind(("127.0.0.1", 0))
         address = "127.0.0.1:%d" % s.getsockname()[1]
-    cmd = [ctx.binary, "worker", "--coordinator", address, "--model", model, "--rank", "0",
-           "--insecure-internal", "--register-timeout-ms", "7000"]
-    t0 = time.monotonic()
-    p, _ = run_engine(cmd, 60)
-    took = time.monotonic() - t0
+        cmd = [ctx.binary, "worker", "--coordinator", address, "--model", model, "--rank", "0",
+               "--insecure-internal", "--register-timeout-ms", "7000"]
+        t0 = time.monotonic()
+        p, _ = run_engine(cmd, 60)
+        took = time.monotonic() - t0
     err = p.stderr.decode("utf-8", "replace")
     waiting = [l for l in err.splitlines() if "cannot reach the coordinator at " + address in l]
     chk.check(len(waiting) >= 2, "%d 'cannot reach the coordinator at %s' lines while waiting" % (len(waiting), address))

@@ -38,7 +38,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
-from harness import free_port  # noqa: E402
+from harness import METRICS_PORT  # noqa: E402
 
 grpc, pb = ops.grpc, ops.pb
 
@@ -71,8 +71,8 @@ def metric(port, name):
 
 
 def concurrency_64(ctx, chk):
-    metrics_port = free_port()
-    srv = ctx.serve("concurrency", 2, "--kv-cache-mb", 1, "--max-num-seqs", 32, "--metrics-port", metrics_port)
+    srv = ctx.serve("concurrency", 2, "--kv-cache-mb", 1, "--max-num-seqs", 32, "--metrics-port", 0)
+    metrics_port = srv.announced_port(METRICS_PORT)
     _, st, _ = ops.stub(srv.port)
     try:
         info = st.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)

@@ -34,7 +34,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
-from harness import free_port  # noqa: E402
+from harness import METRICS_PORT, SERVING_PORT, WORKER_PORT, WORKERS_PORT  # noqa: E402
 
 grpc, pb, sc = ops.grpc, ops.pb, ops.sc
 health_pb2, health_pb2_grpc = ops.health_pb2, ops.health_pb2_grpc
@@ -88,9 +88,8 @@ def value(samples, name, **labels):
 
 
 def serve_with_metrics(ctx, name, *extra):
-    port = free_port()
-    srv = ctx.serve(name, 2, "--metrics-port", port, *extra)
-    srv.metrics_port = port
+    srv = ctx.serve(name, 2, "--metrics-port", 0, *extra)
+    srv.metrics_port = srv.announced_port(METRICS_PORT)
     return srv
 
 
@@ -205,7 +204,7 @@ def metrics(ctx, chk):
                   value(m2, "shardlm_group_serving") == 1,
                   "worker_restarts_total 1, group_reforms_total 1, epoch 2, serving")
         # The metrics port is checked before any worker starts.
-        clash = ops.Proc(ctx, "metrics-clash", ["serve", "--model", ctx.model, "--tp", 2, "--port", free_port(),
+        clash = ops.Proc(ctx, "metrics-clash", ["serve", "--model", ctx.model, "--tp", 2, "--port", 0,
                                                 "--metrics-port", srv.metrics_port])
         rc = clash.proc.wait(30)
         clash.log.close()
@@ -265,25 +264,23 @@ def probes(ctx, chk):
     token = ctx.dir("probe-token")
     with open(token, "w") as f:
         f.write("probe-token-0123456789abcdef0123456789\n")
-    wport, port = free_port(), free_port()
     coord = ops.Proc(ctx, "probe-coordinator",
-                     ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
-                      "--worker-listen", "127.0.0.1:%d" % wport, "--internal-token-file", token],
+                     ["coordinator", "--model", ctx.model, "--tp", 2, "--port", 0,
+                      "--worker-listen", "127.0.0.1:0", "--internal-token-file", token],
                      ready_text="shardlm serving")
     procs = [coord]
     try:
-        wports = [free_port(), free_port()]
+        endpoint = "127.0.0.1:%d" % coord.announced_port(WORKERS_PORT)
 
         def start_worker(rank):
+            """The worker, started, and the address it listens on (it binds port 0)."""
             w = ops.Proc(ctx, "probe-worker%d" % rank,
-                         ["worker", "--coordinator", "127.0.0.1:%d" % wport, "--model", ctx.model, "--rank", rank,
-                          "--listen", "127.0.0.1:%d" % wports[rank], "--internal-token-file", token])
+                         ["worker", "--coordinator", endpoint, "--model", ctx.model, "--rank", rank,
+                          "--listen", "127.0.0.1:0", "--internal-token-file", token])
             procs.append(w)
-            return w
+            return "127.0.0.1:%d" % w.announced_port(WORKER_PORT)
 
-        start_worker(0)
-        endpoint = "127.0.0.1:%d" % wport
-        worker0 = "127.0.0.1:%d" % wports[0]
+        worker0 = start_worker(0)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and "UNAVAILABLE" in (check_health(worker0, "liveness"),
                                                                  check_health(endpoint, "liveness")):
@@ -295,10 +292,11 @@ def probes(ctx, chk):
         chk.check(check_health(worker0, "liveness") == "SERVING" and check_health(worker0, "") == "NOT_SERVING",
                   "worker 0 waiting for its peer: liveness SERVING, readiness NOT_SERVING")
         chk.check(check_health(worker0, "unknown.Service") == "NOT_FOUND", "an unknown service is NOT_FOUND")
-        start_worker(1)
+        worker1 = start_worker(1)
         coord.wait_ready()
-        chk.check(all(check_health(a, s) == "SERVING" for a in (endpoint, worker0, "127.0.0.1:%d" % wports[1],
-                                                                "127.0.0.1:%d" % port) for s in ("", "liveness")),
+        api = "127.0.0.1:%d" % coord.announced_port(SERVING_PORT)
+        chk.check(all(check_health(a, s) == "SERVING" for a in (endpoint, worker0, worker1, api)
+                      for s in ("", "liveness")),
                   "once formed: readiness and liveness SERVING on the worker endpoint, both workers, the API port")
     finally:
         for p in reversed(procs):
@@ -310,20 +308,20 @@ def coordinator_restart(ctx, chk):
     token = ctx.dir("restart-token")
     with open(token, "w") as f:
         f.write("restart-token-0123456789abcdef012345\n")
-    wport = free_port()
     procs = []
 
-    def start_coordinator(name):
-        port = free_port()
-        c = ops.Proc(ctx, name, ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
-                                 "--worker-listen", "127.0.0.1:%d" % wport, "--internal-token-file", token],
+    def start_coordinator(name, worker_listen):
+        c = ops.Proc(ctx, name, ["coordinator", "--model", ctx.model, "--tp", 2, "--port", 0,
+                                 "--worker-listen", worker_listen, "--internal-token-file", token],
                      ready_text="shardlm serving")
-        c.port = port
         procs.append(c)
         return c
 
     try:
-        first = start_coordinator("restart-coordinator1")
+        # The first coordinator binds a port of its choosing; the second must take the same one
+        # (the address the workers know), so only the moment between the two is left to chance.
+        first = start_coordinator("restart-coordinator1", "127.0.0.1:0")
+        wport = first.announced_port(WORKERS_PORT)
         workers = []
         for rank in (0, 1):
             w = ops.Proc(ctx, "restart-worker%d" % rank,
@@ -332,18 +330,18 @@ def coordinator_restart(ctx, chk):
             procs.append(w)
             workers.append(w)
         first.wait_ready()
-        ch, st, _ = ops.stub(first.port)
+        ch, st, _ = ops.stub(first.announced_port(SERVING_PORT))
         before = ops.greedy(st)
         ch.close()
         first.stop(signal.SIGKILL)
-        second = start_coordinator("restart-coordinator2")
+        second = start_coordinator("restart-coordinator2", "127.0.0.1:%d" % wport)
         t0 = time.monotonic()
         second.wait_ready(timeout=30)
         chk.check(True, "a new coordinator on the same worker endpoint forms the group with the running "
                         "workers (%.1f s)" % (time.monotonic() - t0))
         chk.check(all(w.proc.poll() is None for w in workers), "the same worker processes, none restarted")
         chk.check(all("registering again" in w.text() for w in workers), "each worker says it registers again")
-        ch, st, _ = ops.stub(second.port)
+        ch, st, _ = ops.stub(second.announced_port(SERVING_PORT))
         after = ops.greedy(st)
         ch.close()
         chk.check(after == before, "the same greedy output through the new coordinator")

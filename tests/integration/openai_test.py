@@ -54,7 +54,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
-from harness import Failure  # noqa: E402
+from harness import HTTP_PORT, Failure  # noqa: E402
 
 import grpc  # noqa: E402
 import jinja2  # noqa: E402  (python3-jinja2: the reference renderer)
@@ -80,10 +80,7 @@ class Server:
             f.write(KEY + "\n")
         self.proc = ctx.serve(name, 2, "--http-port", 0, "--api-key-file", keys, "--served-model-name",
                               "tiny,tiny-alias", *extra)
-        m = re.search(r"OpenAI API on https?://[^:]+:(\d+)/v1", self.proc.text())
-        if not m:
-            raise Failure("no HTTP port in the log: %s" % self.proc.text()[-800:])
-        self.http = int(m.group(1))
+        self.http = self.proc.announced_port(HTTP_PORT)
         self.base = "http://127.0.0.1:%d" % self.http
         self.ch, self.st, _ = ops.stub(self.proc.port)
         self.md = [("authorization", "Bearer " + KEY)]

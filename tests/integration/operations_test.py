@@ -48,8 +48,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
-from harness import (Ctx, Failure, LoggedProcess, case_main_args, free_port, ps_rows, run_cases,  # noqa: E402
-                     wait_until_empty)
+from harness import (METRICS_PORT, SERVING_PORT, WORKERS_PORT, Ctx, Failure, LoggedProcess,  # noqa: E402
+                     case_main_args, ps_rows, run_cases, wait_until_empty)
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -98,11 +98,10 @@ class Ops(Ctx):
                 raise RuntimeError("make-tiny-model failed: %s" % p.stdout.decode(errors="replace"))
 
     def serve(self, name, tp, *extra, env=None, new_session=False):
-        port = free_port()
-        p = Proc(self, name, ["serve", "--model", self.model, "--tp", tp, "--port", port] + list(extra),
+        p = Proc(self, name, ["serve", "--model", self.model, "--tp", tp, "--port", 0] + list(extra),
                  env=env, ready_text="shardlm serving", new_session=new_session)
-        p.port = port
         p.wait_ready()
+        p.port = p.announced_port(SERVING_PORT)
         return p
 
 
@@ -364,11 +363,10 @@ def deadline_mid_prefill(ctx, chk):
     0.25-0.5 s after; before the cut, 2048-token steps held the blocks 2.2 s past it, and with a
     cost per token alone, deep chunks ran to 530 ms and once held them 1.22 s past it in CI)."""
     model = os.path.join(ROOT, "third_party", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
-    port = free_port()
-    srv = Proc(ctx, "deadline-prefill", ["serve", "--model", model, "--tp", 2, "--port", port],
+    srv = Proc(ctx, "deadline-prefill", ["serve", "--model", model, "--tp", 2, "--port", 0],
                ready_text="shardlm serving")
     srv.wait_ready()
-    ch, st, _ = stub(port)
+    ch, st, _ = stub(srv.announced_port(SERVING_PORT))
     try:
         rnd = random.Random(7)
         chunks = [pb.Prompt(token_ids=pb.TokenIds(ids=[rnd.randrange(1000, 40000) for _ in range(2000)]))
@@ -407,8 +405,8 @@ def cancel_mid_stream(ctx, chk):
     none is counted as anything but CANCELLED or OK, and serve then stops at once. Before, a
     cancel that landed while a write was in flight left the call unfinished for ever, and
     SIGTERM hung in gRPC's shutdown waiting for it."""
-    mport = free_port()
-    srv = ctx.serve("cancel-mid-stream", 2, "--metrics-port", mport)
+    srv = ctx.serve("cancel-mid-stream", 2, "--metrics-port", 0)
+    mport = srv.announced_port(METRICS_PORT)
     try:
         started = [0]
 
@@ -481,24 +479,23 @@ def internal_security(ctx, chk):
     token = ctx.dir("internal.token")
     with open(token, "w") as f:
         f.write("s3cr3t-group-token-%d\n" % os.getpid())
-    wport, port = free_port(), free_port()
-    r = subprocess.run([ctx.binary, "coordinator", "--model", ctx.model, "--tp", "2", "--port", str(port),
-                        "--worker-listen", "127.0.0.1:%d" % wport], stdout=subprocess.PIPE,
+    r = subprocess.run([ctx.binary, "coordinator", "--model", ctx.model, "--tp", "2", "--port", "0",
+                        "--worker-listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=30)
     chk.check(r.returncode == 2 and b"--internal-token-file" in r.stderr,
               "a coordinator without token or TLS is refused (rc %d): %s" % (r.returncode, r.stderr[-300:]))
-    coord = Proc(ctx, "coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
-                                      "--worker-listen", "127.0.0.1:%d" % wport, "--internal-token-file", token],
+    coord = Proc(ctx, "coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", 0,
+                                      "--worker-listen", "127.0.0.1:0", "--internal-token-file", token],
                  ready_text="shardlm serving")
-    endpoint = "127.0.0.1:%d" % wport
-    w_ports = [free_port(), free_port()]
-    workers = [Proc(ctx, "worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
-                                          "--rank", i, "--listen", "127.0.0.1:%d" % w_ports[i],
-                                          "--internal-token-file", token]) for i in (0, 1)]
-    procs = [coord] + workers
+    procs = [coord]
     try:
+        endpoint = "127.0.0.1:%d" % coord.announced_port(WORKERS_PORT)
+        procs += [Proc(ctx, "worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
+                                             "--rank", i, "--listen", "127.0.0.1:0",
+                                             "--internal-token-file", token]) for i in (0, 1)]
         coord.wait_ready()
-        ch, st, _ = stub(port)
+        ch, st, _ = stub(coord.announced_port(SERVING_PORT))
+        rank0 = re.search(r"worker (\S+) registered for rank 0 ", coord.text()).group(1)
         chk.check(len(greedy(st, n=4)) == 4, "the hand-started group serves")
         dup = subprocess.run([ctx.binary, "worker", "--coordinator", endpoint, "--model", ctx.model, "--rank",
                               "1", "--internal-token-file", token], stdout=subprocess.PIPE,
@@ -511,7 +508,7 @@ def internal_security(ctx, chk):
                                   stderr=subprocess.STDOUT, timeout=60)
         chk.check(intruder.returncode != 0 and b"not a member" in intruder.stdout,
                   "a worker without the token is refused: %s" % intruder.stdout[-300:])
-        wch = grpc.insecure_channel("127.0.0.1:%d" % w_ports[0])
+        wch = grpc.insecure_channel(rank0)
         code, details = code_of(lambda: wpb_grpc.WorkerStub(wch).Step(wpb.StepRequest(token_ids=[1]), timeout=5))
         chk.check(code == grpc.StatusCode.PERMISSION_DENIED, "a Step without the token: %s %s" % (code, details))
         # A step of another group formation (as one delayed past a regroup):
@@ -536,8 +533,8 @@ def internal_security(ctx, chk):
     finally:
         for p in procs:
             p.stop()
-        chk.check(all(open(ctx.dir(n + ".log"), "rb").read().find(b"s3cr3t") < 0
-                      for n in ("coordinator", "worker0", "worker1")), "the token never appears in a log")
+        chk.check(all(open(p.log_path, "rb").read().find(b"s3cr3t") < 0 for p in procs),
+                  "the token never appears in a log")
 
 
 def make_certs(ctx):
@@ -612,15 +609,15 @@ def internal_tls(ctx, chk):
     _files, d = make_certs(ctx)
     tls = ["--internal-tls-cert", os.path.join(d, "server.pem"), "--internal-tls-key",
            os.path.join(d, "server.key"), "--internal-tls-ca", os.path.join(d, "ca.pem")]
-    wport, port = free_port(), free_port()
-    endpoint = "127.0.0.1:%d" % wport
-    coord = Proc(ctx, "tls_coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", port,
-                                          "--worker-listen", endpoint] + tls, ready_text="shardlm serving")
-    workers = [Proc(ctx, "tls_worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
-                                              "--rank", i] + tls) for i in (0, 1)]
+    coord = Proc(ctx, "tls_coordinator", ["coordinator", "--model", ctx.model, "--tp", 2, "--port", 0,
+                                          "--worker-listen", "127.0.0.1:0"] + tls, ready_text="shardlm serving")
+    workers = []
     try:
+        endpoint = "127.0.0.1:%d" % coord.announced_port(WORKERS_PORT)
+        workers = [Proc(ctx, "tls_worker%d" % i, ["worker", "--coordinator", endpoint, "--model", ctx.model,
+                                                  "--rank", i] + tls) for i in (0, 1)]
         coord.wait_ready()
-        ch, st, _ = stub(port)
+        ch, st, _ = stub(coord.announced_port(SERVING_PORT))
         chk.check(len(greedy(st, n=4)) == 4, "a group over mutual TLS serves")
         plain = subprocess.run([ctx.binary, "worker", "--coordinator", endpoint, "--model", ctx.model,
                                 "--rank", "1", "--insecure-internal", "--register-timeout-ms", "3000"],

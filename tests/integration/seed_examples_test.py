@@ -49,7 +49,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import hf_reference as ref  # noqa: E402
-from harness import Checker, Failure, free_port, Tally, run_case, wait_no_workers  # noqa: E402
+from harness import SERVING_PORT, Checker, Failure, Tally, run_case, wait_no_workers  # noqa: E402
 import shardlm_client as sc  # noqa: E402
 import grpc  # noqa: E402
 
@@ -102,9 +102,9 @@ class Server:
         self.ready = threading.Event()
 
     def start(self):
-        self.port = free_port()
+        self.port = None  # bound by the server (port 0), read from its "serving" line
         cmd = [self.binary, "serve", "--model", self.model_dir, "--tp", str(self.tp),
-               "--port", str(self.port)] + self.extra
+               "--port", "0"] + self.extra
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=self.log)
@@ -113,7 +113,9 @@ class Server:
 
     def _read(self, proc):
         for line in proc.stdout:
-            if b"shardlm serving" in line:
+            m = re.search(SERVING_PORT.encode(), line)
+            if m:
+                self.port = int(m.group(1))
                 self.ready.set()
 
     def wait_ready(self):

@@ -140,17 +140,16 @@ class Ctx(harness.Ctx):
     def start(self):
         if self.server is not None:
             return self.server
-        port, http_port, metrics_port = harness.free_port(), harness.free_port(), harness.free_port()
         proc = harness.LoggedProcess(
             [self.binary, "serve", "--model", self.args.gguf, "--served-model-name", MODEL, "--tp", "2",
-             "--port", port, "--http-port", http_port, "--metrics-port", metrics_port, "--kv-cache-mb", "256"],
+             "--port", 0, "--http-port", 0, "--metrics-port", 0, "--kv-cache-mb", "256"],
             self.dir("serve.log"))
         if not proc.wait_for(r"shardlm serving", 180):
             proc.stop()
             raise Failure("serve did not start: " + harness.tail(proc.text()))
-        proc.port = port
-        proc.http = "http://127.0.0.1:%d" % http_port
-        proc.metrics = "http://127.0.0.1:%d/metrics" % metrics_port
+        proc.port = proc.announced_port(harness.SERVING_PORT)
+        proc.http = "http://127.0.0.1:%d" % proc.announced_port(harness.HTTP_PORT)
+        proc.metrics = "http://127.0.0.1:%d/metrics" % proc.announced_port(harness.METRICS_PORT)
         proc.client = openai.OpenAI(base_url=proc.http + "/v1", api_key="none", max_retries=0, timeout=300)
         self.server = proc
         return proc

@@ -46,7 +46,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import operations_test as ops  # noqa: E402  (the tiny model, `serve`, stubs, workers_of)
 import openai_test as oai  # noqa: E402  (the `serve --tp 2 --http-port 0` with an API key)
 import observability_test as obs  # noqa: E402  (the /metrics scrape and parser)
-from harness import free_port, ps_rows, wait_no_workers  # noqa: E402
+from harness import METRICS_PORT, ps_rows, wait_no_workers  # noqa: E402
 
 grpc, pb = ops.grpc, ops.pb
 Code = grpc.StatusCode
@@ -516,9 +516,8 @@ def http_post(srv, path, body, with_key=True):
 
 def start_server(ctx, extra):
     """`serve --tp 2` with the HTTP API (port 0), an API key and a metrics port."""
-    metrics_port = free_port()
-    srv = oai.Server(ctx, "soak", "--metrics-port", metrics_port, *extra)
-    srv.metrics_port = metrics_port
+    srv = oai.Server(ctx, "soak", "--metrics-port", 0, *extra)
+    srv.metrics_port = srv.proc.announced_port(METRICS_PORT)
     return srv
 
 

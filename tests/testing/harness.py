@@ -23,11 +23,13 @@ Contents:
   run_engine         run_binary with stdin closed
   crashed            says whether a finished process died from a signal
   LoggedProcess      a long-running process with its output in a log file:
-                     text(), wait_for(regex), stop()
+                     text(), wait_for(regex), announced_port(regex), stop()
+  SERVING_PORT, WORKERS_PORT, WORKER_PORT, METRICS_PORT, HTTP_PORT
+                     what a process given port 0 prints once it listens
   tail, strip_glog   shortening of output and removal of glog lines
   last_json_object   the last line of stdout that is a JSON object
   ids_arg            a --prompt-ids value
-  free_port          a free loopback port
+  free_port          a loopback port free a moment ago (not for shardlm's own listeners)
   ps_rows, worker_processes, wait_until_empty, wait_no_workers
                      `ps` scans for leftover `shardlm worker` processes
 """
@@ -238,12 +240,22 @@ def ids_arg(ids):
 
 
 def free_port():
-    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    """A TCP port on 127.0.0.1 that was free a moment ago, for a peer outside this project
+    (or a port a test wants closed). Another process may take it before it is used, so a
+    shardlm process is given port 0 instead and its log read: LoggedProcess.announced_port."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+# What a shardlm process prints once it listens, port 0 resolved: the bound port is group 1.
+SERVING_PORT = r"shardlm serving .* on \S+:(\d+)"
+WORKERS_PORT = r"waiting for \d+ workers at \S+:(\d+)"
+WORKER_PORT = r"worker listening on \S+:(\d+)"
+METRICS_PORT = r"metrics on http://\S+:(\d+)/metrics"
+HTTP_PORT = r"OpenAI API on https?://\S+:(\d+)/v1"
 
 
 # --- leftover processes ------------------------------------------------------------------
@@ -293,6 +305,14 @@ class LoggedProcess:
                 return re.search(pattern, self.text()) is not None
             time.sleep(0.05)
         return False
+
+    def announced_port(self, pattern, timeout=60):
+        """The port the process printed, matching group 1 of `pattern` (SERVING_PORT, ...),
+        once it appears; raises Failure when it does not within `timeout` seconds."""
+        if not self.wait_for(pattern, timeout):
+            raise Failure("no port announced (/%s/) by %s (rc %s): %s" % (
+                pattern, self.proc.args[:2], self.proc.poll(), self.text()[-1500:]))
+        return int(re.search(pattern, self.text()).group(1))
 
     def stop(self, sig=signal.SIGTERM, timeout=20):
         if self.proc.poll() is None:

@@ -145,6 +145,7 @@ int RunScore(int argc, char** argv, const CliEnv& env);
 int RunPrefill(int argc, char** argv, const CliEnv& env);
 int RunTokenize(int argc, char** argv, const CliEnv& env);
 int RunMakeTinyModel(int argc, char** argv, const CliEnv& env);
+int RunExportTokenizer(int argc, char** argv, const CliEnv& env);
 int RunWorker(int argc, char** argv, const CliEnv& env);
 int RunServe(int argc, char** argv, const CliEnv& env);
 int RunCoordinator(int argc, char** argv, const CliEnv& env);

@@ -33,6 +33,7 @@ constexpr char kUsage[] =
     "  bench             load generator for a running server: Poisson rate or fixed concurrency\n"
     "  prefill           run a chunk on a server, keep its KV as a ChunkResult handle (JSON out)\n"
     "  tokenize          JSON lines {\"text\"} on stdin -> {\"ids\"} on stdout\n"
+    "  export-tokenizer  write a model's tokenizer.json and tokenizer_config.json (for routers)\n"
     "  make-tiny-model   write a random Hugging Face checkpoint for tests\n"
     "  worker            one tensor-parallel rank (started by a coordinator or serve)\n"
     "Run `shardlm COMMAND --help` for a command's flags.\n";
@@ -88,6 +89,7 @@ int main(int argc, char** argv) {
   if (cmd == "bench") return shardlm::RunBench(argc, argv, env);
   if (cmd == "prefill") return shardlm::RunPrefill(argc, argv, env);
   if (cmd == "tokenize") return shardlm::RunTokenize(argc, argv, env);
+  if (cmd == "export-tokenizer") return shardlm::RunExportTokenizer(argc, argv, env);
   if (cmd == "make-tiny-model") return shardlm::RunMakeTinyModel(argc, argv, env);
   if (cmd == "worker") return shardlm::RunWorker(argc, argv, env);
   if (cmd == "serve") return shardlm::RunServe(argc, argv, env);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,7 @@
 #include "coordinator/grpc/inference_service.h"
 #include "coordinator/http/metrics_http.h"
 #include "coordinator/openai/openai_http.h"
+#include "coordinator/router/vllm_engine_service.h"
 #include "coordinator/serving/engine_loop.h"
 #include "coordinator/serving/serving_core.h"
 #include "formats/model_config.h"
@@ -236,18 +238,23 @@ Engine::Options EngineOptions(const ServeFlags& f, ServiceMetrics* metrics) {
   return eo;
 }
 
-// The public gRPC port: the inference service, health, reflection (unless
-// --no-reflection). *port is the port bound.
+// Prompt + generated tokens at most: the model's positions, or the KV cache if smaller.
+int64_t MaxContext(const ServeInputs& in, const GroupState& initial) {
+  return std::min<int64_t>(in.cfg.max_position_embeddings,
+                           static_cast<int64_t>(initial.num_blocks) * initial.block_size);
+}
+
+// The public gRPC port: the services (shardlm.v1, vLLM's engine protocol,
+// health), reflection (unless --no-reflection). *port is the port bound.
 absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ServeFlags& f, const ServeInputs& in,
-                                                        InferenceService* service, HealthService* health,
+                                                        const std::vector<grpc::Service*>& services,
                                                         int* port) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   if (f.no_reflection) builder.SetOption(std::make_unique<WithoutReflection>());
   const std::string address = absl::StrCat(f.host, ":", f.port);
   builder.AddListeningPort(address, in.public_creds, port);
-  builder.RegisterService(service);
-  builder.RegisterService(health);
+  for (grpc::Service* service : services) builder.RegisterService(service);
   const int max_message = static_cast<int>(f.max_message_mb << 20);
   builder.SetMaxReceiveMessageSize(max_message);
   builder.SetMaxSendMessageSize(max_message);
@@ -260,6 +267,16 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ServeFlags& f, con
   if (!server || *port == 0)
     return absl::UnavailableError("cannot listen on " + address + " (address in use?)");
   return server;
+}
+
+// What vLLM's engine protocol says of the model: the name routers route by.
+VllmModel RouterModel(const ServeFlags& f, const ServeInputs& in, const GroupState& initial) {
+  VllmModel m;
+  m.model_path = f.router_model_path.value_or(std::filesystem::absolute(f.model).lexically_normal().string());
+  m.max_context = MaxContext(in, initial);
+  m.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
+  m.eos_ids.assign(in.cfg.eos_token_ids.begin(), in.cfg.eos_token_ids.end());
+  return m;
 }
 
 // The OpenAI HTTP API (when --http-port is given).
@@ -281,8 +298,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   }
   ho.model.tokenizer = in.tokenizer.get();
   ho.model.chat_template = in.chat_template.get();
-  ho.model.max_context = std::min<int64_t>(in.cfg.max_position_embeddings,
-                                           static_cast<int64_t>(initial.num_blocks) * initial.block_size);
+  ho.model.max_context = MaxContext(in, initial);
   ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
   ho.model.max_queued_sequences = f.max_queued_requests;
   ho.ready = std::move(ready);
@@ -352,8 +368,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::atomic<bool> listening{false};
   auto ready = [g, &draining, &listening] { return listening.load() && g->serving() && !draining.load(); };
   HealthService health(ready);
+  VllmEngineService vllm(&core, RouterModel(f, *in, initial), ready);
   int port = 0;
-  auto server = StartGrpc(f, *in, &service, &health, &port);
+  auto server = StartGrpc(f, *in, {&service, &vllm, &health}, &port);
   if (!server.ok()) return Fail(server.status());
   auto http = StartHttp(f, *in, initial, &core, ready);
   if (!http.ok()) return Fail(http.status());

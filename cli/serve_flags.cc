@@ -42,6 +42,11 @@ void DeclarePublicApiFlags(FlagSet& f, ServeFlags* o) {
   f.String("chat-template",
            "a Jinja chat template file used instead of the model's tokenizer_config.json one")
       .To(&o->chat_template);
+  f.String("router-model-path",
+           "what vLLM's engine protocol (GetModelInfo) reports as model_path: the name SGLang's model "
+           "gateway routes requests by and loads the tokenizer from, a directory holding tokenizer.json "
+           "(`shardlm export-tokenizer` writes one for a GGUF file) (default: --model, made absolute)")
+      .To(&o->router_model_path);
 }
 
 }  // namespace

@@ -47,6 +47,7 @@ struct ServeFlags {
   int http_max_idle_connections = 0;
   std::optional<std::string> served_model_name;
   std::optional<std::string> chat_template;
+  std::optional<std::string> router_model_path;
   InternalSecurityFlags security;
 };
 

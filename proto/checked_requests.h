@@ -14,6 +14,7 @@
 #include <grpcpp/support/byte_buffer.h>
 
 #include "shardlm/v1/inference.pb.h"
+#include "vllm/grpc/engine/vllm_engine.pb.h"
 
 namespace shardlm {
 
@@ -22,7 +23,8 @@ namespace shardlm {
 // saying that the bytes are not the message at all.
 grpc::Status DeserializeChecked(grpc::ByteBuffer* buffer, google::protobuf::Message* msg);
 
-// The request types of callback handlers (Generate, Prefill, Score). gRPC
+// The request types of callback handlers (Generate, Prefill, Score; vLLM's
+// Generate). gRPC
 // 1.51's callback API answers a request that fails to deserialize with
 // UNIMPLEMENTED and no message, so their requests parse through
 // DeserializeDeferred: a failure leaves the message empty, returns OK and is
@@ -69,4 +71,5 @@ class grpc::SerializationTraits<grpc::protobuf::MessageLite, void> {
 SHARDLM_DEFERRED_PARSE(::shardlm::v1::GenerateRequest)
 SHARDLM_DEFERRED_PARSE(::shardlm::v1::PrefillRequest)
 SHARDLM_DEFERRED_PARSE(::shardlm::v1::ScoreRequest)
+SHARDLM_DEFERRED_PARSE(::vllm::grpc::engine::GenerateRequest)
 #undef SHARDLM_DEFERRED_PARSE

@@ -93,4 +93,5 @@ done
 # The Python references (transformers, tokenizers, gguf-py, torch) and the real model.
 bash "$here/scripts/setup_python.sh"
 bash "$here/scripts/fetch_model.sh"
+bash "$here/scripts/fetch_tiktoken.sh"
 echo "setup: ok"

@@ -13,13 +13,30 @@
 
 #include <grpcpp/server_context.h>
 
+#include <string>
+
+#include "absl/status/status.h"
 #include "coordinator/serving/call_record.h"
+#include "coordinator/serving/serving_core.h"
 
 namespace shardlm {
 
+// OK while the call's client waits; CANCELLED once it cancelled or went
+// away, DEADLINE_EXCEEDED once its deadline passed (or is within 200 ms: the
+// client's clock starts first).
+absl::Status CallGone(const grpc::ServerContextBase& ctx);
+
+// Admits a call from its `authorization` metadata (ServingCore::AdmitKey):
+// UNAVAILABLE while draining, UNAUTHENTICATED without a valid key; sets
+// *owner to the caller's key (empty when keys are off).
+grpc::Status AdmitGrpc(const ServingCore& core, const grpc::ServerContextBase& ctx, std::string* owner);
+
 class GrpcCallRecord : public CallRecord {
  public:
-  GrpcCallRecord(grpc::ServerContextBase* ctx, const char* method, ServiceMetrics* metrics);
+  // `client_id`: the request id the request itself carries (vLLM's engine protocol);
+  // empty: the `x-request-id` metadata's.
+  GrpcCallRecord(grpc::ServerContextBase* ctx, const char* method, ServiceMetrics* metrics,
+                 const std::string& client_id = "");
   // CallRecord::Finish, then `status` as the client sees it.
   grpc::Status FinishGrpc(const grpc::Status& status);
 

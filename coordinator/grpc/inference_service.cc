@@ -12,27 +12,8 @@ namespace shardlm {
 
 namespace pb = ::shardlm::v1;
 
-absl::Status CallGone(const grpc::ServerContextBase& ctx) {
-  if (!ctx.IsCancelled()) return absl::OkStatus();
-  // The client's deadline runs from when it sent the call, this side's from
-  // when the headers were read: the client's expiry (a RST_STREAM, which
-  // reads as a cancellation) can arrive before this side's own. Within the
-  // margin it is the deadline (load_test.py's deadlines case saw a 0.3 s call
-  // logged CANCELLED once in ten runs without it).
-  constexpr auto kDeadlineMargin = std::chrono::milliseconds(200);
-  if (ctx.deadline() <= std::chrono::system_clock::now() + kDeadlineMargin) {
-    return absl::DeadlineExceededError(
-        "the call's deadline passed; its work was stopped and its blocks freed");
-  }
-  return absl::CancelledError("the client cancelled; its work was stopped and its blocks freed");
-}
-
 grpc::Status InferenceService::Admit(const grpc::ServerContextBase& ctx, std::string* owner) const {
-  const auto& md = ctx.client_metadata();
-  auto it = md.find("authorization");
-  if (it == md.end()) return ToGrpcStatus(core_->AdmitKey(nullptr, "metadata", owner));
-  const std::string value(it->second.data(), it->second.size());
-  return ToGrpcStatus(core_->AdmitKey(&value, "metadata", owner));
+  return AdmitGrpc(*core_, ctx, owner);
 }
 
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const pb::Prompt& prompt,

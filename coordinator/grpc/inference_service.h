@@ -79,9 +79,4 @@ class InferenceService final
   ServingCore* core_;
 };
 
-// OK while the call's client waits; CANCELLED once it cancelled or went
-// away, DEADLINE_EXCEEDED once its deadline passed (or is within 200 ms: see
-// inference_service.cc).
-absl::Status CallGone(const grpc::ServerContextBase& ctx);
-
 }  // namespace shardlm

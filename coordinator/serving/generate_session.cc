@@ -44,14 +44,14 @@ GenerateSession::~GenerateSession() {
 }
 
 // n and the stop strings within their limits (ValidateRequest checks the rest).
-absl::Status GenerateSession::CheckJob(const GenerateJob& job) const {
+absl::Status GenerateSession::CheckJob(const ServingCore& core, const GenerateJob& job) {
   if (job.n < 1 || job.n > kMaxSamples)
     return Invalid("n", absl::StrCat("n must be in [1, ", kMaxSamples, "], got ", job.n));
-  if (job.n > core_->loop()->max_queued_requests()) {
-    return Invalid("n", absl::StrCat("n is ", job.n, "; this server queues at most ",
-                                     core_->loop()->max_queued_requests(),
-                                     " sequences at once (--max-queued-requests), so the samples could "
-                                     "never run together"));
+  if (job.n > core.loop()->max_queued_requests()) {
+    return Invalid(
+        "n", absl::StrCat("n is ", job.n, "; this server queues at most ", core.loop()->max_queued_requests(),
+                          " sequences at once (--max-queued-requests), so the samples could "
+                          "never run together"));
   }
   if (job.stop.size() > static_cast<size_t>(kMaxStopStrings)) {
     return Invalid("stop",
@@ -62,7 +62,7 @@ absl::Status GenerateSession::CheckJob(const GenerateJob& job) const {
       return Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
     }
   }
-  if (!job.stop.empty() && core_->tokenizer() == nullptr) {
+  if (!job.stop.empty() && core.tokenizer() == nullptr) {
     return Invalid("stop", "stop strings need a tokenizer.json in the model");
   }
   return absl::OkStatus();
@@ -101,7 +101,7 @@ absl::Status GenerateSession::PrefillShared() {
 
 absl::Status GenerateSession::Start(GenerateJob job, std::function<void()> notify) {
   n_ = job.n;
-  SHARDLM_RETURN_IF_ERROR(CheckJob(job));
+  SHARDLM_RETURN_IF_ERROR(CheckJob(*core_, job));
   SHARDLM_RETURN_IF_ERROR(FillBase(job));
   for (int s = 0; s < n_; ++s) texts_.push_back(std::make_unique<StopText>(core_->tokenizer(), job.stop));
   finish_.assign(n_, "");

@@ -51,10 +51,10 @@ class GenerateSession {
   GenerateSession(ServingCore* core, std::string owner, CallRecord* call);
   ~GenerateSession();  // abandons work still running
 
-  // n and the stop strings within their limits (ValidateRequest checks the
-  // rest when the samples are submitted). Start checks them too; the gRPC
-  // driver asks first, before it tokenizes a text prompt.
-  absl::Status CheckJob(const GenerateJob& job) const;
+  // n and the stop strings within their limits for `core` (ValidateRequest
+  // checks the rest when the samples are submitted). Start checks them too;
+  // the gRPC driver asks first, before it tokenizes a text prompt.
+  static absl::Status CheckJob(const ServingCore& core, const GenerateJob& job);
   // Checks the request and submits its work; `notify` is called (from the
   // engine loop's thread, any time until this session is destroyed) when
   // events wait for Drain. An error means nothing runs.

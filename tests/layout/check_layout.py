@@ -28,7 +28,7 @@ import sys
 PRODUCT_EXTENSIONS = (".cc", ".h", ".cu", ".cuh")
 NOT_PRODUCT = ("tests/", "bench/", "fuzz/", "examples/", "third_party/", "build")
 
-FRONT_ENDS = ["coordinator/grpc", "coordinator/openai"]
+FRONT_ENDS = ["coordinator/grpc", "coordinator/openai", "coordinator/router"]
 # unit -> units it must not include (as prefixes: "model" covers model/...).
 RULES = {
     # The coordinator and the worker process share step/ and proto/, never each other.
@@ -47,13 +47,17 @@ RULES = {
     "coordinator/group": ["coordinator/serving", "coordinator/http"] + FRONT_ENDS,
     "coordinator/serving": ["coordinator/http"] + FRONT_ENDS,
     "coordinator/http": ["coordinator/serving"] + FRONT_ENDS,
-    "coordinator/grpc": ["coordinator/openai", "coordinator/http"],
-    "coordinator/openai": ["coordinator/grpc"],
+    "coordinator/grpc": ["coordinator/openai", "coordinator/router", "coordinator/http"],
+    "coordinator/openai": ["coordinator/grpc", "coordinator/router"],
+    # vLLM's engine protocol reuses grpc/'s call plumbing (FORBIDDEN keeps shardlm.v1 out).
+    "coordinator/router": ["coordinator/openai", "coordinator/http"],
 }
 # unit -> include patterns it must not use, with why.
 FORBIDDEN = {
     "coordinator/openai": [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
                            (r"^common/grpc_", "gRPC status helpers")],
+    "coordinator/router": [(r"^shardlm/v1/", "shardlm.v1 messages"),
+                           (r"^coordinator/grpc/(inference_service|proto_convert)\.h$", "shardlm.v1's service")],
     "coordinator/serving": [(r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC"),
                             (r"^common/grpc_", "gRPC status helpers")],
     "coordinator/http": [(r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC")],

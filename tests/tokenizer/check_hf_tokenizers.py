@@ -18,6 +18,9 @@ of the lines.
                 gguf_file=...): its converter leaves out the digit split, so it must agree on
                 every line without a digit (\p{N}), and the lines with one that differ are
                 counted and reported.
+  smollm2_exported  `shardlm export-tokenizer` of the GGUF: its tokenizer.json in `tokenizers`
+                encodes every line as the engine does; tokenizer_config.json holds the GGUF's
+                chat template, and transformers loads the folder and renders it.
 Prints "hf_tokenizers: N passed, M failed"; exit 0 when every case passes.
 """
 
@@ -170,8 +173,32 @@ def smollm2_gguf(ctx, c):
            (differ, len(with_digits)))
 
 
+def smollm2_exported(ctx, c):
+    """`shardlm export-tokenizer` of the GGUF, loaded by `tokenizers` and transformers."""
+    import gguf
+    import transformers
+    out = ctx.dir("smollm2-exported")
+    p = subprocess.run([ctx.binary, "export-tokenizer", "--model", ctx.args.gguf, "--out", out],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+    if not c.check(p.returncode == 0, "export-tokenizer exits 0: %s" % p.stdout.decode(errors="replace").strip()):
+        return
+    compare(ctx, c, ctx.args.gguf, tokenizers.Tokenizer.from_file(os.path.join(out, "tokenizer.json")),
+            label="the exported tokenizer.json in `tokenizers` against the engine on the GGUF, ")
+    reader = gguf.GGUFReader(ctx.args.gguf)
+    field = reader.fields["tokenizer.chat_template"]
+    template = bytes(field.parts[field.data[0]]).decode("utf-8")
+    config = json.load(open(os.path.join(out, "tokenizer_config.json")))
+    c.check(config.get("chat_template") == template, "tokenizer_config.json holds the GGUF's chat template")
+    auto = transformers.AutoTokenizer.from_pretrained(out)
+    ids = auto.apply_chat_template([{"role": "user", "content": "Hi there"}], add_generation_prompt=True)
+    c.check(auto.decode(ids).startswith("<|im_start|>") and auto.eos_token == config.get("eos_token"),
+            "transformers loads the folder and renders the template: %r, eos %r" % (auto.decode(ids)[:40],
+                                                                                   auto.eos_token))
+
+
 CASES = [(n, npm_case(n)) for n in ("llama3", "llama3_1", "llama3_2", "qwen2_5", "qwen3")]
 CASES.append(("smollm2_gguf", smollm2_gguf))
+CASES.append(("smollm2_exported", smollm2_exported))
 
 
 class Ctx(harness.Ctx):

@@ -24,18 +24,29 @@ namespace {
 
 using json = nlohmann::json;
 
-// tokenizer_config.json's text: the model's (an empty object when it has none), with
-// `chat_template_file`'s template in place of its own when given.
+// The template file that goes into tokenizer_config.json, if any: --chat-template's, else a
+// model directory's chat_template.jinja when its config holds none (as serve reads it).
+std::optional<std::string> TemplateFile(const std::string& model, const json& config,
+                                        const std::optional<std::string>& flag) {
+  if (flag) return flag;
+  const std::string jinja = model + "/chat_template.jinja";
+  if (!config.contains("chat_template") && std::filesystem::is_regular_file(jinja)) return jinja;
+  return std::nullopt;
+}
+
+// tokenizer_config.json's text: the model's (an empty object when it has none), with the
+// template of TemplateFile in it.
 absl::StatusOr<std::string> ConfigText(const std::string& model,
-                                       const std::optional<std::string>& template_file) {
+                                       const std::optional<std::string>& template_flag) {
   auto text = ReadTokenizerConfigJson(model);
   if (!text.ok() && !absl::IsNotFound(text.status())) return text.status();
-  if (!template_file) return text.ok() ? *text : std::string("{}\n");
   json config = text.ok() ? json::parse(*text, nullptr, false) : json::object();
   if (config.is_discarded() || !config.is_object()) {
     return absl::InvalidArgumentError(model + ": tokenizer_config.json is not a JSON object");
   }
-  SHARDLM_ASSIGN_OR_RETURN(config["chat_template"], ReadFileToString(*template_file));
+  const std::optional<std::string> file = TemplateFile(model, config, template_flag);
+  if (!file) return text.ok() ? *text : std::string("{}\n");
+  SHARDLM_ASSIGN_OR_RETURN(config["chat_template"], ReadFileToString(*file));
   return config.dump(2) + "\n";
 }
 

@@ -111,8 +111,11 @@ class SessionStream : public grpc::ServerWriteReactor<Response> {
   void FinishCall(const grpc::Status& st) {
     if (finished_) return;
     finished_ = true;
+    Finishing();
     this->Finish(call_.FinishGrpc(st));
   }
+  // The call is about to end (once, mu_ held): what a protocol keeps for a running call goes.
+  virtual void Finishing() {}
 
   ServingCore* core_;
   grpc::CallbackServerContext* ctx_;

@@ -7,9 +7,9 @@
 
 namespace shardlm {
 
-absl::Status RunningCalls::Add(const std::string& id, std::function<void()> stop) {
+absl::Status RunningCalls::Add(const std::string& owner, const std::string& id, std::function<void()> stop) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!calls_.emplace(id, std::move(stop)).second) {
+  if (!calls_.emplace(std::make_pair(owner, id), std::move(stop)).second) {
     return WithField(absl::AlreadyExistsError(absl::StrCat(
                          "request_id '", id, "' is already running; request ids must be unique")),
                      "request_id");
@@ -17,17 +17,17 @@ absl::Status RunningCalls::Add(const std::string& id, std::function<void()> stop
   return absl::OkStatus();
 }
 
-void RunningCalls::Remove(const std::string& id) {
+void RunningCalls::Remove(const std::string& owner, const std::string& id) {
   std::lock_guard<std::mutex> lock(mu_);
-  calls_.erase(id);
+  calls_.erase(std::make_pair(owner, id));
 }
 
-int RunningCalls::Abort(const std::vector<std::string>& ids) {
+int RunningCalls::Abort(const std::string& owner, const std::vector<std::string>& ids) {
   std::vector<std::function<void()>> stops;
   {
     std::lock_guard<std::mutex> lock(mu_);
     for (const std::string& id : ids) {
-      auto it = calls_.find(id);
+      auto it = calls_.find(std::make_pair(owner, id));
       if (it != calls_.end()) stops.push_back(it->second);
     }
   }

@@ -98,10 +98,11 @@ absl::Status Truncate(const vpb::SamplingParams& sp, int64_t max_context, std::v
 }
 
 // max_tokens, or the rest of the context when unset.
-absl::StatusOr<int32_t> MaxTokens(const vpb::SamplingParams& sp, int64_t prompt, int64_t max_context) {
+absl::StatusOr<int32_t> MaxTokens(const vpb::SamplingParams& sp, int64_t prompt, const VllmLimits& limits) {
+  const int64_t max_context = limits.max_context;
   if (prompt >= max_context) {
-    return InvalidField("tokenized.input_ids", absl::StrCat("holds ", prompt, " tokens; the context holds ",
-                                                            max_context, ", so nothing could be generated"));
+    return InvalidField(limits.prompt_field, absl::StrCat("holds ", prompt, " tokens; the context holds ",
+                                                          max_context, ", so nothing could be generated"));
   }
   if (!sp.has_max_tokens()) return static_cast<int32_t>(max_context - prompt);
   if (sp.max_tokens() < 1) return InvalidField("sampling_params.max_tokens", "must be >= 1, got 0");
@@ -139,8 +140,7 @@ absl::StatusOr<GenerateJob> VllmJob(const vpb::GenerateRequest& req, std::vector
   SHARDLM_RETURN_IF_ERROR(Truncate(sp, limits.max_context, &prompt));
   GenerateJob job;
   EngineRequest& r = job.request;
-  SHARDLM_ASSIGN_OR_RETURN(r.max_new_tokens,
-                           MaxTokens(sp, static_cast<int64_t>(prompt.size()), limits.max_context));
+  SHARDLM_ASSIGN_OR_RETURN(r.max_new_tokens, MaxTokens(sp, static_cast<int64_t>(prompt.size()), limits));
   r.prompt = std::move(prompt);
   r.sampling = Sampling(sp, &r.has_seed);
   for (uint32_t id : sp.stop_token_ids()) {
@@ -158,7 +158,7 @@ absl::StatusOr<GenerateJob> VllmJob(const vpb::GenerateRequest& req, std::vector
   return job;
 }
 
-absl::Status VllmStatus(const absl::Status& status) {
+absl::Status VllmStatus(const absl::Status& status, const std::string& prompt_field) {
   if (status.ok()) return status;
   // The serving core's and the engine's names of request fields; others (this
   // protocol's own, or none) pass unchanged.
@@ -177,7 +177,7 @@ absl::Status VllmStatus(const absl::Status& status) {
   const std::string field = ErrorField(status);
   std::string named = field;
   if (field == "prompt") {
-    named = "tokenized.input_ids";
+    named = prompt_field;
   } else if (field == "max_new_tokens") {
     named = "sampling_params.max_tokens";
   } else if (absl::StartsWith(field, "constraint.")) {
@@ -185,7 +185,9 @@ absl::Status VllmStatus(const absl::Status& status) {
   } else if (std::find(std::begin(kSampling), std::end(kSampling), field) != std::end(kSampling)) {
     named = absl::StrCat("sampling_params.", field);
   }
-  absl::Status out(status.code(), absl::StrReplaceAll(status.message(), {{"max_new_tokens", "max_tokens"}}));
+  absl::Status out(status.code(),
+                   absl::StrReplaceAll(status.message(), {{"max_new_tokens", "max_tokens"},
+                                                          {"constraint.", "sampling_params."}}));
   return named.empty() ? out : WithField(out, named);
 }
 

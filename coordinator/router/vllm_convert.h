@@ -24,6 +24,7 @@ namespace shardlm {
 struct VllmLimits {
   int64_t max_context = 0;  // prompt + generated tokens at most
   int32_t vocab_size = 0;
+  std::string prompt_field = "tokenized.input_ids";  // what errors about the prompt name ("text")
 };
 
 // The job of a request whose prompt is `prompt` (the request's input_ids, or its text
@@ -38,15 +39,16 @@ absl::StatusOr<std::vector<int32_t>> VllmInputIds(const ::vllm::grpc::engine::To
                                                   int32_t vocab_size);
 
 // An error of the serving core or the engine, told in this protocol's names: the field it
-// is about ("top_k" -> "sampling_params.top_k", "prompt" -> "tokenized.input_ids") as the
-// payload, and max_tokens for max_new_tokens in the message.
-absl::Status VllmStatus(const absl::Status& status);
+// is about ("top_k" -> "sampling_params.top_k", "prompt" -> `prompt_field`) as the payload,
+// and max_tokens for max_new_tokens, sampling_params. for constraint. in the message.
+absl::Status VllmStatus(const absl::Status& status, const std::string& prompt_field = "tokenized.input_ids");
 
 // One call's replies. Streaming, each update's new tokens are a chunk (with the counts so
 // far); at the end each sample gets a GenerateComplete with all its tokens. A token that
 // ended a sample by being a stop token (an EOS id, unless ignore_eos, or one of
 // stop_token_ids) is left out of both, as the gateway detokenizes what it gets, unless
-// include_stop_str_in_output.
+// include_stop_str_in_output. The engine ends a sample at the first such token
+// (Engine::IsStop, with the same EOS ids), so one can only be a sample's last.
 class VllmReplyWriter {
  public:
   VllmReplyWriter(const ::vllm::grpc::engine::GenerateRequest& req, const std::vector<int32_t>& eos_ids,

@@ -39,7 +39,7 @@ grpc::Status VllmEngineService::Abort(grpc::ServerContext* ctx, const vpb::Abort
   GrpcCallRecord call(ctx, "VllmAbort", core_->metrics());
   std::string owner;
   if (grpc::Status st = AdmitGrpc(*core_, *ctx, &owner); !st.ok()) return call.FinishGrpc(st);
-  running_.Abort({req->request_ids().begin(), req->request_ids().end()});
+  running_.Abort(owner, {req->request_ids().begin(), req->request_ids().end()});
   return call.FinishGrpc(grpc::Status::OK);
 }
 

@@ -23,7 +23,7 @@ namespace shardlm {
 // What GetModelInfo says and requests are checked against.
 struct VllmModel {
   // model_path: the name the gateway routes requests by and loads a tokenizer from (a
-  // directory holding tokenizer.json; serve --gateway-model-path).
+  // directory holding tokenizer.json; serve --router-model-path).
   std::string model_path;
   int64_t max_context = 0;  // prompt + generated tokens at most
   int32_t vocab_size = 0;

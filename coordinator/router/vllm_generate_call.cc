@@ -5,6 +5,7 @@
 #include <deque>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "common/status.h"
 #include "coordinator/grpc/grpc_call_record.h"
@@ -30,31 +31,28 @@ class VllmGenerateCall : public SessionStream<vpb::GenerateResponse> {
     grpc::Status st = AdmitGrpc(*core_, *ctx_, &owner);
     if (st.ok()) st = unparsed;
     if (!st.ok()) return FinishCall(st);
+    if (req.input_case() == vpb::GenerateRequest::kText) prompt_field_ = "text";
     auto prompt = Prompt(req);
     if (!prompt.ok()) return Refuse(prompt.status());
     const VllmModel& model = service_->model();
-    auto job = VllmJob(req, *std::move(prompt), VllmLimits{model.max_context, model.vocab_size});
+    auto job =
+        VllmJob(req, *std::move(prompt), VllmLimits{model.max_context, model.vocab_size, prompt_field_});
     if (!job.ok()) return Refuse(job.status());
     if (absl::Status checked = GenerateSession::CheckJob(*core_, *job); !checked.ok()) return Refuse(checked);
     writer_.emplace(req, model.eos_ids, job->n);
     if (!req.request_id().empty()) {
       std::weak_ptr<SessionStream> weak = weak_self();
       std::string id = req.request_id();
-      absl::Status added = service_->running().Add(id, [weak, id] {
+      absl::Status added = service_->running().Add(owner, id, [weak, id] {
         if (auto call = weak.lock()) {
           call->Stop(grpc::Status(grpc::StatusCode::CANCELLED,
                                   "request '" + id + "' was aborted (Abort); its work was stopped"));
         }
       });
       if (!added.ok()) return Refuse(added);
-      request_id_ = id;
+      registered_ = std::make_pair(owner, id);
     }
     Launch(*std::move(job), owner);
-  }
-
-  void OnDone() override {
-    if (request_id_) service_->running().Remove(*request_id_);
-    SessionStream::OnDone();  // may delete this
   }
 
  private:
@@ -75,11 +73,18 @@ class VllmGenerateCall : public SessionStream<vpb::GenerateResponse> {
   void Write(const GenerateUpdate& update, std::deque<vpb::GenerateResponse>* out) override {
     writer_->Write(update, out);
   }
-  grpc::Status Told(const absl::Status& status) override { return ToGrpcStatus(VllmStatus(status)); }
+  grpc::Status Told(const absl::Status& status) override {
+    return ToGrpcStatus(VllmStatus(status, prompt_field_));
+  }
+  // The id is free again once the status is on its way: a retry may reuse it at once.
+  void Finishing() override {
+    if (registered_) service_->running().Remove(registered_->first, registered_->second);
+  }
 
   VllmEngineService* service_;
   std::optional<VllmReplyWriter> writer_;
-  std::optional<std::string> request_id_;  // registered for Abort
+  std::optional<std::pair<std::string, std::string>> registered_;  // (owner, request id) for Abort
+  std::string prompt_field_ = "tokenized.input_ids";               // where the prompt came from
 };
 
 }  // namespace

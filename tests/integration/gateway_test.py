@@ -259,6 +259,7 @@ def idle_everywhere(instances, seconds=10):
 def disconnect(ctx, chk):
     a, b = ctx.instances()
     gw = Gateway(ctx, "gateway-disconnect", [a, b], "round_robin")
+    before = (a.proc.text() + b.proc.text()).count("VllmGenerate status=CANCELLED")
     try:
         for i in range(2):  # one on each instance
             stream = gw.client.chat.completions.create(
@@ -271,10 +272,14 @@ def disconnect(ctx, chk):
                 if got >= 3:
                     break
             stream.close()
-        ok, left = idle_everywhere([a, b])
-        chk.check(ok, "clients that left mid-stream leave no work running on either instance %s" % left)
-        aborted = sum(t.count("VllmAbort status=OK") for t in (a.proc.text(), b.proc.text()))
-        chk.note("Abort calls the gateway sent: %d" % aborted)
+        left_at = time.monotonic()
+        ok, left = idle_everywhere([a, b], seconds=3)
+        chk.check(ok, "clients that left mid-stream leave no work running on either instance within 3 s "
+                  "(%.1f s) %s" % (time.monotonic() - left_at, left))
+        logs = a.proc.text() + b.proc.text()
+        cancelled = logs.count("VllmGenerate status=CANCELLED") - before
+        chk.check(cancelled == 2, "both calls were cancelled, not run to their end: %d CANCELLED, %d Abort calls"
+                  % (cancelled, logs.count("VllmAbort status=OK")))
     finally:
         gw.stop()
 
@@ -318,10 +323,11 @@ def failover(ctx, chk):
     results = []
     lock = threading.Lock()
 
-    def client(k):
+    def client(k, n):
         t0 = time.monotonic()
         try:
-            text, _, _ = chat(gw.client, ctx.tokenizer_dir, PROMPTS[k % len(PROMPTS)], n=48)
+            text, _, _ = chat(gw.client, ctx.tokenizer_dir, PROMPTS[k % len(PROMPTS)], n=n,
+                              extra_body={"ignore_eos": True})
             outcome = "ok"
         except openai.APIError as e:
             outcome = "error %s" % type(e).__name__
@@ -329,13 +335,14 @@ def failover(ctx, chk):
             results.append((k, t0, time.monotonic(), outcome))
 
     try:
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(8)]
+        # Long calls, so that some are running on the instance when it is killed.
+        threads = [threading.Thread(target=client, args=(k, 300)) for k in range(8)]
         for t in threads:
             t.start()
         time.sleep(1.0)
         killed_at = time.monotonic()
         a.proc.proc.send_signal(signal.SIGKILL)
-        after = [threading.Thread(target=client, args=(k,)) for k in range(8, 16)]
+        after = [threading.Thread(target=client, args=(k, 24)) for k in range(8, 16)]
         for t in after:
             t.start()
             time.sleep(0.3)
@@ -343,6 +350,10 @@ def failover(ctx, chk):
             t.join(150)
         chk.check(all(not t.is_alive() for t in threads + after) and len(results) == 16,
                   "every call ended (%d of 16), none hangs" % len(results))
+        early = [r for r in results if r[1] <= killed_at]
+        chk.check(any(r[3] != "ok" for r in early),
+                  "some calls were running on the killed instance (they end with an error): %s"
+                  % [r[3] for r in early])
         late = [r for r in results if r[1] > killed_at]
         chk.check(len(late) == 8 and all(r[3] == "ok" for r in late),
                   "the 8 calls started after the kill are all served (by the other instance): %s"

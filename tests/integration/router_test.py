@@ -200,7 +200,8 @@ def samples(ctx, chk):
     req = vllm_request(ids, stream=False, temperature=1.0, max_tokens=8, ignore_eos=True, n=2, seed=11)
     _, a = run(ctx, req)
     _, b = run(ctx, req)
-    chk.check(len(a) == 2 and all(len(c.output_ids) == 8 for c in a), "n = 2 unstreamed: two completes of 8")
+    chk.check(len(a) == 2 and all(len(c.output_ids) == 8 for c in a) and a[0].output_ids != a[1].output_ids,
+              "n = 2 unstreamed: two completes of 8 tokens, two different samples")
     chk.check([list(c.output_ids) for c in a] == [list(c.output_ids) for c in b],
               "a seeded request repeats its samples")
 
@@ -264,7 +265,8 @@ def wait_idle(ctx, seconds=5):
 def abort(ctx, chk):
     ctx.server()
     ids = ids_of(ctx, PROMPT)
-    stream = ctx.vllm.Generate(vllm_request(ids, request_id="chatcmpl-abort-1", temperature=0, max_tokens=450,
+    most = ctx.context - len(ids)  # a stream that runs long, so the Abort finds it running
+    stream = ctx.vllm.Generate(vllm_request(ids, request_id="chatcmpl-abort-1", temperature=0, max_tokens=most,
                                             ignore_eos=True), timeout=120)
     first = next(stream)
     ended = {}
@@ -289,7 +291,7 @@ def abort(ctx, chk):
                                                                        ended.get("details")))
     ok, stats = wait_idle(ctx)
     chk.check(ok, "nothing left running, every block free: %s" % stats)
-    stream = ctx.vllm.Generate(vllm_request(ids, request_id="chatcmpl-abort-2", temperature=0, max_tokens=450,
+    stream = ctx.vllm.Generate(vllm_request(ids, request_id="chatcmpl-abort-2", temperature=0, max_tokens=most,
                                             ignore_eos=True), timeout=120)
     next(stream)
     stream.cancel()
@@ -298,6 +300,10 @@ def abort(ctx, chk):
     _, completes = run(ctx, vllm_request(ids, request_id="chatcmpl-abort-1", stream=False, temperature=0,
                                          max_tokens=3, ignore_eos=True))
     chk.check(len(completes) == 1, "the aborted call's request id can be used again")
+    # An id is free once its call's status is sent: the same id at once, ten times.
+    for k in range(10):
+        _, completes = run(ctx, vllm_request(ids, request_id="chatcmpl-again", stream=False, max_tokens=1))
+    chk.check(len(completes) == 1, "one request id used by ten calls in a row, each after the last ended")
 
 
 CASES = [("model_info", model_info), ("same_tokens", same_tokens), ("stop_tokens", stop_tokens),

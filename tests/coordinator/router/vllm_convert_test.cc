@@ -19,7 +19,7 @@ namespace vpb = ::vllm::grpc::engine;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr VllmLimits kLimits{100, 1000};
+const VllmLimits kLimits{100, 1000, "tokenized.input_ids"};
 
 vpb::GenerateRequest Request(bool stream = true) {
   vpb::GenerateRequest req;
@@ -173,6 +173,8 @@ TEST(VllmStatusTest, EngineFieldsInThisProtocolsNames) {
   EXPECT_EQ(ErrorField(length), "sampling_params.max_tokens");
   EXPECT_EQ(length.message(), "prompt tokens + max_tokens must be <= 9");
   EXPECT_EQ(ErrorField(VllmStatus(InvalidField("tokenized.input_ids", "is empty"))), "tokenized.input_ids");
+  EXPECT_EQ(ErrorField(VllmStatus(InvalidField("prompt", "is long"), "text")), "text");
+  EXPECT_EQ(VllmStatus(InvalidField("constraint.regex", "is bad")).message(), "sampling_params.regex is bad");
   EXPECT_EQ(ErrorField(VllmStatus(InvalidField("request_id", "is running"))), "request_id");
   EXPECT_EQ(VllmStatus(absl::UnavailableError("down")), absl::UnavailableError("down"));
 }
@@ -187,7 +189,11 @@ GenerateUpdate Tokens(int sample, std::vector<int32_t> ids, std::vector<int32_t>
 
 GenerateUpdate Last(std::vector<std::string> reasons) {
   GenerateUpdate u;
-  for (size_t s = 0; s < reasons.size(); ++s) u.ends.push_back({static_cast<int>(s), reasons[s]});
+  for (size_t s = 0; s < reasons.size(); ++s) {
+    SampleEnd& end = u.ends.emplace_back();
+    end.sample = static_cast<int>(s);
+    end.finish_reason = reasons[s];
+  }
   u.usage = GenerateUsage{4, 2, 0};
   return u;
 }
@@ -248,19 +254,31 @@ TEST(VllmReplyWriterTest, OneCompletePerSample) {
 TEST(RunningCallsTest, AbortEndsOnlyRunningIds) {
   RunningCalls calls;
   int stopped_a = 0, stopped_b = 0;
-  ASSERT_TRUE(calls.Add("a", [&] { ++stopped_a; }).ok());
-  ASSERT_TRUE(calls.Add("b", [&] { ++stopped_b; }).ok());
-  absl::Status dup = calls.Add("a", [] {});
+  ASSERT_TRUE(calls.Add("", "a", [&] { ++stopped_a; }).ok());
+  ASSERT_TRUE(calls.Add("", "b", [&] { ++stopped_b; }).ok());
+  absl::Status dup = calls.Add("", "a", [] {});
   EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(ErrorField(dup), "request_id");
-  EXPECT_EQ(calls.Abort({"a", "missing"}), 1);
+  EXPECT_EQ(calls.Abort("", {"a", "missing"}), 1);
   EXPECT_EQ(stopped_a, 1);
   EXPECT_EQ(stopped_b, 0);
-  calls.Remove("b");
-  EXPECT_EQ(calls.Abort({"b"}), 0);
-  EXPECT_EQ(calls.size(), 1);  // "a" stays until its call is done
-  calls.Remove("a");
-  EXPECT_TRUE(calls.Add("a", [] {}).ok());
+  calls.Remove("", "b");
+  EXPECT_EQ(calls.Abort("", {"b"}), 0);
+  EXPECT_EQ(calls.size(), 1);  // "a" stays until its call has finished
+  calls.Remove("", "a");
+  EXPECT_TRUE(calls.Add("", "a", [] {}).ok());
+}
+
+// With API keys on, a key neither sees nor blocks another key's ids.
+TEST(RunningCallsTest, IdsBelongToTheirKey) {
+  RunningCalls calls;
+  int stopped = 0;
+  ASSERT_TRUE(calls.Add("key-a", "chatcmpl-1", [&] { ++stopped; }).ok());
+  EXPECT_TRUE(calls.Add("key-b", "chatcmpl-1", [] {}).ok());
+  EXPECT_EQ(calls.Abort("key-b", {"chatcmpl-1"}), 1);  // key-b's own call
+  EXPECT_EQ(stopped, 0);
+  EXPECT_EQ(calls.Abort("key-a", {"chatcmpl-1"}), 1);
+  EXPECT_EQ(stopped, 1);
 }
 
 }  // namespace

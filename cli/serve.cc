@@ -269,6 +269,17 @@ absl::StatusOr<std::unique_ptr<grpc::Server>> StartGrpc(const ServeFlags& f, con
   return server;
 }
 
+// The names the model is served by (--served-model-name, else the model's own), first the main one.
+std::vector<std::string> ServedNames(const ServeFlags& f, const ServeInputs& in) {
+  std::vector<std::string> out;
+  const std::string names = f.served_model_name.value_or(ModelDisplayName(in.dir));
+  for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
+    out.emplace_back(absl::StripAsciiWhitespace(n));
+  }
+  if (out.empty()) out.push_back(ModelDisplayName(in.dir));
+  return out;
+}
+
 // What vLLM's engine protocol says of the model: the name routers route by.
 VllmModel RouterModel(const ServeFlags& f, const ServeInputs& in, const GroupState& initial) {
   VllmModel m;
@@ -292,10 +303,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   ho.request_timeout = std::chrono::seconds(f.http_request_timeout_s);
   ho.max_idle_connections = f.http_max_idle_connections;
   ho.max_body_bytes = static_cast<size_t>(f.max_message_mb << 20);
-  const std::string names = f.served_model_name.value_or(ModelDisplayName(in.dir));
-  for (absl::string_view n : absl::StrSplit(names, ',', absl::SkipWhitespace())) {
-    ho.model.names.emplace_back(absl::StripAsciiWhitespace(n));
-  }
+  ho.model.names = ServedNames(f, in);
   ho.model.tokenizer = in.tokenizer.get();
   ho.model.chat_template = in.chat_template.get();
   ho.model.max_context = MaxContext(in, initial);
@@ -357,6 +365,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
                   [g] { return g->state(); });
   ServedModel served{go->dtype == "auto" ? (in->cfg.torch_dtype == "float32" ? "f32" : "bf16") : go->dtype,
                      go->tp, go->block_size, eo.handle_ttl_ms};
+  metrics.AddVllmNames(ServedNames(f, *in).front(), initial.block_size, initial.num_blocks);
   ServingCore core(&loop, in->tokenizer.get(), served);
   core.SetApiKeys(in->api_keys);
   core.SetMetrics(&metrics);

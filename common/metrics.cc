@@ -122,27 +122,50 @@ Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::str
   return slot.get();
 }
 
+void MetricsRegistry::AddAlias(const std::string& alias, const std::string& source, const std::string& help,
+                               const MetricLabels& labels) {
+  std::lock_guard<std::mutex> lock(mu_);
+  aliases_[alias] = Alias{source, help, labels};
+}
+
+// One family's lines under `name`, each series with `extra` labels first.
+std::string MetricsRegistry::RenderFamily(const std::string& name, const std::string& help,
+                                          const Family& family, const MetricLabels& extra) {
+  static const char* const kTypes[] = {"counter", "gauge", "histogram"};
+  auto with = [&extra](const MetricLabels& labels) {
+    MetricLabels all = extra;
+    all.insert(all.end(), labels.begin(), labels.end());
+    return all;
+  };
+  std::string out = "# HELP " + name + " " + Escape(help, false) + "\n";
+  out += "# TYPE " + name + " " + kTypes[static_cast<int>(family.kind)] + "\n";
+  for (const auto& [labels, c] : family.counters)
+    out += name + LabelText(with(labels)) + " " + Number(c->value()) + "\n";
+  for (const auto& [labels, g] : family.gauges)
+    out += name + LabelText(with(labels)) + " " + Number(g->value()) + "\n";
+  for (const auto& [labels, h] : family.histograms) {
+    const Histogram::Snapshot s = h->snapshot();
+    for (size_t i = 0; i <= s.bounds.size(); ++i) {
+      const std::string le = i < s.bounds.size() ? Number(s.bounds[i]) : "+Inf";
+      out +=
+          name + "_bucket" + LabelText(with(labels), "le", le) + " " + std::to_string(s.cumulative[i]) + "\n";
+    }
+    out += name + "_sum" + LabelText(with(labels)) + " " + Number(s.sum) + "\n";
+    out += name + "_count" + LabelText(with(labels)) + " " + std::to_string(s.count) + "\n";
+  }
+  return out;
+}
+
 std::string MetricsRegistry::Render() const {
   std::lock_guard<std::mutex> lock(mu_);
-  std::string out;
-  for (const auto& [name, family] : families_) {
-    static const char* const kTypes[] = {"counter", "gauge", "histogram"};
-    out += "# HELP " + name + " " + Escape(family.help, false) + "\n";
-    out += "# TYPE " + name + " " + kTypes[static_cast<int>(family.kind)] + "\n";
-    for (const auto& [labels, c] : family.counters)
-      out += name + LabelText(labels) + " " + Number(c->value()) + "\n";
-    for (const auto& [labels, g] : family.gauges)
-      out += name + LabelText(labels) + " " + Number(g->value()) + "\n";
-    for (const auto& [labels, h] : family.histograms) {
-      const Histogram::Snapshot s = h->snapshot();
-      for (size_t i = 0; i <= s.bounds.size(); ++i) {
-        const std::string le = i < s.bounds.size() ? Number(s.bounds[i]) : "+Inf";
-        out += name + "_bucket" + LabelText(labels, "le", le) + " " + std::to_string(s.cumulative[i]) + "\n";
-      }
-      out += name + "_sum" + LabelText(labels) + " " + Number(s.sum) + "\n";
-      out += name + "_count" + LabelText(labels) + " " + std::to_string(s.count) + "\n";
-    }
+  std::map<std::string, std::string> rendered;  // by name, so families and aliases interleave in order
+  for (const auto& [name, family] : families_) rendered[name] = RenderFamily(name, family.help, family, {});
+  for (const auto& [name, alias] : aliases_) {
+    auto it = families_.find(alias.source);
+    if (it != families_.end()) rendered[name] = RenderFamily(name, alias.help, it->second, alias.labels);
   }
+  std::string out;
+  for (const auto& [name, text] : rendered) out += text;
   return out;
 }
 

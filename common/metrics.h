@@ -80,7 +80,14 @@ class MetricsRegistry {
   Histogram* AddHistogram(const std::string& name, const std::string& help, const std::vector<double>& bounds,
                           const MetricLabels& labels = {});
 
-  // Every series, families in name order.
+  // Renders family `source` a second time under the name `alias`, with `labels` before each
+  // series' own: one value under two names (vLLM's metric names beside shardlm's, which
+  // Kubernetes' inference gateways read; docs/metrics.md). A source not (yet) registered
+  // renders nothing.
+  void AddAlias(const std::string& alias, const std::string& source, const std::string& help,
+                const MetricLabels& labels = {});
+
+  // Every series, families and aliases in name order.
   std::string Render() const;
 
  private:
@@ -92,10 +99,18 @@ class MetricsRegistry {
     std::map<MetricLabels, std::unique_ptr<Gauge>> gauges;
     std::map<MetricLabels, std::unique_ptr<Histogram>> histograms;
   };
+  struct Alias {
+    std::string source;
+    std::string help;
+    MetricLabels labels;
+  };
   Family& FamilyOf(const std::string& name, const std::string& help, Kind kind);
+  static std::string RenderFamily(const std::string& name, const std::string& help, const Family& family,
+                                  const MetricLabels& extra);
 
   mutable std::mutex mu_;
   std::map<std::string, Family> families_;
+  std::map<std::string, Alias> aliases_;
 };
 
 }  // namespace shardlm

@@ -118,11 +118,7 @@ bool Engine::RetireIfEnded(Sequence& seq) {
   if (!seq.end_requested || seq.flight.steps > 0) return false;
   scheduler_.Remove(&seq);
   absl::Status status = kv_.Retire(seq, std::move(seq.end_status));
-  if (options_.metrics && status.ok() && seq.result.tokens.size() >= 2) {
-    const std::chrono::duration<double> span = std::chrono::steady_clock::now() - seq.first_token;
-    options_.metrics->time_per_output_token->Observe(span.count() /
-                                                     static_cast<double>(seq.result.tokens.size() - 1));
-  }
+  if (options_.metrics) RecordEnd(seq, status);
   seq.result.cached_tokens = seq.kv.cached_tokens;
   seq.result.handle = seq.kv.kept_handle;
   seq.result.handle_expiry_ms = seq.kv.kept_expiry_ms;
@@ -197,6 +193,21 @@ absl::StatusOr<std::vector<RowResult>> Engine::WaitStep(PlannedStep& plan, Pendi
   return results;
 }
 
+// A generating request's figures once it ends: time per output token, end-to-end latency,
+// the ending by reason ("abort": cancelled or failed).
+void Engine::RecordEnd(const Sequence& seq, const absl::Status& status) const {
+  ServiceMetrics* m = options_.metrics;
+  if (seq.request.max_new_tokens == 0) return;  // scoring and prefill: no generation to time
+  const auto now = std::chrono::steady_clock::now();
+  if (status.ok() && seq.result.tokens.size() >= 2) {
+    const std::chrono::duration<double> span = now - seq.first_token;
+    m->time_per_output_token->Observe(span.count() / static_cast<double>(seq.result.tokens.size() - 1));
+  }
+  const std::chrono::duration<double> e2e = now - seq.arrival;
+  m->e2e_request_latency->Observe(e2e.count());
+  m->RequestEnded(status.ok() ? FinishReasonName(seq.end_reason) : "abort");
+}
+
 void Engine::UpdateGauges() const {
   ServiceMetrics* m = options_.metrics;
   if (m == nullptr) return;
@@ -206,6 +217,8 @@ void Engine::UpdateGauges() const {
   m->kv_blocks_used->Set(blocks.num_referenced());
   m->kv_blocks_free->Set(blocks.num_available() - blocks.num_cached());
   m->kv_blocks_cached->Set(blocks.num_cached());
+  const int32_t total = blocks.num_referenced() + blocks.num_available();
+  m->kv_cache_usage->Set(total > 0 ? static_cast<double>(blocks.num_referenced()) / total : 0.0);
   m->handles->Set(kv_.num_handles());
 }
 

@@ -164,6 +164,7 @@ class Engine {
   bool RetireIfEnded(Sequence& seq);
   // Stop and Cancel: ends request `id` now; false when it is not known.
   bool EndNow(int64_t id, FinishReason reason, absl::Status status);
+  void RecordEnd(const Sequence& seq, const absl::Status& status) const;
   // The queued or running request `id`, or null.
   Sequence* Find(int64_t id);
   bool IsStop(const Sequence& seq, int32_t token) const;

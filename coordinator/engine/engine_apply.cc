@@ -76,11 +76,16 @@ void Engine::ApplyRow(const RowOwner& owner, const RowResult& r) {
     seq->result.prompt_top[owner.scored_index] = std::move(top);
     return;
   }
+  const auto now = std::chrono::steady_clock::now();
   if (seq->result.tokens.empty()) {
-    seq->first_token = std::chrono::steady_clock::now();
+    seq->first_token = now;
     const std::chrono::duration<double> ttft = seq->first_token - seq->arrival;
     if (options_.metrics) options_.metrics->time_to_first_token->Observe(ttft.count());
+  } else if (options_.metrics) {
+    const std::chrono::duration<double> itl = now - seq->last_token;
+    options_.metrics->inter_token_latency->Observe(itl.count());
   }
+  seq->last_token = now;
   if (options_.metrics) options_.metrics->generation_tokens->Add();
   seq->tokens.push_back(r.token);
   seq->result.tokens.push_back(r.token);

@@ -51,7 +51,7 @@ struct Sequence : SchedSeq {
   bool end_requested = false;
   FinishReason end_reason = FinishReason::kNone;
   absl::Status end_status;
-  std::chrono::steady_clock::time_point arrival, first_token;
+  std::chrono::steady_clock::time_point arrival, first_token, last_token;
   EngineResult result;
   // The request's constraint: its own matcher, and the mask of its next token.
   std::unique_ptr<Matcher> matcher;

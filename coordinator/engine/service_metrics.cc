@@ -1,5 +1,8 @@
 #include "coordinator/engine/service_metrics.h"
 
+#include <string>
+#include <utility>
+
 namespace shardlm {
 namespace {
 
@@ -20,6 +23,10 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
                       "Per request: time between its first and last token over the tokens after "
                       "the first",
                       StepBuckets());
+  inter_token_latency = r->AddHistogram("shardlm_inter_token_latency_seconds",
+                                        "Between two consecutive tokens of a request", StepBuckets());
+  e2e_request_latency = r->AddHistogram("shardlm_e2e_request_latency_seconds",
+                                        "A generating request from its arrival to its end", LatencyBuckets());
   prefix_cache_queries = r->AddCounter("shardlm_prefix_cache_queries_total",
                                        "Prompt tokens looked up in the automatic prefix cache");
   prefix_cache_hits = r->AddCounter("shardlm_prefix_cache_hits_total",
@@ -40,6 +47,9 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
   kv_blocks_used = r->AddGauge("shardlm_kv_cache_blocks", kBlocks, {{"state", "used"}});
   kv_blocks_free = r->AddGauge("shardlm_kv_cache_blocks", kBlocks, {{"state", "free"}});
   kv_blocks_cached = r->AddGauge("shardlm_kv_cache_blocks", kBlocks, {{"state", "cached"}});
+  kv_cache_usage =
+      r->AddGauge("shardlm_kv_cache_usage_ratio",
+                  "Share of the KV cache's blocks in use (0 to 1; evictable cache counts as free)");
   handles = r->AddGauge("shardlm_chunk_handles", "ChunkResult handles holding KV blocks");
   calls = r->AddGauge("shardlm_calls_in_flight",
                       "Public calls (gRPC and HTTP) begun and not ended: tokenizing, queued or running");
@@ -48,6 +58,42 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
                                 "Times the tensor-parallel group failed and was formed again");
   group_epoch = r->AddGauge("shardlm_group_epoch", "Formation number of the tensor-parallel group");
   group_serving = r->AddGauge("shardlm_group_serving", "1 while the tensor-parallel group serves, else 0");
+}
+
+void ServiceMetrics::RequestEnded(const std::string& finished_reason) {
+  registry_
+      ->AddCounter("shardlm_request_success_total", "Generating requests ended, by how (stop, length, abort)",
+                   {{"finished_reason", finished_reason}})
+      ->Add();
+}
+
+// vLLM's names, which the Gateway API Inference Extension's endpoint picker, llm-d and vLLM
+// dashboards read: the same series again, each with the model's name as vLLM labels them.
+void ServiceMetrics::AddVllmNames(const std::string& model_name, int64_t block_size, int64_t num_blocks) {
+  const MetricLabels model{{"model_name", model_name}};
+  const std::pair<const char*, const char*> names[] = {
+      {"vllm:num_requests_running", "shardlm_requests_running"},
+      {"vllm:num_requests_waiting", "shardlm_requests_waiting"},
+      {"vllm:kv_cache_usage_perc", "shardlm_kv_cache_usage_ratio"},
+      {"vllm:prompt_tokens_total", "shardlm_prompt_tokens_total"},
+      {"vllm:generation_tokens_total", "shardlm_generation_tokens_total"},
+      {"vllm:time_to_first_token_seconds", "shardlm_time_to_first_token_seconds"},
+      {"vllm:inter_token_latency_seconds", "shardlm_inter_token_latency_seconds"},
+      {"vllm:time_per_output_token_seconds", "shardlm_inter_token_latency_seconds"},
+      {"vllm:request_time_per_output_token_seconds", "shardlm_time_per_output_token_seconds"},
+      {"vllm:e2e_request_latency_seconds", "shardlm_e2e_request_latency_seconds"},
+      {"vllm:prefix_cache_queries_total", "shardlm_prefix_cache_queries_total"},
+      {"vllm:prefix_cache_hits_total", "shardlm_prefix_cache_hits_total"},
+      {"vllm:num_preemptions_total", "shardlm_preemptions_total"},
+      {"vllm:request_success_total", "shardlm_request_success_total"},
+  };
+  for (const auto& [alias, source] : names) {
+    registry_->AddAlias(alias, source, std::string("vLLM's name for ") + source, model);
+  }
+  registry_
+      ->AddGauge("vllm:cache_config_info", "The KV cache's configuration (vLLM's name; the value is 1)",
+                 {{"block_size", std::to_string(block_size)}, {"num_gpu_blocks", std::to_string(num_blocks)}})
+      ->Set(1);
 }
 
 void ServiceMetrics::RequestDone(const std::string& method, const std::string& code, double seconds) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <string>
@@ -26,6 +27,11 @@ class ServiceMetrics {
   // "INVALID_ARGUMENT") after `seconds`.
   void RequestDone(const std::string& method, const std::string& code, double seconds);
 
+  // A generating request ended: "stop", "length" or "abort" (cancelled or failed).
+  void RequestEnded(const std::string& finished_reason);
+  // vLLM's metric names beside shardlm's, for the routers that read them (docs/metrics.md).
+  void AddVllmNames(const std::string& model_name, int64_t block_size, int64_t num_blocks);
+
   // A public call began / ended (CallRecord's life): everything a client
   // waits on, tokenizing, queued or running. Drain waits for this to be 0.
   void CallStarted();
@@ -40,6 +46,8 @@ class ServiceMetrics {
   Counter* generation_tokens;  // tokens sampled
   Histogram* time_to_first_token;
   Histogram* time_per_output_token;  // per request: (last token - first token) / (tokens - 1)
+  Histogram* inter_token_latency;    // per token after a request's first
+  Histogram* e2e_request_latency;    // per generating request: arrival to end
   Counter* prefix_cache_queries;     // prompt tokens looked up in the prefix cache
   Counter* prefix_cache_hits;        // of those, found
   Counter* preemptions;
@@ -52,6 +60,7 @@ class ServiceMetrics {
   Gauge* kv_blocks_used;
   Gauge* kv_blocks_free;
   Gauge* kv_blocks_cached;  // evictable prefix cache
+  Gauge* kv_cache_usage;    // used / all blocks, 0 to 1
   Gauge* handles;
   Gauge* calls;  // public calls in flight
 

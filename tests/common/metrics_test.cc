@@ -1,5 +1,6 @@
 #include "common/metrics.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -7,6 +8,9 @@
 
 namespace shardlm {
 namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(MetricsTest, RendersCountersGaugesAndLabelsInTheTextFormat) {
   MetricsRegistry reg;
@@ -61,6 +65,26 @@ TEST(MetricsTest, ConcurrentUpdatesAreAllCounted) {
   EXPECT_EQ(h->snapshot().count, 40000u);
   EXPECT_EQ(h->snapshot().cumulative[1], 40000u);  // 0.002 <= 0.0025
   EXPECT_EQ(h->snapshot().cumulative[0], 0u);
+}
+
+// One value under two names: the alias renders the source's series with its own name, help
+// and extra labels, in name order among the families, and follows later updates.
+TEST(MetricsTest, AnAliasRendersTheSourceUnderItsName) {
+  MetricsRegistry reg;
+  Counter* c = reg.AddCounter("shardlm_tokens_total", "tokens", {{"kind", "prompt"}});
+  Histogram* h = reg.AddHistogram("shardlm_ttft_seconds", "ttft", {0.1});
+  reg.AddAlias("vllm:tokens_total", "shardlm_tokens_total", "vLLM's tokens", {{"model_name", "m"}});
+  reg.AddAlias("vllm:ttft_seconds", "shardlm_ttft_seconds", "vLLM's ttft", {{"model_name", "m"}});
+  reg.AddAlias("vllm:missing", "shardlm_missing", "nothing behind it");
+  c->Add(3);
+  h->Observe(0.05);
+  const std::string text = reg.Render();
+  EXPECT_THAT(text, HasSubstr("# HELP vllm:tokens_total vLLM's tokens\n# TYPE vllm:tokens_total counter\n"
+                              "vllm:tokens_total{model_name=\"m\",kind=\"prompt\"} 3\n"));
+  EXPECT_THAT(text, HasSubstr("vllm:ttft_seconds_bucket{model_name=\"m\",le=\"0.1\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("shardlm_tokens_total{kind=\"prompt\"} 3\n"));
+  EXPECT_THAT(text, Not(HasSubstr("vllm:missing")));
+  EXPECT_LT(text.find("shardlm_ttft_seconds"), text.find("vllm:tokens_total"));  // name order
 }
 
 TEST(MetricsDeathTest, OneNameIsOneKind) {

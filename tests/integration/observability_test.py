@@ -7,8 +7,11 @@ Cases (a tiny f32 Llama with the Llama-3 tokenizer, `serve --tp 2` unless said):
                       prompt/generated tokens, TTFT/TPOT histograms, per-rank step and
                       collective time, prefix-cache hits, KV blocks back to free, restarts and
                       re-formations all move by exactly what was sent; the exposition parses
-                      (HELP/TYPE per family, cumulative buckets ending in +Inf = count); a
-                      metrics port in use is refused before any worker starts
+                      (HELP/TYPE per family, cumulative buckets ending in +Inf = count); vLLM's
+                      names (vllm:*, what GAIE's endpoint picker reads) equal their shardlm
+                      series, with inter-token and end-to-end latencies, endings by reason,
+                      the cache's usage and configuration; a metrics port in use is refused
+                      before any worker starts
   request_log         x-request-id is echoed (or made), one log line per call with method,
                       status, tokens in/out and latency, the workers' lines carry the same id,
                       and no "Logging before InitGoogleLogging" noise
@@ -109,6 +112,48 @@ def stream_with_id(st, prompt, n, request_id):
 
 # --- cases ---------------------------------------------------------------------------------
 
+# vLLM's names (what the Gateway API Inference Extension's endpoint picker and llm-d read) and
+# the shardlm series each stands for.
+VLLM_NAMES = [("vllm:num_requests_running", "shardlm_requests_running"),
+              ("vllm:num_requests_waiting", "shardlm_requests_waiting"),
+              ("vllm:kv_cache_usage_perc", "shardlm_kv_cache_usage_ratio"),
+              ("vllm:prompt_tokens_total", "shardlm_prompt_tokens_total"),
+              ("vllm:generation_tokens_total", "shardlm_generation_tokens_total"),
+              ("vllm:time_to_first_token_seconds_count", "shardlm_time_to_first_token_seconds_count"),
+              ("vllm:inter_token_latency_seconds_count", "shardlm_inter_token_latency_seconds_count"),
+              ("vllm:time_per_output_token_seconds_sum", "shardlm_inter_token_latency_seconds_sum"),
+              ("vllm:request_time_per_output_token_seconds_count", "shardlm_time_per_output_token_seconds_count"),
+              ("vllm:e2e_request_latency_seconds_count", "shardlm_e2e_request_latency_seconds_count"),
+              ("vllm:prefix_cache_queries_total", "shardlm_prefix_cache_queries_total"),
+              ("vllm:prefix_cache_hits_total", "shardlm_prefix_cache_hits_total"),
+              ("vllm:num_preemptions_total", "shardlm_preemptions_total")]
+
+
+def vllm_names(chk, m0, m1, n, peak, stats, st):
+    """The vLLM-named series after the metrics case's 8 streams of 12 tokens."""
+    model = dict(k for k in next(k for k in m1 if k[0] == "vllm:num_requests_running")[1])["model_name"]
+    chk.check(all(value(m1, v, model_name=model) == value(m1, s) for v, s in VLLM_NAMES),
+              "each vllm: series (model_name %r) equals its shardlm_ one: %s" % (
+                  model, [v for v, s in VLLM_NAMES if value(m1, v, model_name=model) != value(m1, s)]))
+
+    def delta(name, **labels):
+        return value(m1, name, **labels) - value(m0, name, **labels)
+
+    chk.check(delta("shardlm_inter_token_latency_seconds_count") == 11 * n and
+              delta("shardlm_e2e_request_latency_seconds_count") == n,
+              "11 inter-token intervals and one end-to-end latency per stream")
+    chk.check(delta("vllm:request_success_total", model_name=model, finished_reason="length") == n,
+              "request_success_total{finished_reason=length} +%d" % n)
+    info = st.GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+    chk.check(value(m1, "vllm:cache_config_info", block_size=str(info.kv_block_size),
+                    num_gpu_blocks=str(info.kv_cache_blocks)) == 1,
+              "cache_config_info{block_size=%d,num_gpu_blocks=%d} 1" % (info.kv_block_size, info.kv_cache_blocks))
+    chk.check(value(m1, "vllm:kv_cache_usage_perc", model_name=model) == 0 and
+              value(m0, "vllm:kv_cache_usage_perc", model_name=model) == 0,
+              "kv_cache_usage_perc 0 when idle (%s blocks referenced)" % stats.referenced_blocks)
+    chk.check(0 < peak.get("usage", 0) <= 1, "kv_cache_usage_perc under load: %.4f" % peak.get("usage", 0))
+
+
 def metrics(ctx, chk):
     srv = serve_with_metrics(ctx, "metrics")
     ch, st, health = ops.stub(srv.port)
@@ -140,6 +185,7 @@ def metrics(ctx, chk):
             mid, _ = parse(scrape(srv.metrics_port)[0])
             peak["running"] = max(peak["running"], value(mid, "shardlm_requests_running"))
             peak["waiting"] = max(peak["waiting"], value(mid, "shardlm_requests_waiting"))
+            peak["usage"] = max(peak.get("usage", 0.0), value(mid, "shardlm_kv_cache_usage_ratio"))
             time.sleep(0.01)
         for t in threads:
             t.join()
@@ -192,6 +238,7 @@ def metrics(ctx, chk):
         chk.check(total == stats.num_blocks and value(m1, "shardlm_kv_cache_blocks", state="cached") ==
                   stats.cached_blocks, "used + free + cached = %d blocks, cached = GetStats' %d" %
                   (stats.num_blocks, stats.cached_blocks))
+        vllm_names(chk, m0, m1, n, peak, stats, st)
         # kill -9 of a worker: serve restarts it and the group is formed again.
         watch = ops.HealthWatch(health)
         workers = ops.workers_of(srv.proc.pid)

@@ -339,7 +339,11 @@ def failover(ctx, chk):
         threads = [threading.Thread(target=client, args=(k, 300)) for k in range(8)]
         for t in threads:
             t.start()
-        time.sleep(1.0)
+        running = 0
+        deadline = time.monotonic() + 10
+        while running == 0 and time.monotonic() < deadline:
+            running = a.stats().running  # calls the kill will cut
+            time.sleep(0.05)
         killed_at = time.monotonic()
         a.proc.proc.send_signal(signal.SIGKILL)
         after = [threading.Thread(target=client, args=(k, 24)) for k in range(8, 16)]
@@ -351,9 +355,9 @@ def failover(ctx, chk):
         chk.check(all(not t.is_alive() for t in threads + after) and len(results) == 16,
                   "every call ended (%d of 16), none hangs" % len(results))
         early = [r for r in results if r[1] <= killed_at]
-        chk.check(any(r[3] != "ok" for r in early),
-                  "some calls were running on the killed instance (they end with an error): %s"
-                  % [r[3] for r in early])
+        chk.check(running > 0, "%d calls were running on the instance when it was killed; they ended: %s "
+                  "(the gateway retries a failed unstreamed call on the other instance)"
+                  % (running, [r[3] for r in early]))
         late = [r for r in results if r[1] > killed_at]
         chk.check(len(late) == 8 and all(r[3] == "ok" for r in late),
                   "the 8 calls started after the kill are all served (by the other instance): %s"

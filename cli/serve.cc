@@ -36,6 +36,7 @@
 #include "common/random_token.h"
 #include "common/status.h"
 #include "coordinator/engine/service_metrics.h"
+#include "coordinator/events/kv_event_publisher.h"
 #include "coordinator/group/worker_group.h"
 #include "coordinator/grpc/inference_service.h"
 #include "coordinator/http/metrics_http.h"
@@ -45,6 +46,7 @@
 #include "coordinator/serving/serving_core.h"
 #include "formats/model_config.h"
 #include "formats/model_files.h"
+#include "model/device.h"
 #include "partitioning/shard_plan.h"
 
 namespace shardlm {
@@ -238,6 +240,39 @@ Engine::Options EngineOptions(const ServeFlags& f, ServiceMetrics* metrics) {
   return eo;
 }
 
+// The prefix cache's changes over ZeroMQ (--kv-events-endpoint); null when off.
+absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEvents(const ServeFlags& f,
+                                                                const WorkerGroupOptions& go) {
+  if (!f.kv_events_endpoint) {
+    if (f.kv_events_replay_endpoint || f.kv_events_topic) {
+      return absl::InvalidArgumentError(
+          "--kv-events-replay-endpoint and --kv-events-topic need --kv-events-endpoint");
+    }
+    return nullptr;
+  }
+  if (f.no_prefix_caching) {
+    return absl::InvalidArgumentError(
+        "--kv-events-endpoint: KV events are the prefix cache's changes, and --no-prefix-caching turns it "
+        "off");
+  }
+  KvEventPublisherOptions o;
+  o.endpoint = *f.kv_events_endpoint;
+  o.replay_endpoint = f.kv_events_replay_endpoint.value_or("");
+  o.topic = f.kv_events_topic.value_or("");
+  o.format.block_size = static_cast<int32_t>(go.block_size);
+  // Where the blocks live: the workers' device (resolved here for "auto", as local workers resolve it).
+  absl::StatusOr<c10::Device> device = ResolveDevice(go.device, 0);
+  o.format.medium = device.ok() && device->is_cuda() ? "GPU" : "CPU";
+  SHARDLM_ASSIGN_OR_RETURN(auto publisher, KvEventPublisher::Start(std::move(o)));
+  std::printf("KV events on %s (topic '%s', medium %s)%s\n", publisher->endpoint().c_str(),
+              f.kv_events_topic.value_or("").c_str(), device.ok() && device->is_cuda() ? "GPU" : "CPU",
+              publisher->replay_endpoint().empty()
+                  ? ""
+                  : absl::StrCat(", replay on ", publisher->replay_endpoint()).c_str());
+  std::fflush(stdout);
+  return publisher;
+}
+
 // Prompt + generated tokens at most: the model's positions, or the KV cache if smaller.
 int64_t MaxContext(const ServeInputs& in, const GroupState& initial) {
   return std::min<int64_t>(in.cfg.max_position_embeddings,
@@ -356,11 +391,14 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
 
   auto go = GroupOptions(f, env, *in, spawn_local, &metrics);
   if (!go.ok()) return Fail(go.status());
+  auto kv_events = StartKvEvents(f, *go);  // before the engine, which publishes into it
+  if (!kv_events.ok()) return Fail(kv_events.status());
   auto group = WorkerGroup::Start(*go);
   if (!group.ok()) return Fail(group.status());
   WorkerGroup* g = group->get();
   const GroupState initial = g->state();
-  const Engine::Options eo = EngineOptions(f, &metrics);
+  Engine::Options eo = EngineOptions(f, &metrics);
+  eo.kv_events = kv_events->get();
   EngineLoop loop(std::make_unique<Engine>(g, in->cfg, initial.num_blocks, initial.block_size, eo),
                   [g] { return g->state(); });
   ServedModel served{go->dtype == "auto" ? (in->cfg.torch_dtype == "float32" ? "f32" : "bf16") : go->dtype,

@@ -49,6 +49,19 @@ void DeclarePublicApiFlags(FlagSet& f, ServeFlags* o) {
       .To(&o->router_model_path);
 }
 
+// The prefix cache's changes over ZeroMQ, in vLLM's format (docs/kv_events.md).
+void DeclareKvEventsFlags(FlagSet& f, ServeFlags* o) {
+  f.String("kv-events-endpoint",
+           "publish the prefix cache's changes (KV events, vLLM's format) on a ZeroMQ PUB socket: "
+           "'tcp://*:5557' binds, 'tcp://HOST:PORT' connects (unset: off)")
+      .To(&o->kv_events_endpoint);
+  f.String("kv-events-topic", "the topic frame of every KV event message (llm-d reads kv@POD@MODEL)")
+      .To(&o->kv_events_topic);
+  f.String("kv-events-replay-endpoint",
+           "bind a ZeroMQ ROUTER socket here that replays recent KV event batches from a sequence number")
+      .To(&o->kv_events_replay_endpoint);
+}
+
 }  // namespace
 
 void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
@@ -96,6 +109,7 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
         30, 0, 3600)
       .To(&o->shutdown_grace_s);
   DeclarePublicApiFlags(f, o);
+  DeclareKvEventsFlags(f, o);
   AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local, &o->security);
 }
 

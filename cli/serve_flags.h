@@ -48,6 +48,9 @@ struct ServeFlags {
   std::optional<std::string> served_model_name;
   std::optional<std::string> chat_template;
   std::optional<std::string> router_model_path;
+  std::optional<std::string> kv_events_endpoint;
+  std::optional<std::string> kv_events_topic;
+  std::optional<std::string> kv_events_replay_endpoint;
   InternalSecurityFlags security;
 };
 

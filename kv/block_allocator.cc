@@ -27,6 +27,7 @@ absl::StatusOr<std::vector<int32_t>> BlockAllocator::Allocate(int32_t n) {
   while (static_cast<int32_t>(free_.size()) < n) {
     const int32_t victim = lru_.front();
     lru_.pop_front();
+    if (event_log_ != nullptr) event_log_->Removed(hash_of_[victim]);
     Unpublish(victim);
     free_.push_back(victim);
   }
@@ -58,16 +59,17 @@ void BlockAllocator::Release(const std::vector<int32_t>& blocks) {
   for (int32_t b : blocks) Release(b);
 }
 
-void BlockAllocator::Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens,
+bool BlockAllocator::Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens,
                              int32_t count) {
   CHECK(ref_counts_.at(block) > 0) << "publishing free block " << block;
-  if (published_[block] || by_hash_.count(prefix_hash)) return;
+  if (published_[block] || by_hash_.count(prefix_hash)) return false;
   by_hash_[prefix_hash] = block;
   hash_of_[block] = prefix_hash;
   published_[block] = true;
   parent_of_[block] = parent;
   parent_generation_[block] = parent >= 0 ? generation_.at(parent) : 0;
   tokens_of_[block].assign(tokens, tokens + count);
+  return true;
 }
 
 int32_t BlockAllocator::Lookup(uint64_t prefix_hash, int32_t parent, const int32_t* tokens, int32_t count) {

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kv/kv_events.h"
 
 namespace shardlm {
 
@@ -48,12 +49,15 @@ class BlockAllocator {
 
   // Publishes a full, computed block under the hash of its token prefix,
   // with its `count` tokens and the block before it (-1 for the first). A
-  // hash already published keeps its first block.
-  void Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens, int32_t count);
+  // hash already published keeps its first block; false then.
+  bool Publish(int32_t block, uint64_t prefix_hash, int32_t parent, const int32_t* tokens, int32_t count);
   // The block published under `prefix_hash` after `parent` (the caller's
   // block for the previous position, -1 for the first) with these tokens,
   // referenced for the caller; -1 if none (a hash collision is a miss).
   int32_t Lookup(uint64_t prefix_hash, int32_t parent, const int32_t* tokens, int32_t count);
+
+  // Evictions of published blocks are recorded into `log` (null: not recorded).
+  void set_event_log(KvEventLog* log) { event_log_ = log; }
 
   int32_t num_blocks() const { return static_cast<int32_t>(ref_counts_.size()); }
   // Blocks an allocation can use: free plus evictable cached ones.
@@ -85,6 +89,7 @@ class BlockAllocator {
   std::vector<std::list<int32_t>::iterator> lru_pos_;
   int64_t cache_hits_ = 0;
   int64_t hash_collisions_ = 0;
+  KvEventLog* event_log_ = nullptr;
 };
 
 // Hash of a token prefix, chained block by block: the hash of blocks 0..i is

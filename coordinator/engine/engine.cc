@@ -30,6 +30,7 @@ KvManager::Options KvOptions(const Engine::Options& o, int32_t block_size) {
   k.max_handle_share = o.max_handle_share;
   k.handle_ttl_ms = o.handle_ttl_ms;
   k.prefix_caching = o.prefix_caching;
+  k.record_events = o.kv_events != nullptr && o.prefix_caching;
   k.metrics = o.metrics;
   return k;
 }
@@ -147,7 +148,14 @@ void Engine::FailAll(const absl::Status& status) {
 void Engine::Reset(int32_t num_blocks, const std::string& why) {
   CHECK(seqs_.empty()) << "Engine::Reset with requests running";
   kv_.Reset(num_blocks, why);
+  FlushKvEvents();
   UpdateGauges();
+}
+
+void Engine::FlushKvEvents() {
+  if (options_.kv_events == nullptr) return;
+  std::vector<KvEvent> events = kv_.TakeEvents();
+  if (!events.empty()) options_.kv_events->Publish(std::move(events));
 }
 
 // A sequence in a step executing ends when that step is applied (the

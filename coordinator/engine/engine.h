@@ -46,6 +46,7 @@
 #include "coordinator/engine/step_cost.h"
 #include "coordinator/engine/validate_request.h"
 #include "formats/model_config.h"
+#include "kv/kv_events.h"
 #include "step/step.h"
 
 namespace shardlm {
@@ -78,6 +79,8 @@ class Engine {
     // behind a long prompt. 0: steps are bounded by max_batch_tokens alone.
     int64_t target_step_ms = 250;
     ServiceMetrics* metrics = nullptr;  // counted into when set
+    // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
+    KvEventSink* kv_events = nullptr;
   };
 
   struct Stats {
@@ -184,6 +187,8 @@ class Engine {
   void Constrain(Sequence& seq, int32_t token);
   // Sets the metrics' gauges from the current state (when metrics are on).
   void UpdateGauges() const;
+  // Hands the prefix cache's changes to Options::kv_events (when set).
+  void FlushKvEvents();
   // ApplyStep's parts, in order.
   void SettleStep(PlannedStep& plan, bool ran);
   void PublishComputed(PlannedStep& plan);

@@ -124,11 +124,13 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
       End(*seq, FinishReason::kNone, results.status());
       RetireIfEnded(*seq);
     }
+    FlushKvEvents();
     return results.status();
   }
   PublishComputed(plan);
   for (size_t i = 0; i < plan.owners.size(); ++i) ApplyRow(plan.owners[i], (*results)[i]);
   RetireEnded(plan);
+  FlushKvEvents();
   UpdateGauges();
   return absl::OkStatus();
 }

@@ -10,7 +10,9 @@
 
 namespace shardlm {
 
-KvManager::KvManager(int32_t num_blocks, Options options) : options_(options), allocator_(num_blocks) {}
+KvManager::KvManager(int32_t num_blocks, Options options) : options_(options), allocator_(num_blocks) {
+  if (options_.record_events) allocator_.set_event_log(&events_);
+}
 
 int64_t KvManager::NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -133,8 +135,12 @@ void KvManager::Publish(Sequence& seq) {
     const uint64_t parent = i == 0 ? 0 : seq.kv.hashes[i - 1];
     const int32_t* tokens = seq.tokens.data() + i * bs;
     seq.kv.hashes.push_back(PrefixHash(parent, tokens, bs));
-    allocator_.Publish(seq.kv.blocks[i], seq.kv.hashes.back(), i == 0 ? -1 : seq.kv.blocks[i - 1], tokens,
-                       bs);
+    const bool published = allocator_.Publish(seq.kv.blocks[i], seq.kv.hashes.back(),
+                                              i == 0 ? -1 : seq.kv.blocks[i - 1], tokens, bs);
+    if (published && options_.record_events) {
+      events_.Stored(seq.kv.hashes.back(), i == 0 ? std::nullopt : std::optional<uint64_t>(parent), tokens,
+                     bs);
+    }
   }
 }
 
@@ -308,6 +314,10 @@ void KvManager::Reset(int32_t num_blocks, const std::string& why) {
   }
   handles_.clear();
   allocator_ = BlockAllocator(num_blocks);
+  if (options_.record_events) {
+    allocator_.set_event_log(&events_);
+    events_.AllCleared();
+  }
 }
 
 }  // namespace shardlm

@@ -28,6 +28,7 @@
 #include "coordinator/engine/scheduler.h"
 #include "coordinator/engine/sequence.h"
 #include "kv/block_allocator.h"
+#include "kv/kv_events.h"
 
 namespace shardlm {
 
@@ -35,11 +36,14 @@ class ServiceMetrics;
 
 class KvManager : public KvSpace {
  public:
+  KvManager(const KvManager&) = delete;  // its allocator points at its event log
+  KvManager& operator=(const KvManager&) = delete;
   struct Options {
     int32_t block_size = 16;
     double max_handle_share = 0.5;   // kept handles may pin at most this share of the blocks
     int64_t handle_ttl_ms = 600000;  // a handle not released expires after this
     bool prefix_caching = true;      // reuse full blocks of identical token prefixes
+    bool record_events = false;      // log the prefix cache's changes (TakeEvents)
     ServiceMetrics* metrics = nullptr;
   };
 
@@ -89,6 +93,10 @@ class KvManager : public KvSpace {
   // later uses of one are NotFound saying `why`.
   void Reset(int32_t num_blocks, const std::string& why);
 
+  // The prefix cache's changes since the last call, oldest first (when
+  // Options::record_events): blocks published, evicted, all dropped by Reset.
+  std::vector<KvEvent> TakeEvents() { return events_.Take(); }
+
   // ResourceExhausted saying why `tokens` tokens fit nowhere now.
   absl::Status TooSmall(int64_t tokens) const;
   const BlockAllocator& allocator() const { return allocator_; }
@@ -124,6 +132,7 @@ class KvManager : public KvSpace {
   void Keep(Sequence& seq);
 
   Options options_;
+  KvEventLog events_;  // the allocator records evictions into it too
   BlockAllocator allocator_;
   std::map<std::string, Handle> handles_;
   // Handles dropped by Reset, with why (bounded: the oldest are forgotten).

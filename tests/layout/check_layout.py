@@ -44,6 +44,8 @@ RULES = {
     "common": ["model", "kernels", "formats", "step", "coordinator", "worker", "tokenizer"],
     # Inside the coordinator: engine < group < serving < front ends; front ends are siblings.
     "coordinator/engine": ["coordinator/group", "coordinator/serving", "coordinator/http"] + FRONT_ENDS,
+    "coordinator/events": ["coordinator/engine", "coordinator/group", "coordinator/serving",
+                           "coordinator/http"] + FRONT_ENDS,
     "coordinator/group": ["coordinator/serving", "coordinator/http"] + FRONT_ENDS,
     "coordinator/serving": ["coordinator/http"] + FRONT_ENDS,
     "coordinator/http": ["coordinator/serving"] + FRONT_ENDS,
@@ -61,6 +63,8 @@ FORBIDDEN = {
     "coordinator/serving": [(r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC"),
                             (r"^common/grpc_", "gRPC status helpers")],
     "coordinator/http": [(r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC")],
+    "coordinator/events": [(r"^(torch|ATen|c10)/", "torch"), (r"^shardlm/", "protobuf messages"),
+                           (r"^grpcpp?/", "gRPC")],
     "coordinator/engine": [(r"^(torch|ATen|c10)/", "torch"), (r"^shardlm/", "protobuf messages"),
                            (r"^grpcpp?/", "gRPC")],
     "formats": [(r"^(torch|ATen|c10)/", "torch")],

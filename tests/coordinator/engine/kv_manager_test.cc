@@ -212,3 +212,67 @@ TEST(KvManagerTest, TooSmallSaysWhatIsFreeAndWhatHandlesHold) {
 
 }  // namespace
 }  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+KvManager RecordingManager(int32_t num_blocks) {
+  KvManager::Options o;
+  o.block_size = kBlockSize;
+  o.record_events = true;
+  return KvManager(num_blocks, o);
+}
+
+TEST(KvManagerEventsTest, PublishedBlocksAreStoredOnceAndEvictedOnesRemoved) {
+  KvManager kv = RecordingManager(4);
+  Sequence first = Seq(Tokens(10));
+  RunWholePrompt(kv, first);
+  std::vector<KvEvent> events = kv.TakeEvents();
+  // Two full blocks (10 tokens in blocks of 4), one event: the second block's parent is the first.
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvEvent::Kind::kStored);
+  EXPECT_FALSE(events[0].parent.has_value());
+  ASSERT_EQ(events[0].hashes.size(), 2u);
+  EXPECT_EQ(events[0].hashes, first.kv.hashes);
+  EXPECT_EQ(events[0].tokens, std::vector<int32_t>(first.tokens.begin(), first.tokens.begin() + 8));
+  ASSERT_THAT(kv.Retire(first, absl::OkStatus()), IsOk());
+  EXPECT_TRUE(kv.TakeEvents().empty()) << "a released block stays cached: nothing removed";
+
+  // The same prompt again: its blocks are found, not published again.
+  Sequence again = Seq(Tokens(10));
+  RunWholePrompt(kv, again);
+  EXPECT_TRUE(kv.TakeEvents().empty());
+  ASSERT_THAT(kv.Retire(again, absl::OkStatus()), IsOk());
+
+  // Another prompt needs all four blocks: the two cached ones are evicted, oldest first.
+  Sequence other = Seq(Tokens(16, /*salt=*/1));
+  RunWholePrompt(kv, other);
+  events = kv.TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].kind, KvEvent::Kind::kRemoved);
+  EXPECT_EQ(events[0].hashes.size(), 2u);
+  EXPECT_EQ(events[1].kind, KvEvent::Kind::kStored);
+  EXPECT_EQ(events[1].hashes.size(), 4u);
+  ASSERT_THAT(kv.Retire(other, absl::OkStatus()), IsOk());
+
+  kv.Reset(4, "test");
+  events = kv.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].kind, KvEvent::Kind::kAllCleared);
+  // The new pool records too.
+  Sequence after = Seq(Tokens(5));
+  RunWholePrompt(kv, after);
+  EXPECT_EQ(kv.TakeEvents().size(), 1u);
+  ASSERT_THAT(kv.Retire(after, absl::OkStatus()), IsOk());
+}
+
+TEST(KvManagerEventsTest, NothingIsRecordedUnlessAsked) {
+  KvManager kv = Manager(4);
+  Sequence s = Seq(Tokens(10));
+  RunWholePrompt(kv, s);
+  EXPECT_TRUE(kv.TakeEvents().empty());
+  ASSERT_THAT(kv.Retire(s, absl::OkStatus()), IsOk());
+}
+
+}  // namespace
+}  // namespace shardlm

@@ -328,7 +328,8 @@ VllmModel RouterModel(const ServeFlags& f, const ServeInputs& in, const GroupSta
 // The OpenAI HTTP API (when --http-port is given).
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f, const ServeInputs& in,
                                                             const GroupState& initial, ServingCore* core,
-                                                            std::function<bool()> ready) {
+                                                            std::function<bool()> ready,
+                                                            const MetricsRegistry& registry) {
   if (!f.http_port) return nullptr;
   OpenAiHttpOptions ho;
   ho.host = in.http_host;
@@ -345,6 +346,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
   ho.model.max_queued_sequences = f.max_queued_requests;
   ho.ready = std::move(ready);
+  ho.metrics = [&registry] { return registry.Render(); };
   SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(core, std::move(ho)));
   std::printf("OpenAI API on http%s://%s:%d/v1\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
               http->port());
@@ -419,7 +421,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   int port = 0;
   auto server = StartGrpc(f, *in, {&service, &vllm, &health}, &port);
   if (!server.ok()) return Fail(server.status());
-  auto http = StartHttp(f, *in, initial, &core, ready);
+  auto http = StartHttp(f, *in, initial, &core, ready, registry);
   if (!http.ok()) return Fail(http.status());
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),

@@ -16,6 +16,9 @@
 
 namespace shardlm {
 
+// GET /metrics with `render`'s text (Prometheus' text format), for any HTTP server.
+HttpRoute MetricsRoute(std::function<std::string()> render);
+
 class MetricsHttpServer {
  public:
   // Binds host:port (port 0: any free one) and serves GET /metrics with

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "coordinator/http/metrics_http.h"
 #include "coordinator/serving/generate_stream.h"
 
 namespace shardlm {
@@ -143,6 +144,7 @@ OpenAiHttpServer::~OpenAiHttpServer() {
 std::vector<HttpRoute> OpenAiHttpServer::Routes() {
   std::vector<HttpRoute> routes;
   routes.push_back(HttpRoute::Quick("GET", "/health", [this](const HttpRequest&) { return Health(); }));
+  if (options_.metrics) routes.push_back(MetricsRoute(options_.metrics));
   routes.push_back(HttpRoute::Quick("GET", "/v1/models", [this](const HttpRequest& r) { return Models(r); }));
   routes.push_back(
       HttpRoute::Quick("GET", "/v1/models/*", [this](const HttpRequest& r) { return Models(r); }));

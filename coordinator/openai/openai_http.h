@@ -38,6 +38,9 @@ struct OpenAiHttpOptions {
   int max_idle_connections = 256;                    // kept-alive connections between requests
   openai::ModelContext model;
   std::function<bool()> ready;  // GET /health: 200 when true, else 503
+  // GET /metrics as on the metrics port (vLLM serves it on its API port, where the Gateway API
+  // Inference Extension's endpoint picker looks by default); none when unset.
+  std::function<std::string()> metrics;
 };
 
 class OpenAiHttpServer {

@@ -37,7 +37,7 @@ import urllib.request
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import operations_test as ops  # noqa: E402  (its servers, stubs and helpers)
-from harness import METRICS_PORT, SERVING_PORT, WORKER_PORT, WORKERS_PORT  # noqa: E402
+from harness import HTTP_PORT, METRICS_PORT, SERVING_PORT, WORKER_PORT, WORKERS_PORT  # noqa: E402
 
 grpc, pb, sc = ops.grpc, ops.pb, ops.sc
 health_pb2, health_pb2_grpc = ops.health_pb2, ops.health_pb2_grpc
@@ -155,7 +155,7 @@ def vllm_names(chk, m0, m1, n, peak, stats, st):
 
 
 def metrics(ctx, chk):
-    srv = serve_with_metrics(ctx, "metrics")
+    srv = serve_with_metrics(ctx, "metrics", "--http-port", 0)
     ch, st, health = ops.stub(srv.port)
     try:
         text0, ctype = scrape(srv.metrics_port)
@@ -239,6 +239,13 @@ def metrics(ctx, chk):
                   stats.cached_blocks, "used + free + cached = %d blocks, cached = GetStats' %d" %
                   (stats.num_blocks, stats.cached_blocks))
         vllm_names(chk, m0, m1, n, peak, stats, st)
+        # The OpenAI API's port serves the same exposition (where vLLM serves it, and GAIE looks).
+        on_api, api_ctype = scrape(srv.announced_port(HTTP_PORT))
+        m_api, problems = parse(on_api)
+        m_port, _ = parse(scrape(srv.metrics_port)[0])
+        chk.check(not problems and api_ctype == ctype and set(m_api) == set(m_port),
+                  "GET /metrics on the OpenAI API's port: the same %d series (%r; %s)"
+                  % (len(m_api), api_ctype, sorted(set(m_api) ^ set(m_port))[:4]))
         # kill -9 of a worker: serve restarts it and the group is formed again.
         watch = ops.HealthWatch(health)
         workers = ops.workers_of(srv.proc.pid)

@@ -180,12 +180,54 @@ def saturate(gw, seed, streams=32, requests=64, max_tokens=64):
     return tokens[0] / (time.perf_counter() - t0)
 
 
+def cpu_seconds(pid, descendants=True):
+    """User + system CPU seconds of `pid` and (unless not asked) its descendants (Linux /proc)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    children = {}
+    for child, parent, _stat, _args in harness.ps_rows():
+        children.setdefault(parent, []).append(child)
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open("/proc/%d/stat" % p) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except OSError:
+            pass
+        if descendants:
+            todo.extend(children.get(p, []))
+    return total
+
+
+def cpu_shares(ctx, fn):
+    """fn()'s result and the CPU seconds each process spent during it (per second of wall time)."""
+    procs = {"gateway": ctx.gw_one.proc.proc.pid, "gateway2": ctx.gw_two.proc.proc.pid,
+             "instance0": ctx.pair[0].proc.proc.pid, "instance1": ctx.pair[1].proc.proc.pid,
+             "client": os.getpid()}  # the client alone: the others are its children
+
+    def sample():
+        return {k: cpu_seconds(p, descendants=k != "client") for k, p in procs.items()}
+
+    before = sample()
+    t0 = time.perf_counter()
+    out = fn()
+    wall = time.perf_counter() - t0
+    after = sample()
+    used = {k: (after[k] - before[k]) / wall for k in procs}
+    return out, used
+
+
 def scaling(ctx, rnd):
-    one = saturate(ctx.gw_one, 200 + rnd)
-    two = saturate(ctx.gw_two, 300 + rnd)
+    one, cpu1 = cpu_shares(ctx, lambda: saturate(ctx.gw_one, 200 + rnd))
+    two, cpu2 = cpu_shares(ctx, lambda: saturate(ctx.gw_two, 300 + rnd))
     print("  scaling round %d  one instance %6.1f tok/s   two instances %6.1f tok/s   ratio %.2fx"
           % (rnd, one, two, two / one), flush=True)
-    return {"one_tok_s": one, "two_tok_s": two, "ratio": two / one}
+    for name, cpu in (("one", cpu1), ("two", cpu2)):
+        print("    cores busy (%s): instances %.2f + %.2f, gateway %.2f, client %.2f"
+              % (name, cpu["instance0"], cpu["instance1"], cpu["gateway"] + cpu["gateway2"], cpu["client"]),
+              flush=True)
+    return {"one_tok_s": one, "two_tok_s": two, "ratio": two / one, "cpu_one": cpu1, "cpu_two": cpu2}
 
 
 def conversations(gw, seed, n_conv=12, turns=4):

@@ -38,6 +38,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests", "testing"))
 import harness  # noqa: E402
+import sglang_gateway  # noqa: E402
 import openai  # noqa: E402
 
 START_TIMEOUT_S = 180
@@ -72,25 +73,9 @@ class Instance:
 
 class Gateway:
     def __init__(self, args, workdir, name, workers, policy, tokenizer_dir, tiktoken_dir):
-        self.port, self.metrics = harness.free_port(), harness.free_port()
-        argv = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls"] + [w.grpc for w in workers] + [
-            "--policy", policy, "--host", "127.0.0.1", "--port", self.port, "--prometheus-port", self.metrics,
-            "--tokenizer-path", tokenizer_dir, "--health-check-interval-secs", "5", "--log-level", "warn"]
-        self.proc = harness.LoggedProcess(argv, os.path.join(workdir, name + ".log"),
-                                          env={"TIKTOKEN_ENCODINGS_BASE": tiktoken_dir})
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.proc.poll() is not None:
-                raise RuntimeError("gateway exited: %s" % harness.tail(self.proc.text(), 3000))
-            try:
-                models = json.load(urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=2))
-                if any(m["id"] == tokenizer_dir for m in models.get("data", [])):
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        else:
-            raise RuntimeError("gateway did not list the model: %s" % harness.tail(self.proc.text(), 3000))
+        self.proc, self.port, self.metrics = sglang_gateway.start(
+            [w.grpc for w in workers], policy, tokenizer_dir, tiktoken_dir, os.path.join(workdir, name + ".log"),
+            extra=["--health-check-interval-secs", "5"], timeout_s=START_TIMEOUT_S)
         self.client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.port, api_key="none",
                                     max_retries=0, timeout=600)
         self.model = tokenizer_dir

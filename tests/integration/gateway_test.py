@@ -42,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 sys.path.insert(0, os.path.join(ROOT, "examples", "python"))
 import harness  # noqa: E402
+import sglang_gateway  # noqa: E402
 from harness import Failure, LoggedProcess  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
@@ -88,26 +89,9 @@ class Gateway:
     """`python -m sglang_router.launch_router` over gRPC workers."""
 
     def __init__(self, ctx, name, workers, policy):
-        self.port, self.metrics = harness.free_port(), harness.free_port()  # the gateway binds what it is told
-        env = {"TIKTOKEN_ENCODINGS_BASE": ctx.tiktoken_dir}  # its Harmony encoding, offline
-        argv = [sys.executable, "-m", "sglang_router.launch_router", "--worker-urls"] + [w.url for w in workers] + [
-            "--policy", policy, "--host", "127.0.0.1", "--port", self.port, "--prometheus-port", self.metrics,
-            "--tokenizer-path", ctx.tokenizer_dir, "--tool-call-parser", "json", "--health-check-interval-secs", "1",
-            "--log-level", "warn"]
-        self.proc = LoggedProcess(argv, ctx.dir(name + ".log"), env=env)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while time.monotonic() < deadline:
-            if self.proc.proc.poll() is not None:
-                raise Failure("gateway exited: %s" % harness.tail(self.proc.text(), 3000))
-            try:
-                models = json.load(urllib.request.urlopen("http://127.0.0.1:%d/v1/models" % self.port, timeout=2))
-                if any(m["id"] == ctx.tokenizer_dir for m in models.get("data", [])):
-                    break
-            except (OSError, ValueError):
-                pass
-            time.sleep(0.2)
-        else:
-            raise Failure("gateway did not list the model: %s" % harness.tail(self.proc.text(), 3000))
+        self.proc, self.port, self.metrics = sglang_gateway.start(
+            [w.url for w in workers], policy, ctx.tokenizer_dir, ctx.tiktoken_dir, ctx.dir(name + ".log"),
+            extra=["--tool-call-parser", "json", "--health-check-interval-secs", "1"], timeout_s=START_TIMEOUT_S)
         self.client = openai.OpenAI(base_url="http://127.0.0.1:%d/v1" % self.port, api_key="none",
                                     max_retries=0, timeout=120)
 

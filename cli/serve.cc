@@ -263,9 +263,10 @@ absl::StatusOr<std::unique_ptr<KvEventPublisher>> StartKvEvents(const ServeFlags
   // Where the blocks live: the workers' device (resolved here for "auto", as local workers resolve it).
   absl::StatusOr<c10::Device> device = ResolveDevice(go.device, 0);
   o.format.medium = device.ok() && device->is_cuda() ? "GPU" : "CPU";
+  const std::string medium = o.format.medium;
   SHARDLM_ASSIGN_OR_RETURN(auto publisher, KvEventPublisher::Start(std::move(o)));
   std::printf("KV events on %s (topic '%s', medium %s)%s\n", publisher->endpoint().c_str(),
-              f.kv_events_topic.value_or("").c_str(), device.ok() && device->is_cuda() ? "GPU" : "CPU",
+              f.kv_events_topic.value_or("").c_str(), medium.c_str(),
               publisher->replay_endpoint().empty()
                   ? ""
                   : absl::StrCat(", replay on ", publisher->replay_endpoint()).c_str());

@@ -27,8 +27,8 @@ struct KvEvent {
   // kStored: the prefix hashes of consecutive blocks, each block's parent
   // the one before it; kRemoved: the evicted blocks' hashes.
   std::vector<uint64_t> hashes;
-  std::optional<uint64_t>
-      parent;                   // kStored: the hash of the block before the first; none for a prompt's first
+  // kStored: the hash of the block before the first; none for a prompt's first block.
+  std::optional<uint64_t> parent;
   std::vector<int32_t> tokens;  // kStored: every block's tokens, in order
 };
 

@@ -25,6 +25,7 @@ struct CliEnv {
   std::string exe;                          // this binary, to start worker processes
   const std::atomic<bool>* stop = nullptr;  // set by SIGINT / SIGTERM
   std::string internal_token;               // $SHARDLM_INTERNAL_TOKEN (set by serve for its workers)
+  std::string state_home;  // $XDG_STATE_HOME/shardlm, else $HOME/.local/state/shardlm; empty: neither is set
 };
 
 // Prints `st` to stderr; returns the exit code (2 for InvalidArgument, else 1).

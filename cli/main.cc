@@ -78,6 +78,11 @@ int main(int argc, char** argv) {
   env.exe = std::filesystem::read_symlink("/proc/self/exe", ec).string();
   env.stop = &g_stop;
   if (const char* token = std::getenv("SHARDLM_INTERNAL_TOKEN")) env.internal_token = token;
+  if (const char* xdg = std::getenv("XDG_STATE_HOME"); xdg != nullptr && xdg[0] == '/') {
+    env.state_home = std::string(xdg) + "/shardlm";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    env.state_home = std::string(home) + "/.local/state/shardlm";
+  }
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigaction(SIGINT, &sa, nullptr);

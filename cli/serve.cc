@@ -29,6 +29,7 @@
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/serve_flags.h"
+#include "cli/serve_state.h"
 #include "common/grpc_security.h"
 #include "common/health_service.h"
 #include "common/logging.h"
@@ -44,6 +45,7 @@
 #include "coordinator/router/vllm_engine_service.h"
 #include "coordinator/serving/engine_loop.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/stateful_api.h"
 #include "formats/model_config.h"
 #include "formats/model_files.h"
 #include "model/device.h"
@@ -330,9 +332,11 @@ VllmModel RouterModel(const ServeFlags& f, const ServeInputs& in, const GroupSta
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f, const ServeInputs& in,
                                                             const GroupState& initial, ServingCore* core,
                                                             std::function<bool()> ready,
-                                                            const MetricsRegistry& registry) {
+                                                            const MetricsRegistry& registry,
+                                                            std::vector<HttpRoute> extra_routes) {
   if (!f.http_port) return nullptr;
   OpenAiHttpOptions ho;
+  ho.extra_routes = std::move(extra_routes);
   ho.host = in.http_host;
   ho.port = *f.http_port;
   ho.tls = in.public_tls;
@@ -387,6 +391,10 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   if (!ParseCommandLine(flags, argc, argv, 0, &code)) return code;
   absl::StatusOr<ServeInputs> in = CheckServeInputs(f);
   if (!in.ok()) return Fail(in.status());
+  // The stateful APIs' database (with the HTTP API only), before any worker starts: a bad one fails fast.
+  absl::StatusOr<std::unique_ptr<StateStore>> state = std::unique_ptr<StateStore>();
+  if (f.http_port) state = OpenServeState(f, env);
+  if (!state.ok()) return Fail(state.status());
   MetricsRegistry registry;
   ServiceMetrics metrics(&registry);
   auto metrics_http = StartMetrics(f, registry);
@@ -422,7 +430,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   int port = 0;
   auto server = StartGrpc(f, *in, {&service, &vllm, &health}, &port);
   if (!server.ok()) return Fail(server.status());
-  auto http = StartHttp(f, *in, initial, &core, ready, registry);
+  StatefulApi stateful(&core, state->get(), {ServedNames(f, *in)});  // shares the HTTP port
+  auto http = StartHttp(f, *in, initial, &core, ready, registry,
+                        f.http_port ? stateful.Routes() : std::vector<HttpRoute>());
   if (!http.ok()) return Fail(http.status());
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),

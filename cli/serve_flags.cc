@@ -62,6 +62,18 @@ void DeclareKvEventsFlags(FlagSet& f, ServeFlags* o) {
       .To(&o->kv_events_replay_endpoint);
 }
 
+// The stateful APIs' database (docs/stateful_apis.md section 8), read with --http-port only.
+void DeclareStateFlags(FlagSet& f, ServeFlags* o) {
+  f.String("state-db",
+           "where the Assistants API keeps its objects: sqlite:///ABS/PATH or none (default: "
+           "sqlite:///<--state-dir>/state.db)")
+      .To(&o->state_db);
+  f.String("state-dir",
+           "directory of the default state database (default: $XDG_STATE_HOME/shardlm, else "
+           "$HOME/.local/state/shardlm)")
+      .To(&o->state_dir);
+}
+
 }  // namespace
 
 void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
@@ -110,6 +122,7 @@ void DeclareServeFlags(FlagSet& f, bool spawn_local, ServeFlags* o) {
       .To(&o->shutdown_grace_s);
   DeclarePublicApiFlags(f, o);
   DeclareKvEventsFlags(f, o);
+  DeclareStateFlags(f, o);
   AddInternalSecurityFlags(f, /*insecure_flag=*/!spawn_local, &o->security);
 }
 

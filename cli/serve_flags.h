@@ -51,6 +51,8 @@ struct ServeFlags {
   std::optional<std::string> kv_events_endpoint;
   std::optional<std::string> kv_events_topic;
   std::optional<std::string> kv_events_replay_endpoint;
+  std::optional<std::string> state_db;
+  std::optional<std::string> state_dir;
   InternalSecurityFlags security;
 };
 

@@ -231,7 +231,9 @@ class Connection : public ConnectionBase, public std::enable_shared_from_this<Co
     auto request = std::make_shared<HttpRequest>();
     request->method = Str(req.method_string());
     const std::string target = Str(req.target());
-    request->path = target.substr(0, target.find('?'));
+    const size_t question = target.find('?');
+    request->path = target.substr(0, question);
+    if (question != std::string::npos) request->query = target.substr(question + 1);
     for (const auto& field : req) request->headers.emplace_back(Str(field.name_string()), Str(field.value()));
     request->body = std::move(req.body());
     // HTTP/1.0 gets no chunked stream (the close ends it); a HEAD is

@@ -41,6 +41,7 @@ using HttpHeaders = std::vector<std::pair<std::string, std::string>>;
 struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string path;    // the target without its query string
+  std::string query;   // what follows the '?' (percent-encoded, as sent); empty without one
   HttpHeaders headers;
   std::string body;
   // The value of header `name` (case-insensitive), or nullptr.

@@ -25,6 +25,8 @@
 
 #include "absl/status/status.h"
 #include "coordinator/openai/tool_calls.h"
+#include "coordinator/openai_wire/api_error.h"
+#include "coordinator/openai_wire/model_context.h"
 #include "coordinator/serving/generate_job.h"
 #include "coordinator/serving/generate_update.h"
 #include "nlohmann/json.hpp"
@@ -36,38 +38,7 @@ class ChatTemplate;
 
 namespace openai {
 
-using Json = nlohmann::ordered_json;
-
-// An error as OpenAI's API reports it: {"error": {message, type, param, code}}.
-struct ApiError {
-  int http_status = 400;
-  std::string message;
-  std::string type = "invalid_request_error";
-  std::string param;  // empty: null
-  std::string code;   // empty: null
-  Json Body() const;
-};
-
-// An error from the serving core (a canonical code) as an ApiError: INVALID_ARGUMENT 400,
-// UNAUTHENTICATED 401, NOT_FOUND 404, RESOURCE_EXHAUSTED 429, UNAVAILABLE 503,
-// DEADLINE_EXCEEDED 504, the rest 500. The engine's field names are given
-// OpenAI's (max_new_tokens is max_tokens).
-// A constraint's error (constraint.<kind>: ...) names `constraint_param`, the
-// parameter that carried it (OpenAiRequest::constraint_param).
-ApiError FromStatus(const absl::Status& status, const std::string& constraint_param = "");
-
-// What the translation needs to know about the served model.
-struct ModelContext {
-  std::vector<std::string> names;  // accepted in "model"; the first is reported
-  const Tokenizer* tokenizer = nullptr;
-  const ChatTemplate* chat_template = nullptr;  // null: /v1/chat/completions answers 400
-  int64_t max_context = 0;                      // prompt + generated tokens at most
-  int32_t vocab_size = 0;
-  int64_t max_queued_sequences = 0;  // --max-queued-requests; 0: no check
-};
-
-inline constexpr int kMaxPrompts = 64;    // prompts in one /v1/completions request
-inline constexpr int kMaxJsonDepth = 64;  // nesting of a request body
+inline constexpr int kMaxPrompts = 64;  // prompts in one /v1/completions request
 
 enum class Endpoint { kCompletions, kChat };
 
@@ -86,11 +57,6 @@ struct OpenAiRequest {
   ToolFormat tool_format = ToolFormat::kHermes;
   std::set<std::string> tool_names;
 };
-
-// Parses JSON from a client, nesting at most kMaxJsonDepth levels (a deeper
-// value would cost stack in every later copy or dump of it). Throws
-// Json::exception when it is not JSON, std::invalid_argument when too deep.
-Json ParseJson(const std::string& text);
 
 // Checks and translates a /v1/completions or /v1/chat/completions body into
 // *out; false with *error set (naming the parameter and the limit) otherwise.

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "coordinator/http/metrics_http.h"
+#include "coordinator/openai_wire/http_replies.h"
 #include "coordinator/serving/generate_stream.h"
 
 namespace shardlm {
@@ -18,18 +19,8 @@ namespace {
 using openai::ApiError;
 using openai::Json;
 
-HttpReply ErrorReply(const ApiError& e) {
-  HttpReply r;
-  r.status = e.http_status;
-  r.body = e.Body().dump(-1, ' ', false, Json::error_handler_t::replace);
-  return r;
-}
-
-HttpReply JsonReply(const Json& body) {
-  HttpReply r;
-  r.body = body.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return r;
-}
+using openai::ErrorReply;
+using openai::JsonReply;
 
 // Errors the HTTP server answers itself (no route, a malformed or oversized
 // request, one that did not arrive in time), in OpenAI's shape.
@@ -154,6 +145,8 @@ std::vector<HttpRoute> OpenAiHttpServer::Routes() {
   routes.push_back(HttpRoute::Slow(
       "POST", "/v1/chat/completions",
       [this](const HttpRequest& r, HttpExchange& x) { Generate(openai::Endpoint::kChat, r, x); }));
+  for (HttpRoute& route : options_.extra_routes) routes.push_back(std::move(route));
+  options_.extra_routes.clear();
   return routes;
 }
 

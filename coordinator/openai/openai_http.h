@@ -41,6 +41,8 @@ struct OpenAiHttpOptions {
   // GET /metrics as on the metrics port (vLLM serves it on its API port, where the Gateway API
   // Inference Extension's endpoint picker looks by default); none when unset.
   std::function<std::string()> metrics;
+  // Routes of another front end on the same port (coordinator/stateful/'s), after these.
+  std::vector<HttpRoute> extra_routes;
 };
 
 class OpenAiHttpServer {

@@ -28,7 +28,9 @@ import sys
 PRODUCT_EXTENSIONS = (".cc", ".h", ".cu", ".cuh")
 NOT_PRODUCT = ("tests/", "bench/", "fuzz/", "examples/", "third_party/", "build")
 
-FRONT_ENDS = ["coordinator/grpc", "coordinator/openai", "coordinator/router"]
+FRONT_ENDS = ["coordinator/grpc", "coordinator/openai", "coordinator/router", "coordinator/stateful"]
+# Below the front ends, beside serving/: what the two OpenAI front ends share, and the state store.
+SHARED = ["coordinator/openai_wire", "state"]
 # unit -> units it must not include (as prefixes: "model" covers model/...).
 RULES = {
     # The coordinator and the worker process share step/ and proto/, never each other.
@@ -41,21 +43,33 @@ RULES = {
     "partitioning": ["model", "coordinator", "worker"],
     "formats": ["model", "kernels", "partitioning", "tokenizer", "chat", "step", "coordinator", "worker"],
     "step": ["model", "kernels", "formats", "coordinator", "worker", "proto"],
-    "common": ["model", "kernels", "formats", "step", "coordinator", "worker", "tokenizer"],
+    "common": ["model", "kernels", "formats", "step", "coordinator", "worker", "tokenizer", "state"],
+    # The state store holds rows and SQL: no model, no serving, no OpenAI shapes.
+    "state": ["coordinator", "worker", "model", "kernels", "partitioning", "tokenizer", "chat", "jinja",
+              "constraints", "step", "proto", "formats"],
     # Inside the coordinator: engine < group < serving < front ends; front ends are siblings.
-    "coordinator/engine": ["coordinator/group", "coordinator/serving", "coordinator/http"] + FRONT_ENDS,
+    "coordinator/engine": ["coordinator/group", "coordinator/serving", "coordinator/http"] + FRONT_ENDS + SHARED,
     "coordinator/events": ["coordinator/engine", "coordinator/group", "coordinator/serving",
-                           "coordinator/http"] + FRONT_ENDS,
-    "coordinator/group": ["coordinator/serving", "coordinator/http"] + FRONT_ENDS,
-    "coordinator/serving": ["coordinator/http"] + FRONT_ENDS,
-    "coordinator/http": ["coordinator/serving"] + FRONT_ENDS,
-    "coordinator/grpc": ["coordinator/openai", "coordinator/router", "coordinator/http"],
-    "coordinator/openai": ["coordinator/grpc", "coordinator/router"],
+                           "coordinator/http"] + FRONT_ENDS + SHARED,
+    "coordinator/group": ["coordinator/serving", "coordinator/http"] + FRONT_ENDS + SHARED,
+    "coordinator/serving": ["coordinator/http"] + FRONT_ENDS + SHARED,
+    "coordinator/http": ["coordinator/serving"] + FRONT_ENDS + SHARED,
+    "coordinator/openai_wire": FRONT_ENDS + ["state"],
+    "coordinator/grpc": ["coordinator/openai", "coordinator/router", "coordinator/http", "coordinator/stateful"]
+                        + SHARED,
+    "coordinator/openai": ["coordinator/grpc", "coordinator/router", "coordinator/stateful", "state"],
     # vLLM's engine protocol reuses grpc/'s call plumbing (FORBIDDEN keeps shardlm.v1 out).
-    "coordinator/router": ["coordinator/openai", "coordinator/http"],
+    "coordinator/router": ["coordinator/openai", "coordinator/http", "coordinator/stateful"] + SHARED,
+    # The stateful APIs: a sibling of openai/ over openai_wire/, storing through state/.
+    "coordinator/stateful": ["coordinator/grpc", "coordinator/openai", "coordinator/router"],
 }
 # unit -> include patterns it must not use, with why.
+NO_GRPC = [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
+           (r"^common/grpc_", "gRPC status helpers")]
 FORBIDDEN = {
+    "coordinator/openai_wire": NO_GRPC,
+    "coordinator/stateful": NO_GRPC,
+    "state": [(r"^(torch|ATen|c10)/", "torch"), (r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC")],
     "coordinator/openai": [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
                            (r"^common/grpc_", "gRPC status helpers")],
     "coordinator/router": [(r"^shardlm/v1/", "shardlm.v1 messages"),

@@ -1,0 +1,111 @@
+#include "coordinator/stateful/stateful_api.h"
+
+#include <openssl/evp.h>
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/status.h"
+#include "coordinator/openai_wire/http_replies.h"
+#include "coordinator/stateful/stateful_params.h"
+
+namespace shardlm {
+
+using stateful::Json;
+using stateful::StatefulCall;
+
+namespace stateful {
+
+absl::Status InvalidUrl(const StatefulCall& call) {
+  std::string path = "/v1";
+  for (const std::string& s : call.path) absl::StrAppend(&path, "/", s);
+  return absl::NotFoundError(absl::StrCat("Invalid URL (", call.method, " ", path.substr(0, 200), ")"));
+}
+
+}  // namespace stateful
+
+namespace {
+
+// A status as OpenAI's error: an object that is not there (or is another
+// key's) is a 404 of type invalid_request_error, as OpenAI answers it.
+openai::ApiError ErrorOf(const absl::Status& st) {
+  openai::ApiError e = openai::FromStatus(st);
+  if (absl::IsNotFound(st)) e.type = "invalid_request_error";
+  if (absl::IsAlreadyExists(st))
+    e = openai::ApiError{409, std::string(st.message()), "invalid_request_error", "", ""};
+  return e;
+}
+
+}  // namespace
+
+std::string OwnerOfKey(const std::string& key) {
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int size = 0;
+  EVP_Digest(key.data(), key.size(), digest, &size, EVP_sha256(), nullptr);
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (unsigned int i = 0; i < size; ++i) {
+    out.push_back(kHex[digest[i] >> 4]);
+    out.push_back(kHex[digest[i] & 15]);
+  }
+  return out;
+}
+
+StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions options) : core_(core) {
+  ctx_.store = store;
+  ctx_.model_names = std::move(options.model_names);
+}
+
+std::vector<HttpRoute> StatefulApi::Routes() {
+  std::vector<HttpRoute> routes;
+  for (const char* prefix : {"/v1/assistants", "/v1/assistants/*", "/v1/threads", "/v1/threads/*"}) {
+    for (const char* method : {"GET", "POST", "DELETE"}) {
+      routes.push_back(
+          HttpRoute::Slow(method, prefix, [this](const HttpRequest& r, HttpExchange& x) { Handle(r, x); }));
+    }
+  }
+  return routes;
+}
+
+absl::StatusOr<StatefulCall> StatefulApi::CallOf(const HttpRequest& req) const {
+  StatefulCall call;
+  std::string key;
+  SHARDLM_RETURN_IF_ERROR(core_->AdmitKey(req.Header("Authorization"), "header", &key));
+  call.owner = key.empty() ? "" : OwnerOfKey(key);
+  call.method = req.method;
+  // "/v1/threads/thread_x/messages" -> {"threads", "thread_x", "messages"}
+  call.path = absl::StrSplit(absl::string_view(req.path).substr(4), '/');
+  for (const std::string& segment : call.path) {
+    if (segment.empty()) return stateful::InvalidUrl(call);
+  }
+  SHARDLM_ASSIGN_OR_RETURN(call.query, stateful::ParseQuery(req.query));
+  if (req.method == "POST" && !req.body.empty()) {
+    try {
+      call.body = openai::ParseJson(req.body);
+    } catch (const std::exception& e) {
+      return absl::InvalidArgumentError(absl::StrCat("the request body is not valid JSON: ", e.what()));
+    }
+    if (!call.body.is_object()) return absl::InvalidArgumentError("the request body must be a JSON object");
+  }
+  call.now_s = absl::ToUnixSeconds(absl::Now());
+  return call;
+}
+
+void StatefulApi::Handle(const HttpRequest& req, HttpExchange& exchange) {
+  absl::StatusOr<Json> reply = [&]() -> absl::StatusOr<Json> {
+    SHARDLM_ASSIGN_OR_RETURN(StatefulCall call, CallOf(req));
+    if (ctx_.store == nullptr) {
+      return absl::NotFoundError(
+          "the Assistants API needs a state database (--state-db; this server runs with none)");
+    }
+    if (call.path[0] == "assistants") return stateful::AssistantsRoute(ctx_, call);
+    if (call.path[0] == "threads") return stateful::ThreadsRoute(ctx_, call);
+    return stateful::InvalidUrl(call);
+  }();
+  exchange.Send(reply.ok() ? openai::JsonReply(*reply) : openai::ErrorReply(ErrorOf(reply.status())));
+}
+
+}  // namespace shardlm

@@ -1,0 +1,66 @@
+#include "state/migrations.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+
+namespace shardlm {
+
+const std::vector<Migration>& StateMigrations() {
+  // Every table: id, owner (a hash of the API key; "" without keys), seq (one
+  // counter over all tables: list and history order) and created_at (Unix s).
+  static const std::vector<Migration> kMigrations = {
+      {1,
+       "assistants, threads and messages",
+       {
+           "CREATE TABLE counters (name TEXT PRIMARY KEY, value BIGINT NOT NULL)",
+           "INSERT INTO counters (name, value) VALUES ('seq', 0)",
+           "CREATE TABLE assistants (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, model TEXT NOT NULL, name TEXT, description TEXT, instructions TEXT, "
+           "tools TEXT NOT NULL, response_format TEXT, temperature DOUBLE PRECISION, top_p DOUBLE PRECISION, "
+           "metadata TEXT NOT NULL)",
+           "CREATE INDEX assistants_owner_seq ON assistants (owner, seq)",
+           "CREATE TABLE threads (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, metadata TEXT NOT NULL, version BIGINT NOT NULL)",
+           "CREATE TABLE messages (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE, "
+           "role TEXT NOT NULL, content TEXT NOT NULL, status TEXT NOT NULL, assistant_id TEXT, run_id TEXT, "
+           "metadata TEXT NOT NULL, completed_at BIGINT, incomplete_at BIGINT, incomplete_reason TEXT)",
+           "CREATE INDEX messages_thread_seq ON messages (thread_id, seq)",
+           "CREATE INDEX messages_run ON messages (run_id)",
+       }},
+  };
+  return kMigrations;
+}
+
+absl::StatusOr<int64_t> Migrate(SqlDb& db, int64_t now_s) {
+  const std::vector<Migration>& all = StateMigrations();
+  const int64_t latest = all.empty() ? 0 : all.back().version;
+  int64_t version = 0;
+  SHARDLM_RETURN_IF_ERROR(db.Exclusive([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_RETURN_IF_ERROR(
+        tx.Exec("CREATE TABLE IF NOT EXISTS schema_migrations (version BIGINT PRIMARY KEY, "
+                "name TEXT NOT NULL, applied_at BIGINT NOT NULL)")
+            .status());
+    SHARDLM_ASSIGN_OR_RETURN(std::vector<SqlRow> rows,
+                             tx.Query("SELECT COALESCE(MAX(version), 0) FROM schema_migrations"));
+    version = SqlInt(rows.at(0).at(0));
+    if (version > latest) {
+      return absl::FailedPreconditionError(absl::StrCat("the state database has schema ", version,
+                                                        ", newer than this shardlm's ", latest,
+                                                        ": run a newer shardlm, or give another --state-db"));
+    }
+    for (const Migration& m : all) {
+      if (m.version <= version) continue;
+      for (const std::string& sql : m.statements) SHARDLM_RETURN_IF_ERROR(tx.Exec(sql).status());
+      SHARDLM_RETURN_IF_ERROR(
+          tx.Exec("INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                  {m.version, m.name, now_s})
+              .status());
+    }
+    version = latest;
+    return absl::OkStatus();
+  }));
+  return version;
+}
+
+}  // namespace shardlm

@@ -1,0 +1,71 @@
+// The stateful APIs' objects in a database (docs/stateful_apis.md sections 3
+// and 8): one method per read or compound write, each one transaction, each
+// statement the same text on every backend. Every statement is scoped by
+// `owner`: another key's object is NOT_FOUND, worded as an unknown id.
+//
+//   SHARDLM_ASSIGN_OR_RETURN(auto db, OpenSqlDb(url));
+//   SHARDLM_ASSIGN_OR_RETURN(auto store, StateStore::Open(std::move(db), now_s));
+//   AssistantRow a;  a.id = ...; a.owner = ...; a.model = ...;
+//   SHARDLM_RETURN_IF_ERROR(store->CreateAssistant(&a));   // sets a.seq
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "state/rows.h"
+#include "state/sql_db.h"
+
+namespace shardlm {
+
+class StateStore {
+ public:
+  // Migrates `db` (migrations.h) and keeps it.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(std::unique_ptr<SqlDb> db, int64_t now_s);
+
+  int64_t schema_version() const { return schema_version_; }
+  std::string Describe() const { return db_->Describe(); }
+
+  // Assistants.
+  absl::Status CreateAssistant(AssistantRow* row);
+  absl::StatusOr<AssistantRow> GetAssistant(const std::string& owner, const std::string& id);
+  absl::Status UpdateAssistant(const AssistantRow& row);  // every column but the common ones
+  absl::Status DeleteAssistant(const std::string& owner, const std::string& id);
+  absl::StatusOr<ListPage<AssistantRow>> ListAssistants(const std::string& owner, const ListQuery& q);
+
+  // Threads; creating one stores its first messages with it.
+  absl::Status CreateThread(ThreadRow* thread, std::vector<MessageRow>* messages);
+  absl::StatusOr<ThreadRow> GetThread(const std::string& owner, const std::string& id);
+  absl::StatusOr<ThreadRow> UpdateThreadMetadata(const std::string& owner, const std::string& id,
+                                                 const std::string& metadata);
+  // Deletes the thread with its messages (ON DELETE CASCADE).
+  absl::Status DeleteThread(const std::string& owner, const std::string& id);
+
+  // Messages. Adding or deleting one bumps its thread's version.
+  absl::Status CreateMessage(MessageRow* row);
+  absl::StatusOr<MessageRow> GetMessage(const std::string& owner, const std::string& thread_id,
+                                        const std::string& id);
+  absl::StatusOr<MessageRow> UpdateMessageMetadata(const std::string& owner, const std::string& thread_id,
+                                                   const std::string& id, const std::string& metadata);
+  absl::Status DeleteMessage(const std::string& owner, const std::string& thread_id, const std::string& id);
+  // A thread's messages; with run_id, only that run's.
+  absl::StatusOr<ListPage<MessageRow>> ListMessages(const std::string& owner, const std::string& thread_id,
+                                                    const std::optional<std::string>& run_id,
+                                                    const ListQuery& q);
+
+ private:
+  StateStore(std::unique_ptr<SqlDb> db, int64_t schema_version)
+      : db_(std::move(db)), schema_version_(schema_version) {}
+
+  std::unique_ptr<SqlDb> db_;
+  int64_t schema_version_ = 0;
+};
+
+// NOT_FOUND as OpenAI words it: "No thread found with id 'thread_x'."
+absl::Status NotFoundObject(const std::string& kind, const std::string& id);
+
+}  // namespace shardlm

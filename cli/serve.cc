@@ -328,6 +328,18 @@ VllmModel RouterModel(const ServeFlags& f, const ServeInputs& in, const GroupSta
   return m;
 }
 
+// What OpenAI's front ends need to know about the served model.
+openai::ModelContext ModelContextOf(const ServeFlags& f, const ServeInputs& in, const GroupState& initial) {
+  openai::ModelContext m;
+  m.names = ServedNames(f, in);
+  m.tokenizer = in.tokenizer.get();
+  m.chat_template = in.chat_template.get();
+  m.max_context = MaxContext(in, initial);
+  m.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
+  m.max_queued_sequences = f.max_queued_requests;
+  return m;
+}
+
 // The OpenAI HTTP API (when --http-port is given).
 absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f, const ServeInputs& in,
                                                             const GroupState& initial, ServingCore* core,
@@ -344,12 +356,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   ho.request_timeout = std::chrono::seconds(f.http_request_timeout_s);
   ho.max_idle_connections = f.http_max_idle_connections;
   ho.max_body_bytes = static_cast<size_t>(f.max_message_mb << 20);
-  ho.model.names = ServedNames(f, in);
-  ho.model.tokenizer = in.tokenizer.get();
-  ho.model.chat_template = in.chat_template.get();
-  ho.model.max_context = MaxContext(in, initial);
-  ho.model.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
-  ho.model.max_queued_sequences = f.max_queued_requests;
+  ho.model = ModelContextOf(f, in, initial);
   ho.ready = std::move(ready);
   ho.metrics = [&registry] { return registry.Render(); };
   SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(core, std::move(ho)));
@@ -362,7 +369,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
 // (tokenizing, queued or running, gRPC or HTTP) gets the grace period to
 // finish, then whatever is left is cancelled.
 void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, ServingCore& core,
-           WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http) {
+           WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http,
+           StatefulApi* stateful) {
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
   core.StartDraining();
@@ -378,6 +386,8 @@ void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, Servi
   // gRPC cancels its calls at once; the HTTP server cancels its own and waits
   // for their threads; the engine loop, then the group, go on return.
   server.Shutdown(std::chrono::system_clock::now());
+  if (stateful != nullptr)
+    stateful->Stop();  // runs still generating end failed; streamed ones free their threads
   http.reset();
 }
 
@@ -430,9 +440,12 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   int port = 0;
   auto server = StartGrpc(f, *in, {&service, &vllm, &health}, &port);
   if (!server.ok()) return Fail(server.status());
-  StatefulApi stateful(&core, state->get(), {ServedNames(f, *in)});  // shares the HTTP port
+  // The stateful APIs share the HTTP port: they start with it, and outlive it.
+  auto stateful = StatefulApi::Start(&core, state->get(),
+                                     {ServedNames(f, *in), ModelContextOf(f, *in, initial), f.state_runs});
+  if (!stateful.ok()) return Fail(stateful.status());
   auto http = StartHttp(f, *in, initial, &core, ready, registry,
-                        f.http_port ? stateful.Routes() : std::vector<HttpRoute>());
+                        f.http_port ? (*stateful)->Routes() : std::vector<HttpRoute>());
   if (!http.ok()) return Fail(http.status());
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),
@@ -442,7 +455,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::fflush(stdout);
   while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   draining = true;
-  Drain(f, metrics, loop, core, *g, **server, *http);
+  Drain(f, metrics, loop, core, *g, **server, *http, stateful->get());
   return 0;  // loop, then group (stopping the workers), are destroyed on return
 }
 

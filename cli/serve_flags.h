@@ -53,6 +53,7 @@ struct ServeFlags {
   std::optional<std::string> kv_events_replay_endpoint;
   std::optional<std::string> state_db;
   std::optional<std::string> state_dir;
+  int state_runs = 0;
   InternalSecurityFlags security;
 };
 

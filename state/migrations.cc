@@ -28,6 +28,34 @@ const std::vector<Migration>& StateMigrations() {
            "CREATE INDEX messages_thread_seq ON messages (thread_id, seq)",
            "CREATE INDEX messages_run ON messages (run_id)",
        }},
+      {2,
+       "runs, run steps and the serve instances that run them",
+       {
+           // config: what the run runs with, fixed at creation (model, instructions, tools, sampling,
+           // budgets).
+           "CREATE TABLE runs (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, thread_id TEXT NOT NULL REFERENCES threads (id) ON DELETE CASCADE, "
+           "assistant_id TEXT NOT NULL, status TEXT NOT NULL, runner TEXT, config TEXT NOT NULL, "
+           "metadata TEXT NOT NULL, required_action TEXT, last_error TEXT, incomplete_reason TEXT, usage "
+           "TEXT, "
+           "started_at BIGINT, expires_at BIGINT, cancelled_at BIGINT, failed_at BIGINT, completed_at "
+           "BIGINT)",
+           "CREATE INDEX runs_thread_seq ON runs (thread_id, seq)",
+           // One active run per thread, as OpenAI: a second one is refused by the database itself.
+           "CREATE UNIQUE INDEX runs_one_active ON runs (thread_id) "
+           "WHERE status IN ('queued', 'in_progress', 'requires_action', 'cancelling')",
+           "CREATE INDEX runs_active_runner ON runs (runner) "
+           "WHERE status IN ('queued', 'in_progress', 'requires_action', 'cancelling')",
+           "CREATE TABLE run_steps (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, run_id TEXT NOT NULL REFERENCES runs (id) ON DELETE CASCADE, "
+           "thread_id TEXT NOT NULL, assistant_id TEXT NOT NULL, type TEXT NOT NULL, status TEXT NOT NULL, "
+           "step_details TEXT NOT NULL, last_error TEXT, usage TEXT, completed_at BIGINT, cancelled_at "
+           "BIGINT, "
+           "failed_at BIGINT, expired_at BIGINT)",
+           "CREATE INDEX run_steps_run_seq ON run_steps (run_id, seq)",
+           "CREATE TABLE instances (id TEXT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL, "
+           "started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL)",
+       }},
   };
   return kMigrations;
 }

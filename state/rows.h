@@ -42,6 +42,41 @@ struct MessageRow : RowKey {
   std::optional<std::string> incomplete_reason;
 };
 
+// Statuses of a run that is not over: at most one per thread.
+inline constexpr char kActiveRunStatuses[] = "('queued', 'in_progress', 'requires_action', 'cancelling')";
+
+struct RunRow : RowKey {
+  std::string thread_id;
+  std::string assistant_id;
+  std::string status = "queued";      // queued in_progress requires_action cancelling cancelled failed
+                                      // completed incomplete expired
+  std::optional<std::string> runner;  // the serve instance running it
+  std::string config = "{}";          // JSON: what it runs with, fixed at creation
+  std::string metadata = "{}";
+  std::optional<std::string> required_action, last_error, incomplete_reason, usage;  // JSON but the reason
+  std::optional<int64_t> started_at, expires_at, cancelled_at, failed_at, completed_at;
+};
+
+struct RunStepRow : RowKey {
+  std::string run_id, thread_id, assistant_id;
+  std::string type = "message_creation";
+  std::string status = "completed";
+  std::string step_details = "{}";  // JSON
+  std::optional<std::string> last_error, usage;
+  std::optional<int64_t> completed_at, cancelled_at, failed_at, expired_at;
+};
+
+// How a generation ended, written in one transaction: the run's new status
+// and what it made (a message and its step, when there is text or an end to report).
+struct RunEnd {
+  std::string owner, run_id;
+  std::string status;  // completed incomplete cancelled failed
+  std::optional<std::string> last_error, incomplete_reason, usage;
+  int64_t at = 0;
+  std::optional<MessageRow> message;  // the assistant's reply
+  std::optional<RunStepRow> step;     // its message_creation step
+};
+
 // A list request (cursor pagination): at most `limit` rows after or before the rows with those ids.
 struct ListQuery {
   int limit = 20;

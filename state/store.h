@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -56,6 +57,43 @@ class StateStore {
   absl::StatusOr<ListPage<MessageRow>> ListMessages(const std::string& owner, const std::string& thread_id,
                                                     const std::optional<std::string>& run_id,
                                                     const ListQuery& q);
+  // A thread's messages, oldest first: what a run's prompt is made of.
+  absl::StatusOr<std::vector<MessageRow>> ThreadHistory(const std::string& owner,
+                                                        const std::string& thread_id);
+
+  // Runs (store_runs.cc). Creating one stores its additional messages first;
+  // a thread with an active run refuses another (FAILED_PRECONDITION naming it).
+  absl::Status CreateRun(RunRow* run, std::vector<MessageRow>* additional);
+  absl::Status CreateThreadAndRun(ThreadRow* thread, std::vector<MessageRow>* messages, RunRow* run);
+  absl::StatusOr<RunRow> GetRun(const std::string& owner, const std::string& thread_id,
+                                const std::string& id);
+  absl::StatusOr<ListPage<RunRow>> ListRuns(const std::string& owner, const std::string& thread_id,
+                                            const ListQuery& q);
+  absl::StatusOr<RunRow> UpdateRunMetadata(const std::string& owner, const std::string& thread_id,
+                                           const std::string& id, const std::string& metadata);
+  // queued -> in_progress on `runner`; false when the run is queued no more (cancelled meanwhile).
+  absl::StatusOr<bool> ClaimRun(const std::string& id, const std::string& runner, int64_t now_s);
+  // queued -> cancelled at once; in_progress -> cancelling (its runner stops it); otherwise
+  // FAILED_PRECONDITION ("Cannot cancel run with status 'completed'.").
+  absl::StatusOr<RunRow> CancelRun(const std::string& owner, const std::string& thread_id,
+                                   const std::string& id, int64_t now_s);
+  // The end of a generation, in one transaction: the reply and its step, then the run's
+  // status. NOT_FOUND when the run was deleted (with its thread) meanwhile; nothing is
+  // written when it ended elsewhere (reaped).
+  absl::Status FinishRun(const RunEnd& end);
+  absl::StatusOr<ListPage<RunStepRow>> ListRunSteps(const std::string& owner, const std::string& thread_id,
+                                                    const std::string& run_id, const ListQuery& q);
+  absl::StatusOr<RunStepRow> GetRunStep(const std::string& owner, const std::string& thread_id,
+                                        const std::string& run_id, const std::string& id);
+
+  // Serve instances (store_instances.cc): each heartbeats while it runs runs.
+  absl::Status Heartbeat(const std::string& instance, const std::string& host, int64_t pid, int64_t now_s);
+  // The active runs of instances that stopped (no heartbeat since `stale_before_s`, or on this
+  // host with their pid gone): in_progress -> failed ("the server running this run stopped"),
+  // cancelling -> cancelled; queued runs move to `instance` and are returned, to be run.
+  absl::StatusOr<std::vector<RunRow>> ReapRuns(const std::string& instance, const std::string& host,
+                                               int64_t now_s, int64_t stale_before_s,
+                                               const std::function<bool(int64_t pid)>& pid_alive);
 
  private:
   StateStore(std::unique_ptr<SqlDb> db, int64_t schema_version)

@@ -3,6 +3,7 @@
 #include "common/status.h"
 #include "state/list_rows.h"
 #include "state/store.h"
+#include "state/store_internal.h"
 
 namespace shardlm {
 namespace {
@@ -42,6 +43,8 @@ MessageRow MessageOf(const SqlRow& r) {
   return m;
 }
 
+}  // namespace
+
 absl::Status InsertMessage(SqlTx& tx, MessageRow* m) {
   SHARDLM_ASSIGN_OR_RETURN(m->seq, NextSeq(tx));
   return tx
@@ -53,8 +56,6 @@ absl::Status InsertMessage(SqlTx& tx, MessageRow* m) {
       .status();
 }
 
-// Bumps the thread's version (a change to its history), which also takes its
-// row's lock first; NOT_FOUND when the owner has no such thread.
 absl::Status BumpThread(SqlTx& tx, const std::string& owner, const std::string& thread_id) {
   SHARDLM_ASSIGN_OR_RETURN(
       int64_t changed,
@@ -62,16 +63,17 @@ absl::Status BumpThread(SqlTx& tx, const std::string& owner, const std::string& 
   return changed == 1 ? absl::OkStatus() : NotFoundObject("thread", thread_id);
 }
 
-}  // namespace
+absl::Status InsertThread(SqlTx& tx, ThreadRow* thread) {
+  SHARDLM_ASSIGN_OR_RETURN(thread->seq, NextSeq(tx));
+  return tx
+      .Exec(absl::StrCat("INSERT INTO threads (", kThreadColumns, ") VALUES (?, ?, ?, ?, ?, ?)"),
+            {thread->id, thread->owner, thread->seq, thread->created_at, thread->metadata, thread->version})
+      .status();
+}
 
 absl::Status StateStore::CreateThread(ThreadRow* thread, std::vector<MessageRow>* messages) {
   return db_->Write([&](SqlTx& tx) -> absl::Status {
-    SHARDLM_ASSIGN_OR_RETURN(thread->seq, NextSeq(tx));
-    SHARDLM_RETURN_IF_ERROR(
-        tx.Exec(
-              absl::StrCat("INSERT INTO threads (", kThreadColumns, ") VALUES (?, ?, ?, ?, ?, ?)"),
-              {thread->id, thread->owner, thread->seq, thread->created_at, thread->metadata, thread->version})
-            .status());
+    SHARDLM_RETURN_IF_ERROR(InsertThread(tx, thread));
     for (MessageRow& m : *messages) SHARDLM_RETURN_IF_ERROR(InsertMessage(tx, &m));
     return absl::OkStatus();
   });
@@ -118,8 +120,31 @@ absl::Status StateStore::DeleteThread(const std::string& owner, const std::strin
 absl::Status StateStore::CreateMessage(MessageRow* row) {
   return db_->Write([&](SqlTx& tx) -> absl::Status {
     SHARDLM_RETURN_IF_ERROR(BumpThread(tx, row->owner, row->thread_id));
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> active,
+        tx.Query(absl::StrCat("SELECT id FROM runs WHERE thread_id = ? AND status IN ", kActiveRunStatuses),
+                 {row->thread_id}));
+    if (!active.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "Can't add messages to ", row->thread_id, " while a run ", SqlText(active[0][0]), " is active."));
+    }
     return InsertMessage(tx, row);
   });
+}
+
+absl::StatusOr<std::vector<MessageRow>> StateStore::ThreadHistory(const std::string& owner,
+                                                                  const std::string& thread_id) {
+  std::vector<MessageRow> out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query(absl::StrCat("SELECT ", kMessageColumns,
+                              " FROM messages WHERE owner = ? AND thread_id = ? ORDER BY seq ASC"),
+                 {owner, thread_id}));
+    for (const SqlRow& r : rows) out.push_back(MessageOf(r));
+    return absl::OkStatus();
+  }));
+  return out;
 }
 
 absl::StatusOr<MessageRow> StateStore::GetMessage(const std::string& owner, const std::string& thread_id,

@@ -9,6 +9,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/status.h"
 #include "coordinator/openai/openai_params.h"
+#include "coordinator/openai_wire/response_format.h"
 #include "coordinator/serving/request_limits.h"
 #include "step/sampling_limits.h"
 
@@ -35,26 +36,9 @@ bool ConstraintInto(Params& p, OpenAiRequest& r, GenerateJob& base) {
   ConstraintSpec c;
   std::vector<std::string> given;
   if (p.Has("response_format")) {
-    const Json& f = p.At("response_format");
-    const std::string type =
-        f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
-    if (type == "json_object") {
-      c.kind = ConstraintSpec::Kind::kJsonObject;
-      given.push_back("response_format");
-    } else if (type == "json_schema") {
-      if (!f.contains("json_schema") || !f["json_schema"].is_object() ||
-          !f["json_schema"].contains("schema") ||
-          !(f["json_schema"]["schema"].is_object() || f["json_schema"]["schema"].is_boolean())) {
-        return p.Fail(
-            "response_format",
-            "response_format.json_schema.schema is required (a JSON Schema object) with type json_schema");
-      }
-      c = {ConstraintSpec::Kind::kJsonSchema, f["json_schema"]["schema"].dump(), {}};
-      given.push_back("response_format");
-    } else if (type != "text") {
-      return p.Fail("response_format",
-                    "response_format.type must be \"text\", \"json_object\" or \"json_schema\"");
-    }
+    std::string error;
+    if (!ConstraintFromFormat(p.At("response_format"), &c, &error)) return p.Fail("response_format", error);
+    if (c.kind != ConstraintSpec::Kind::kNone) given.push_back("response_format");
   }
   if (p.Has("guided_json")) {
     const Json& v = p.At("guided_json");

@@ -16,6 +16,9 @@ using openai::Json;
 Json AssistantObject(const AssistantRow& a);
 Json ThreadObject(const ThreadRow& t);
 Json MessageObject(const MessageRow& m);
+// A run: its config's fields (model, instructions, tools, sampling, budgets) at the top level.
+Json RunObject(const RunRow& r);
+Json RunStepObject(const RunStepRow& s);
 // {id, object: "<kind>.deleted", deleted: true}
 Json DeletedObject(const std::string& id, const std::string& kind);
 

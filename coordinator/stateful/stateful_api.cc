@@ -10,6 +10,7 @@
 #include "absl/time/time.h"
 #include "common/status.h"
 #include "coordinator/openai_wire/http_replies.h"
+#include "coordinator/stateful/objects.h"
 #include "coordinator/stateful/stateful_params.h"
 
 namespace shardlm {
@@ -57,6 +58,60 @@ std::string OwnerOfKey(const std::string& key) {
 StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions options) : core_(core) {
   ctx_.store = store;
   ctx_.model_names = std::move(options.model_names);
+  if (store != nullptr) {
+    runs_ = std::make_unique<stateful::RunExecutor>(
+        core, store, stateful::RunExecutorOptions{options.run_threads, options.model});
+    ctx_.runs = runs_.get();
+  }
+}
+
+absl::StatusOr<std::unique_ptr<StatefulApi>> StatefulApi::Start(ServingCore* core, StateStore* store,
+                                                                StatefulOptions options) {
+  std::unique_ptr<StatefulApi> api(new StatefulApi(core, store, std::move(options)));
+  if (api->runs_ != nullptr) SHARDLM_RETURN_IF_ERROR(api->runs_->Start());
+  return api;
+}
+
+void StatefulApi::Stop() {
+  if (runs_ != nullptr) runs_->Stop();
+}
+
+namespace {
+
+// Server-sent events of a streamed run: "event: NAME\ndata: JSON\n\n". A client that leaves
+// does not stop the run (it is a stored object, as on OpenAI): later writes are skipped.
+class SseRunEvents : public stateful::RunEventSink {
+ public:
+  explicit SseRunEvents(HttpExchange& exchange) : exchange_(exchange) {}
+  void Send(const std::string& event, const Json& data) override {
+    Write(absl::StrCat("event: ", event,
+                       "\ndata: ", data.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n"));
+  }
+  void Write(const std::string& text) {
+    if (open_) open_ = exchange_.Write(text);
+  }
+
+ private:
+  HttpExchange& exchange_;
+  bool open_ = true;
+};
+
+}  // namespace
+
+void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
+  absl::StatusOr<RunRow> run = stateful::CreateRunFrom(ctx_, call);
+  if (!run.ok()) {
+    exchange.Send(openai::ErrorReply(ErrorOf(run.status())));
+    return;
+  }
+  SseRunEvents events(exchange);
+  if (exchange.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) {
+    events.Send("thread.run.created", stateful::RunObject(*run));
+    events.Send("thread.run.queued", stateful::RunObject(*run));
+  }
+  runs_->Execute(*run, &events);
+  events.Write("event: done\ndata: [DONE]\n\n");
+  exchange.EndStream();
 }
 
 std::vector<HttpRoute> StatefulApi::Routes() {
@@ -101,10 +156,15 @@ void StatefulApi::Handle(const HttpRequest& req, HttpExchange& exchange) {
       return absl::NotFoundError(
           "the Assistants API needs a state database (--state-db; this server runs with none)");
     }
+    if (stateful::CreatesRun(call) && call.body.contains("stream") && call.body["stream"] == true) {
+      StreamRun(call, exchange);
+      return Json();  // answered
+    }
     if (call.path[0] == "assistants") return stateful::AssistantsRoute(ctx_, call);
     if (call.path[0] == "threads") return stateful::ThreadsRoute(ctx_, call);
     return stateful::InvalidUrl(call);
   }();
+  if (reply.ok() && reply->is_null()) return;  // streamed
   exchange.Send(reply.ok() ? openai::JsonReply(*reply) : openai::ErrorReply(ErrorOf(reply.status())));
 }
 

@@ -8,6 +8,7 @@
 #include "common/status.h"
 #include "common/utf8.h"
 #include "coordinator/openai_wire/params.h"
+#include "coordinator/openai_wire/response_format.h"
 
 namespace shardlm {
 namespace stateful {
@@ -197,19 +198,11 @@ absl::StatusOr<std::optional<std::string>> ResponseFormatOf(const Json& body) {
     return std::optional<std::string>();
   const Json& f = body["response_format"];
   if (f.is_string() && f.get<std::string>() == "auto") return std::optional<std::string>();
-  const std::string type =
-      f.is_object() && f.contains("type") && f["type"].is_string() ? f["type"].get<std::string>() : "";
-  if (type == "json_schema") {
-    if (!f.contains("json_schema") || !f["json_schema"].is_object() || !f["json_schema"].contains("schema") ||
-        !(f["json_schema"]["schema"].is_object() || f["json_schema"]["schema"].is_boolean())) {
-      return BadParam(
-          "response_format",
-          "response_format.json_schema.schema is required (a JSON Schema object) with type json_schema");
-    }
-  } else if (type != "text" && type != "json_object") {
-    return BadParam(
-        "response_format",
-        "response_format must be \"auto\" or have type \"text\", \"json_object\" or \"json_schema\"");
+  ConstraintSpec unused;
+  std::string error;
+  if (!openai::ConstraintFromFormat(f, &unused, &error)) {
+    return BadParam("response_format",
+                    f.is_object() ? error : "response_format must be \"auto\" or an object");
   }
   return std::optional<std::string>(f.dump());
 }

@@ -27,18 +27,36 @@ struct StatefulCall {
   int64_t now_s = 0;
 };
 
+class RunExecutor;
+
 struct StatefulContext {
   StateStore* store = nullptr;
+  RunExecutor* runs = nullptr;
   std::vector<std::string> model_names;  // what "model" may name
 };
 
 // NOT_FOUND "Invalid URL (METHOD /v1/...)", as OpenAI answers a path it does not serve.
 absl::Status InvalidUrl(const StatefulCall& call);
 
+// A message of a create body as a row of thread `thread_id`. `param` names it in errors:
+// "body" for a message create (its fields by their own names), "messages[i]" in a thread's.
+absl::StatusOr<MessageRow> MessageFrom(const StatefulCall& call, const Json& body,
+                                       const std::string& thread_id, const std::string& param);
+// A thread create's body (`param` names it in errors; "" at the top level) as a thread and its messages.
+absl::Status ThreadFrom(const StatefulCall& call, const Json& body, const std::string& param, ThreadRow* t,
+                        std::vector<MessageRow>* messages);
+
 // /v1/assistants...
 absl::StatusOr<Json> AssistantsRoute(const StatefulContext& ctx, const StatefulCall& call);
-// /v1/threads... (threads and their messages)
+// /v1/threads... (threads and their messages; runs go to RunsRoute)
 absl::StatusOr<Json> ThreadsRoute(const StatefulContext& ctx, const StatefulCall& call);
+// /v1/threads/runs and /v1/threads/{id}/runs...: runs (created queued, for the executor) and steps.
+absl::StatusOr<Json> RunsRoute(const StatefulContext& ctx, const StatefulCall& call);
+// A run create's run, stored and queued (not handed to the executor): for a streamed run,
+// which its request's thread executes.
+absl::StatusOr<RunRow> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call);
+// Whether `call` creates a run (POST /v1/threads/runs or /v1/threads/{id}/runs).
+bool CreatesRun(const StatefulCall& call);
 
 }  // namespace stateful
 }  // namespace shardlm

@@ -9,11 +9,7 @@
 
 namespace shardlm {
 namespace stateful {
-namespace {
 
-// A message of a create body as a row of thread `thread_id`. `param` names it
-// in errors: "body" for a message create (its fields by their own names),
-// "messages[i]" inside a thread create.
 absl::StatusOr<MessageRow> MessageFrom(const StatefulCall& call, const Json& body,
                                        const std::string& thread_id, const std::string& param) {
   auto field = [&](const std::string& key) { return param == "body" ? key : absl::StrCat(param, ".", key); };
@@ -46,29 +42,47 @@ absl::StatusOr<MessageRow> MessageFrom(const StatefulCall& call, const Json& bod
   return m;
 }
 
-absl::StatusOr<Json> CreateThread(const StatefulContext& ctx, const StatefulCall& call) {
-  SHARDLM_RETURN_IF_ERROR(OnlyKnown(call.body, {"messages", "metadata", "tool_resources"}));
-  SHARDLM_RETURN_IF_ERROR(
-      RefusedUnlessEmpty(call.body, "tool_resources", "no file_search or code_interpreter"));
-  ThreadRow t;
-  t.id = RandomId("thread_");
-  t.owner = call.owner;
-  t.created_at = call.now_s;
-  SHARDLM_ASSIGN_OR_RETURN(t.metadata, MetadataOf(call.body));
-  std::vector<MessageRow> messages;
-  if (call.body.contains("messages") && !call.body["messages"].is_null()) {
-    const Json& list = call.body["messages"];
-    if (!list.is_array()) return BadParam("messages", "messages must be a list");
-    if (list.size() > kMaxThreadMessages) {
-      return BadParam("messages",
-                      absl::StrCat("messages has ", list.size(), " entries; at most ", kMaxThreadMessages));
-    }
-    for (size_t i = 0; i < list.size(); ++i) {
-      SHARDLM_ASSIGN_OR_RETURN(MessageRow m,
-                               MessageFrom(call, list[i], t.id, absl::StrCat("messages[", i, "]")));
-      messages.push_back(std::move(m));
+absl::Status ThreadFrom(const StatefulCall& call, const Json& body, const std::string& param, ThreadRow* t,
+                        std::vector<MessageRow>* messages) {
+  auto field = [&](const std::string& key) { return param.empty() ? key : absl::StrCat(param, ".", key); };
+  if (!body.is_object()) return BadParam(param, absl::StrCat(param, " must be an object"));
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (it.key() != "messages" && it.key() != "metadata" && it.key() != "tool_resources") {
+      return BadParam(field(it.key()),
+                      absl::StrCat("Unrecognized request argument supplied: ", field(it.key())));
     }
   }
+  SHARDLM_RETURN_IF_ERROR(
+      WithField(RefusedUnlessEmpty(body, "tool_resources", "no file_search or code_interpreter"),
+                field("tool_resources")));
+  t->id = RandomId("thread_");
+  t->owner = call.owner;
+  t->created_at = call.now_s;
+  absl::StatusOr<std::string> metadata = MetadataOf(body);
+  if (!metadata.ok()) return WithField(metadata.status(), field("metadata"));
+  t->metadata = std::move(*metadata);
+  if (!body.contains("messages") || body["messages"].is_null()) return absl::OkStatus();
+  const Json& list = body["messages"];
+  if (!list.is_array())
+    return BadParam(field("messages"), absl::StrCat(field("messages"), " must be a list"));
+  if (list.size() > kMaxThreadMessages) {
+    return BadParam(field("messages"), absl::StrCat(field("messages"), " has ", list.size(),
+                                                    " entries; at most ", kMaxThreadMessages));
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    SHARDLM_ASSIGN_OR_RETURN(MessageRow m,
+                             MessageFrom(call, list[i], t->id, absl::StrCat(field("messages"), "[", i, "]")));
+    messages->push_back(std::move(m));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+absl::StatusOr<Json> CreateThread(const StatefulContext& ctx, const StatefulCall& call) {
+  ThreadRow t;
+  std::vector<MessageRow> messages;
+  SHARDLM_RETURN_IF_ERROR(ThreadFrom(call, call.body, "", &t, &messages));
   SHARDLM_RETURN_IF_ERROR(ctx.store->CreateThread(&t, &messages));
   return ThreadObject(t);
 }
@@ -133,6 +147,9 @@ absl::StatusOr<Json> ThreadsRoute(const StatefulContext& ctx, const StatefulCall
   const auto& path = call.path;
   if (path.size() == 1 && call.method == "POST") return CreateThread(ctx, call);
   if (path.size() >= 3 && path[2] == "messages") return MessagesRoute(ctx, call);
+  if ((path.size() >= 2 && path[1] == "runs") || (path.size() >= 3 && path[2] == "runs")) {
+    return RunsRoute(ctx, call);
+  }
   if (path.size() != 2) return InvalidUrl(call);
   const std::string& id = path[1];
   if (call.method == "GET") {

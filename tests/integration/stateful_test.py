@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""OpenAI's Assistants API objects (assistants, threads, messages) in the state database, driven
+"""OpenAI's Assistants API (assistants, threads, messages, runs, run steps) in the state database, driven
 by the official `openai` Python client (3.57.0, the venv's) against real `serve` processes: a
 tiny f32 Llama, `serve --tp 2 --http-port 0 --api-key-file F --state-dir DIR`.
 
@@ -15,8 +15,27 @@ Cases:
               keys or 512 characters, a name past 256, file_search refused by name, an unknown
               argument, limit 101, a bad order, an unknown `after`, an unknown model, an image
               part, bad JSON) and 404 for unknown ids and paths
+  runs        create_and_poll: the reply (temperature 0) is the text chat completions gives for
+              the same messages, its usage the same prompt tokens; the reply is the thread's
+              newest message with run_id and assistant_id, its message_creation step names it;
+              overrides (instructions, additional_instructions, additional_messages,
+              temperature, max_completion_tokens -> incomplete, metadata) are echoed and used;
+              runs list, retrieve, update; create-and-run; response_format json_schema gives
+              JSON valid against the schema (Python's jsonschema)
+  stream      runs.stream with an AssistantEventHandler: OpenAI's event names in order, the
+              deltas join to the stored reply, the final run is the stored run
+  cancel      a long run cancelled while generating ends cancelled (its reply incomplete,
+              run_cancelled) and nothing keeps running (/metrics: no request running, no call
+              in flight); while a run is active a second run and a new message are 400
+  concurrent  runs on two threads at once both complete, each with its own thread's reply
+  worker_killed  a worker killed (SIGKILL) mid-run: the run ends failed, its last_error naming
+              the rank; once /health is 200 again the thread's next run completes
+  drain       SIGTERM while a run generates (--shutdown-grace-s 1): serve exits 0 within
+              seconds, and after a restart the run reads failed ("server shutting down")
   restart     after SIGTERM and a new `serve` on the same --state-dir every object is there,
-              lists in the same order, and new objects list after the old ones
+              lists in the same order, and new objects list after the old ones; a run in
+              progress when serve is killed (SIGKILL) reads failed with last_error after the
+              restart, and its thread's next run completes
   npm         the official `openai` npm package: assistants create, retrieve, update, list
               (auto-paging two at a time), delete; a thread with messages paged one at a time;
               a deleted thread is NotFoundError; file_search is a 400 naming tools[0].type
@@ -31,8 +50,10 @@ Usage:
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 import warnings
@@ -42,6 +63,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import harness  # noqa: E402
 from harness import Ctx, Failure, LoggedProcess  # noqa: E402
+import jsonschema  # noqa: E402
 import openai  # noqa: E402
 from openai.types.beta import Assistant, Thread  # noqa: E402
 from openai.types.beta.threads import Message  # noqa: E402
@@ -273,6 +295,274 @@ def case_errors(ctx, c):
     c.check(status == 405, "PUT is 405 (%d)" % status)
 
 
+def chat_text(oa, messages, n):
+    r = oa.chat.completions.create(model="tiny", messages=messages, max_tokens=n, temperature=0)
+    return r.choices[0].message.content, r.usage
+
+
+def poll(oa, run, statuses=("completed", "incomplete", "failed", "cancelled", "expired"), timeout=60):
+    deadline = time.monotonic() + timeout
+    while run.status not in statuses and time.monotonic() < deadline:
+        time.sleep(0.05)
+        run = oa.beta.threads.runs.retrieve(run.id, thread_id=run.thread_id)
+    return run
+
+
+def metric(srv, name):
+    with urllib.request.urlopen(srv.base.replace("/v1", "/metrics"), timeout=10) as r:
+        for line in r.read().decode().split("\n"):
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def case_runs(ctx, c):
+    srv = ctx.shared()
+    oa = client(srv)
+    a = oa.beta.assistants.create(model="tiny", instructions="You are terse.", temperature=0)
+    t = oa.beta.threads.create(messages=[{"role": "user", "content": "The harbour committee met"}])
+    run = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=10,
+                                               poll_interval_ms=50)
+    want, usage = chat_text(oa, [{"role": "system", "content": "You are terse."},
+                                 {"role": "user", "content": "The harbour committee met"}], 10)
+    reply = oa.beta.threads.messages.list(t.id, limit=1).data[0]
+    c.check(run.status in ("completed", "incomplete") and reply.content[0].text.value == want,
+            "the reply is chat completions' text for the same messages: %r vs %r" %
+            (reply.content[0].text.value, want))
+    c.check(run.usage.prompt_tokens == usage.prompt_tokens and run.usage.completion_tokens == usage.completion_tokens,
+            "usage counts the same tokens (%s vs %s)" % (run.usage, usage))
+    c.check(reply.role == "assistant" and reply.run_id == run.id and reply.assistant_id == a.id,
+            "the reply names its run and assistant")
+    c.check(run.status == "incomplete" and run.incomplete_details.reason == "max_completion_tokens" and
+            reply.status == "incomplete" and reply.incomplete_details.reason == "max_tokens",
+            "10 tokens of a longer reply: incomplete (max_completion_tokens): %s" % run.incomplete_details)
+    steps = oa.beta.threads.runs.steps.list(run_id=run.id, thread_id=t.id).data
+    c.check(len(steps) == 1 and steps[0].type == "message_creation" and
+            steps[0].step_details.message_creation.message_id == reply.id and steps[0].status == "completed",
+            "one message_creation step naming the reply")
+    got = oa.beta.threads.runs.steps.retrieve(steps[0].id, thread_id=t.id, run_id=run.id)
+    c.check(got.id == steps[0].id and got.usage.completion_tokens == 10, "step retrieve, with its usage")
+    c.check(run.started_at is not None and run.completed_at is not None and run.model == "tiny" and
+            run.instructions == "You are terse." and run.temperature == 0, "run fields: %s" %
+            run.model_dump_json()[:300])
+
+    r2 = oa.beta.threads.runs.create_and_poll(
+        thread_id=t.id, assistant_id=a.id, instructions="Answer in French.", additional_instructions="Be kind.",
+        additional_messages=[{"role": "user", "content": "and then?"}], max_completion_tokens=6,
+        metadata={"turn": "2"}, poll_interval_ms=50)
+    want2, _ = chat_text(oa, [{"role": "system", "content": "Answer in French.\n\nBe kind."},
+                              {"role": "user", "content": "The harbour committee met"},
+                              {"role": "assistant", "content": want},
+                              {"role": "user", "content": "and then?"}], 6)
+    texts = [m.content[0].text.value for m in oa.beta.threads.messages.list(t.id, order="asc")]
+    c.check(texts[-2:] == ["and then?", want2], "overrides and the history make chat's prompt: %r vs %r" %
+            (texts[-1], want2))
+    c.check(r2.instructions == "Answer in French." and r2.metadata == {"turn": "2"}, "overrides echoed")
+    listed = [x.id for x in oa.beta.threads.runs.list(thread_id=t.id)]
+    c.check(listed == [r2.id, run.id], "runs list, newest first")
+
+    # Truncation: last_messages keeps the newest N; auto drops the oldest until max_prompt_tokens fits.
+    terse = {"role": "system", "content": "You are terse."}
+    r5 = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=5,
+                                              truncation_strategy={"type": "last_messages", "last_messages": 1},
+                                              poll_interval_ms=50)
+    want5, _ = chat_text(oa, [terse, {"role": "assistant", "content": want2}], 5)
+    got5 = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+    c.check(got5 == want5, "last_messages 1: the prompt is the system and the newest message")
+    oa.beta.threads.messages.create(t.id, role="user", content="One more question")
+    want6, u6 = chat_text(oa, [terse, {"role": "user", "content": "One more question"}], 5)
+    r6 = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=5,
+                                              max_prompt_tokens=u6.prompt_tokens, poll_interval_ms=50)
+    got6 = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+    c.check(got6 == want6 and r6.usage.prompt_tokens == u6.prompt_tokens,
+            "auto under max_prompt_tokens %d: all but the newest message dropped (%s)" %
+            (u6.prompt_tokens, r6.usage))
+    r7 = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=5,
+                                              max_prompt_tokens=3, poll_interval_ms=50)
+    c.check(r7.status == "failed" and r7.last_error.code == "invalid_prompt" and
+            "max_prompt_tokens" in r7.last_error.message, "a prompt that cannot fit fails (invalid_prompt): %s" %
+            r7.last_error)
+    up = oa.beta.threads.runs.update(run.id, thread_id=t.id, metadata={"k": "v"})
+    c.check(up.metadata == {"k": "v"} and up.status == run.status, "run update (metadata)")
+
+    r3 = oa.beta.threads.create_and_run_poll(assistant_id=a.id, thread={"messages": [
+        {"role": "user", "content": "The harbour committee met"}]}, max_completion_tokens=10, poll_interval_ms=50)
+    first = oa.beta.threads.messages.list(r3.thread_id, limit=1).data[0].content[0].text.value
+    c.check(r3.status == "incomplete" and first == want, "create-and-run: a new thread, the same reply")
+
+    # Bounded, so that a tiny random model's reply ends well within the budget.
+    schema = {"type": "object", "properties": {"name": {"enum": ["alpha", "beta"]}, "n": {"type": "boolean"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    r4 = oa.beta.threads.create_and_run_poll(
+        assistant_id=a.id, thread={"messages": [{"role": "user", "content": "A name as JSON"}]},
+        response_format={"type": "json_schema", "json_schema": {"name": "n", "schema": schema}},
+        max_completion_tokens=60, poll_interval_ms=50)
+    text = oa.beta.threads.messages.list(r4.thread_id, limit=1).data[0].content[0].text.value
+    try:
+        jsonschema.validate(json.loads(text), schema)
+        valid = r4.status == "completed"
+    except Exception as e:  # noqa: BLE001
+        valid = False
+        c.note("not valid: %s" % e)
+    c.check(valid, "response_format json_schema: valid JSON (%s %r)" % (r4.status, text[:80]))
+
+
+class Recorder(openai.AssistantEventHandler):
+    def __init__(self):
+        super().__init__()
+        self.names, self.deltas = [], []
+
+    def on_event(self, event):
+        self.names.append(event.event)
+        if event.event == "thread.message.delta":
+            self.deltas.append(event.data.delta.content[0].text.value)
+
+
+def case_stream(ctx, c):
+    srv = ctx.shared()
+    oa = client(srv)
+    a = oa.beta.assistants.create(model="tiny", temperature=0)
+    t = oa.beta.threads.create(messages=[{"role": "user", "content": "Tell me about the sea"}])
+    rec = Recorder()
+    with oa.beta.threads.runs.stream(thread_id=t.id, assistant_id=a.id, max_completion_tokens=12,
+                                     event_handler=rec) as stream:
+        stream.until_done()
+        final = stream.get_final_run()
+    want = ["thread.run.created", "thread.run.queued", "thread.run.in_progress", "thread.run.step.created",
+            "thread.run.step.in_progress", "thread.message.created", "thread.message.in_progress"]
+    deltas = [n for n in rec.names if n == "thread.message.delta"]
+    tail = [n for n in rec.names[len(want):] if n != "thread.message.delta"]
+    c.check(rec.names[:len(want)] == want and len(deltas) >= 1 and
+            tail == ["thread.message.incomplete", "thread.run.step.completed", "thread.run.incomplete"],
+            "event names in order: %s" % [n for n in rec.names if n != "thread.message.delta"])
+    stored = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+    c.check("".join(rec.deltas) == stored and all(rec.deltas), "the deltas join to the stored reply, none empty")
+    run = oa.beta.threads.runs.retrieve(final.id, thread_id=t.id)
+    c.check(final.status == run.status == "incomplete" and final.usage.completion_tokens == 12,
+            "the final run is the stored run")
+
+
+def long_run(oa, a, t):
+    """A run that generates for a while (the tiny model rarely says EOS), once it is in progress."""
+    run = oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id, max_completion_tokens=3000)
+    return poll(oa, run, statuses=("in_progress", "completed", "incomplete", "failed"))
+
+
+def case_cancel(ctx, c):
+    srv = ctx.shared()
+    oa = client(srv)
+    a = oa.beta.assistants.create(model="tiny", temperature=0)
+    t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+    run = long_run(oa, a, t)
+    c.check(run.status == "in_progress", "the long run is in progress (%s)" % run.status)
+    expect_error(c, lambda: oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id), 400, None,
+                 "a second run on a busy thread is 400", "already has an active run")
+    expect_error(c, lambda: oa.beta.threads.messages.create(t.id, role="user", content="x"), 400, None,
+                 "a message while a run is active is 400", "while a run")
+    cancelled = oa.beta.threads.runs.cancel(run.id, thread_id=t.id)
+    c.check(cancelled.status in ("cancelling", "cancelled"), "cancel answers cancelling (%s)" % cancelled.status)
+    run = poll(oa, cancelled, timeout=30)
+    reply = oa.beta.threads.messages.list(t.id, limit=1).data[0]
+    c.check(run.status == "cancelled" and run.cancelled_at is not None, "the run ends cancelled (%s)" % run.status)
+    c.check(reply.status == "incomplete" and reply.incomplete_details.reason == "run_cancelled",
+            "its reply is incomplete (run_cancelled) with the text so far (%d characters)" %
+            len(reply.content[0].text.value))
+    c.check(metric(srv, "shardlm_requests_running") == 0 and metric(srv, "shardlm_calls_in_flight") == 0,
+            "nothing keeps running: requests_running %s, calls_in_flight %s" %
+            (metric(srv, "shardlm_requests_running"), metric(srv, "shardlm_calls_in_flight")))
+    expect_error(c, lambda: oa.beta.threads.runs.cancel(run.id, thread_id=t.id), 400, None,
+                 "cancelling an ended run is 400", "Cannot cancel run with status 'cancelled'")
+    after = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=4,
+                                                 poll_interval_ms=50)
+    c.check(after.status == "incomplete", "the thread goes on (%s)" % after.status)
+
+
+def case_concurrent(ctx, c):
+    srv = ctx.shared()
+    oa = client(srv)
+    a = oa.beta.assistants.create(model="tiny", temperature=0)
+    prompts = ["The harbour committee met", "Name three colours"]
+    threads = [oa.beta.threads.create(messages=[{"role": "user", "content": p}]) for p in prompts]
+    runs = [oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id, max_completion_tokens=40) for t in threads]
+    runs = [poll(oa, r) for r in runs]
+    c.check(all(r.status == "incomplete" for r in runs), "both runs end (%s)" % [r.status for r in runs])
+    for t, p in zip(threads, prompts):
+        want, _ = chat_text(oa, [{"role": "user", "content": p}], 40)
+        got = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+        c.check(got == want, "thread %s has its own reply" % p)
+
+
+def workers_of(parent_pid):
+    """{rank: pid} of the `shardlm worker` children of parent_pid."""
+    out = {}
+    for pid, ppid, _stat, args in harness.ps_rows():
+        if ppid == parent_pid and " worker " in " %s " % args and "--rank " in args:
+            out[int(args.split("--rank ")[1].split()[0])] = pid
+    return out
+
+
+def healthy(srv, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(srv.base.replace("/v1", "/health"), timeout=5) as r:
+                if r.status == 200:
+                    return True
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.2)
+    return False
+
+
+def case_worker_killed(ctx, c):
+    srv = ctx.serve("serve-kill", "--state-dir", ctx.dir("state-kill"), "--collective-timeout-ms", "3000")
+    try:
+        oa = client(srv)
+        a = oa.beta.assistants.create(model="tiny", temperature=0)
+        t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+        run = long_run(oa, a, t)
+        workers = workers_of(srv.proc.pid)
+        c.check(run.status == "in_progress" and sorted(workers) == [0, 1],
+                "a run in progress on two workers (%s, %s)" % (run.status, workers))
+        os.kill(workers[1], signal.SIGKILL)
+        run = poll(oa, run, timeout=30)
+        c.check(run.status == "failed" and run.last_error.code == "server_error" and
+                "rank 1" in run.last_error.message, "the run ends failed naming rank 1: %s %s" %
+                (run.status, run.last_error))
+        reply = oa.beta.threads.messages.list(t.id, limit=1).data[0]
+        c.check(reply.role == "assistant" and reply.incomplete_details.reason == "run_failed",
+                "its reply is incomplete (run_failed)")
+        c.check(healthy(srv, 60), "/health is 200 again (the group re-formed)")
+        nxt = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=4,
+                                                   poll_interval_ms=50)
+        c.check(nxt.status == "incomplete" and nxt.usage.completion_tokens == 4,
+                "the thread's next run completes (%s)" % nxt.status)
+    finally:
+        c.check(srv.stop() == 0, "serve exits 0 on SIGTERM")
+
+
+def case_drain(ctx, c):
+    state = ctx.dir("state-drain")
+    shutil.rmtree(state, ignore_errors=True)
+    srv = ctx.serve("serve-drain", "--state-dir", state, "--shutdown-grace-s", "1")
+    oa = client(srv)
+    a = oa.beta.assistants.create(model="tiny", temperature=0)
+    t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+    run = long_run(oa, a, t)
+    c.check(run.status == "in_progress", "a long run is in progress (%s)" % run.status)
+    t0 = time.monotonic()
+    rc = srv.stop()
+    took = time.monotonic() - t0
+    c.check(rc == 0 and took < 10, "serve exits 0 on SIGTERM within 10 s (rc %s, %.1f s)" % (rc, took))
+    srv = ctx.serve("serve-drain-2", "--state-dir", state)
+    try:
+        ended = client(srv).beta.threads.runs.retrieve(run.id, thread_id=t.id)
+        c.check(ended.status == "failed" and "shutting down" in ended.last_error.message,
+                "the run reads failed: %s %s" % (ended.status, ended.last_error))
+    finally:
+        srv.stop()
+
+
 def case_restart(ctx, c):
     srv = ctx.shared()
     oa = client(srv)
@@ -292,6 +582,27 @@ def case_restart(ctx, c):
     c.check("state in sqlite://%s/state.db (schema " % ctx.state_dir in srv.text(), "serve printed its state")
     mode = os.stat(os.path.join(ctx.state_dir, "state.db")).st_mode & 0o777
     c.check(mode == 0o600, "the database file is 0600 (%o)" % mode)
+
+    a = oa.beta.assistants.create(model="tiny", temperature=0)
+    t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+    run = long_run(oa, a, t)
+    c.check(run.status == "in_progress", "a long run is in progress (%s)" % run.status)
+    pid = srv.proc.pid
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait()
+    left = harness.wait_no_workers(ctx.model, 30)
+    c.check(not left, "serve's workers go with it (%s)" % left)
+    ctx.server = None
+    srv = ctx.shared()
+    oa = client(srv)
+    dead = oa.beta.threads.runs.retrieve(run.id, thread_id=t.id)
+    c.check(dead.status == "failed" and dead.last_error.code == "server_error" and
+            "stopped" in dead.last_error.message, "the run of the killed serve (pid %d) reads failed: %s" %
+            (pid, dead.last_error))
+    c.check(len(oa.beta.threads.messages.list(t.id).data) == 1, "and left no half-written reply")
+    nxt = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=4,
+                                               poll_interval_ms=50)
+    c.check(nxt.status == "incomplete", "the thread's next run completes (%s)" % nxt.status)
 
 
 def case_npm(ctx, c):
@@ -338,8 +649,10 @@ def case_flags(ctx, c):
             "an unusable --state-dir exits 1 naming it: rc %d %s" % (p.returncode, p.stderr.strip()[-200:]))
 
 
-CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("restart", case_restart),
-         ("npm", case_npm), ("flags", case_flags)]
+CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
+         ("stream", case_stream), ("cancel", case_cancel), ("concurrent", case_concurrent),
+         ("worker_killed", case_worker_killed), ("drain", case_drain),
+                  ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
 
 
 def main():

@@ -1,0 +1,212 @@
+// RunExecutor::Execute: one run from queued to its end (docs/stateful_apis.md sections 4 and 6).
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/random_token.h"
+#include "common/status.h"
+#include "coordinator/openai_wire/response_format.h"
+#include "coordinator/serving/call_record.h"
+#include "coordinator/serving/generate_stream.h"
+#include "coordinator/stateful/objects.h"
+#include "coordinator/stateful/run_executor.h"
+#include "coordinator/stateful/thread_prompt.h"
+
+namespace shardlm {
+namespace stateful {
+namespace {
+
+int64_t NowS() { return absl::ToUnixSeconds(absl::Now()); }
+
+// The engine job of a run: the prompt, the sampling and budget of its config, its response_format.
+absl::StatusOr<GenerateJob> JobOf(const openai::ModelContext& model, const Json& config,
+                                  ThreadPrompt prompt) {
+  GenerateJob job;
+  EngineRequest& r = job.request;
+  r.sampling.temperature = config.contains("temperature") && config["temperature"].is_number()
+                               ? config["temperature"].get<float>()
+                               : 1.0f;
+  if (config.contains("top_p") && config["top_p"].is_number())
+    r.sampling.top_p = config["top_p"].get<float>();
+  const int64_t room = model.max_context - static_cast<int64_t>(prompt.ids.size());
+  int64_t budget = room;
+  if (config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number_integer()) {
+    budget = std::min(budget, config["max_completion_tokens"].get<int64_t>());
+  }
+  r.max_new_tokens = static_cast<int32_t>(std::clamp<int64_t>(budget, 1, INT32_MAX));
+  r.prompt = std::move(prompt.ids);
+  if (config.contains("response_format") && config["response_format"].is_object()) {
+    std::string error;
+    if (!openai::ConstraintFromFormat(config["response_format"], &job.constraint, &error)) {
+      return InvalidField("response_format", error);
+    }
+  }
+  return job;
+}
+
+Json TextContent(const std::string& text) {
+  return Json::array(
+      {Json{{"type", "text"}, {"text", Json{{"value", text}, {"annotations", Json::array()}}}}});
+}
+
+// What a generation made, and how it ended.
+struct Generated {
+  absl::Status status;
+  std::string text;
+  std::string finish_reason;
+  GenerateUsage usage;
+};
+
+// The run's end as the store writes it: its status, the reply and its step.
+RunEnd EndOf(const RunRow& run, const Json& config, const Generated& g, MessageRow message, RunStepRow step) {
+  RunEnd end;
+  end.owner = run.owner;
+  end.run_id = run.id;
+  end.at = NowS();
+  const bool budgeted =
+      config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number();
+  if (g.status.ok()) {
+    end.status = g.finish_reason == "length" && budgeted ? "incomplete" : "completed";
+    if (end.status == "incomplete") end.incomplete_reason = "max_completion_tokens";
+  } else if (absl::IsCancelled(g.status)) {
+    end.status = "cancelled";
+  } else {
+    end.status = "failed";
+    const char* code = absl::IsInvalidArgument(g.status) ? "invalid_prompt" : "server_error";
+    end.last_error = Json{{"code", code}, {"message", std::string(g.status.message())}}.dump();
+  }
+  const Json usage = {{"prompt_tokens", g.usage.prompt_tokens},
+                      {"completion_tokens", g.usage.generated_tokens},
+                      {"total_tokens", g.usage.prompt_tokens + g.usage.generated_tokens},
+                      {"prompt_tokens_details", {{"cached_tokens", g.usage.cached_tokens}}}};
+  end.usage = usage.dump();
+  message.content = TextContent(g.text).dump();
+  message.status = end.status == "completed" ? "completed" : "incomplete";
+  if (end.status == "completed") message.completed_at = end.at;
+  if (end.status != "completed") {
+    message.incomplete_at = end.at;
+    message.incomplete_reason = end.status == "incomplete"  ? "max_tokens"
+                                : end.status == "cancelled" ? "run_cancelled"
+                                                            : "run_failed";
+  }
+  step.status = end.status == "incomplete" ? "completed" : end.status;
+  step.usage = end.usage;
+  step.last_error = end.last_error;
+  (step.status == "completed"   ? step.completed_at
+   : step.status == "cancelled" ? step.cancelled_at
+                                : step.failed_at) = end.at;
+  end.message = std::move(message);
+  end.step = std::move(step);
+  return end;
+}
+
+// The reply a run makes (in progress, no text yet) and its message_creation step.
+MessageRow ReplyOf(const RunRow& run) {
+  MessageRow message;
+  message.id = RandomId("msg_");
+  message.owner = run.owner;
+  message.created_at = NowS();
+  message.thread_id = run.thread_id;
+  message.role = "assistant";
+  message.status = "in_progress";
+  message.assistant_id = run.assistant_id;
+  message.run_id = run.id;
+  return message;
+}
+
+RunStepRow StepOf(const RunRow& run, const MessageRow& message) {
+  RunStepRow step;
+  step.id = RandomId("step_");
+  step.owner = run.owner;
+  step.created_at = message.created_at;
+  step.run_id = run.id;
+  step.thread_id = run.thread_id;
+  step.assistant_id = run.assistant_id;
+  step.status = "in_progress";
+  step.step_details =
+      Json{{"type", "message_creation"}, {"message_creation", {{"message_id", message.id}}}}.dump();
+  return step;
+}
+
+void Tell(RunEventSink* events, const std::string& name, const Json& data) {
+  if (events != nullptr) events->Send(name, data);
+}
+
+}  // namespace
+
+void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
+  absl::StatusOr<bool> claimed = store_->ClaimRun(queued.id, instance_, NowS());
+  if (!claimed.ok() || !*claimed) return;  // cancelled, deleted or taken meanwhile
+  absl::StatusOr<RunRow> run = store_->GetRun(queued.owner, queued.thread_id, queued.id);
+  if (!run.ok()) return;
+  std::shared_ptr<std::atomic<bool>> cancel = Track(run->id);
+  Tell(events, "thread.run.in_progress", RunObject(*run));
+  const Json config = Json::parse(run->config);
+  CallRecord call("", "ThreadRun", core_->metrics());
+  call.SetAbandonedCheck([cancel] { return cancel->load(); });
+  Generated g;
+  absl::StatusOr<GenerateJob> job = [&]() -> absl::StatusOr<GenerateJob> {
+    SHARDLM_ASSIGN_OR_RETURN(std::vector<MessageRow> history,
+                             store_->ThreadHistory(run->owner, run->thread_id));
+    SHARDLM_ASSIGN_OR_RETURN(ThreadPrompt prompt,
+                             BuildThreadPrompt(*core_, options_.model, config, history, call));
+    return JobOf(options_.model, config, std::move(prompt));
+  }();
+  MessageRow message = ReplyOf(*run);
+  RunStepRow step = StepOf(*run, message);
+  if (!job.ok()) {
+    g.status = job.status();
+  } else {
+    Tell(events, "thread.run.step.created", RunStepObject(step));
+    Tell(events, "thread.run.step.in_progress", RunStepObject(step));
+    Tell(events, "thread.message.created", MessageObject(message));
+    Tell(events, "thread.message.in_progress", MessageObject(message));
+    auto emit = [&](const GenerateUpdate& u) {
+      if (!u.text.empty()) {
+        g.text += u.text;
+        Tell(events, "thread.message.delta",
+             Json{{"id", message.id},
+                  {"object", "thread.message.delta"},
+                  {"delta",
+                   {{"content",
+                     Json::array({Json{{"index", 0},
+                                       {"type", "text"},
+                                       {"text", {{"value", u.text}, {"annotations", Json::array()}}}}})}}}});
+      }
+      if (u.last()) {
+        g.usage = *u.usage;
+        if (!u.ends.empty()) g.finish_reason = u.ends[0].finish_reason;
+      }
+      return true;
+    };
+    g.status =
+        StreamGenerate(*core_, std::move(*job), run->owner, call, emit, [cancel] { return cancel->load(); });
+  }
+  // Stopped by the server's shutdown, not by a cancel: the run failed.
+  if (absl::IsCancelled(g.status) && shutting_down_.load())
+    g.status = absl::UnavailableError("server shutting down");
+  call.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
+  call.Finish(g.status).IgnoreError();
+  const bool made_reply = job.ok();
+  RunEnd end = EndOf(*run, config, g, message, step);
+  if (!made_reply) {
+    end.message.reset();
+    end.step.reset();
+  }
+  absl::Status written = store_->FinishRun(end);
+  Untrack(run->id);
+  if (!written.ok()) LOG(WARNING) << "run " << run->id << ": its end was not stored: " << written;
+  if (made_reply) {
+    const std::string kind = end.message->status == "completed" ? "completed" : "incomplete";
+    Tell(events, "thread.message." + kind, MessageObject(*end.message));
+    Tell(events, "thread.run.step." + end.step->status, RunStepObject(*end.step));
+  }
+  absl::StatusOr<RunRow> final_run = store_->GetRun(run->owner, run->thread_id, run->id);
+  if (final_run.ok()) Tell(events, "thread.run." + final_run->status, RunObject(*final_run));
+}
+
+}  // namespace stateful
+}  // namespace shardlm

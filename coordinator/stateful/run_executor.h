@@ -1,0 +1,94 @@
+// Runs (docs/stateful_apis.md section 4): a run is detached from the request
+// that made it. RunExecutor holds a queue and `threads` threads; each claims a
+// queued run (queued -> in_progress, in the store), renders the thread
+// (thread_prompt.h), generates on the serving core, and writes the reply, its
+// step and the run's end in one transaction. A streamed run executes on its
+// request's thread instead, telling a RunEventSink each event.
+//
+// A cancel marks the run cancelling in the store and stops its generation
+// here within one engine step. Each serve is an instance in the store with a
+// heartbeat (every 5 s); at start, and at each heartbeat, the runs of stopped
+// instances are reaped: in_progress ones fail ("the server running this run
+// stopped"), queued ones are run here.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/openai_wire/api_error.h"
+#include "coordinator/openai_wire/model_context.h"
+#include "coordinator/serving/serving_core.h"
+#include "state/store.h"
+
+namespace shardlm {
+namespace stateful {
+
+using openai::Json;
+
+// Hears a streamed run's events (OpenAI's names: thread.run.in_progress, thread.message.delta, ...).
+class RunEventSink {
+ public:
+  virtual ~RunEventSink() = default;
+  virtual void Send(const std::string& event, const Json& data) = 0;
+};
+
+struct RunExecutorOptions {
+  int threads = 16;  // runs generating at once (--state-runs)
+  openai::ModelContext model;
+};
+
+class RunExecutor {
+ public:
+  RunExecutor(ServingCore* core, StateStore* store, RunExecutorOptions options);
+  // Stops: runs still generating are cancelled and written failed ("server shutting down");
+  // queued ones stay queued, for the next start to run.
+  ~RunExecutor();
+
+  // Registers this instance, reaps the runs of stopped ones (running their queued runs) and
+  // starts the threads.
+  absl::Status Start();
+  void Enqueue(const RunRow& run);
+  // Cancels the runs generating here (written failed: "server shutting down"), streamed ones
+  // too, and takes no more from the queue. The destructor then waits for the threads.
+  void Stop();
+  // Stops run `id` within one engine step when it generates here.
+  void Cancel(const std::string& id);
+  // Runs queued `run` on this thread to its end; `events` (may be null) hears each event.
+  void Execute(const RunRow& run, RunEventSink* events);
+  const openai::ModelContext& model() const { return options_.model; }
+  // This serve's id in the store: a run it queues names it as its runner.
+  const std::string& instance() const { return instance_; }
+
+ private:
+  void Work();
+  void Heartbeats();
+  void Reap();
+  std::shared_ptr<std::atomic<bool>> Track(const std::string& id);
+  void Untrack(const std::string& id);
+
+  ServingCore* core_;
+  StateStore* store_;
+  RunExecutorOptions options_;
+  std::string instance_;  // this serve's id in the store
+  std::string host_;
+
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<RunRow> queue_;
+  std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;  // run id -> its cancel flag
+  bool stopping_ = false;
+  std::atomic<bool> shutting_down_{false};
+  std::vector<std::thread> threads_;
+  std::thread heartbeat_;
+};
+
+}  // namespace stateful
+}  // namespace shardlm

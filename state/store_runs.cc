@@ -1,0 +1,268 @@
+// StateStore's runs and run steps.
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "state/list_rows.h"
+#include "state/store.h"
+#include "state/store_internal.h"
+
+namespace shardlm {
+namespace {
+
+constexpr char kRunColumns[] =
+    "id, owner, seq, created_at, thread_id, assistant_id, status, runner, config, metadata, required_action, "
+    "last_error, incomplete_reason, usage, started_at, expires_at, cancelled_at, failed_at, completed_at";
+constexpr char kStepColumns[] =
+    "id, owner, seq, created_at, run_id, thread_id, assistant_id, type, status, step_details, last_error, "
+    "usage, "
+    "completed_at, cancelled_at, failed_at, expired_at";
+
+RunRow RunOf(const SqlRow& r) {
+  RunRow run;
+  run.id = SqlText(r[0]);
+  run.owner = SqlText(r[1]);
+  run.seq = SqlInt(r[2]);
+  run.created_at = SqlInt(r[3]);
+  run.thread_id = SqlText(r[4]);
+  run.assistant_id = SqlText(r[5]);
+  run.status = SqlText(r[6]);
+  run.runner = SqlOptText(r[7]);
+  run.config = SqlText(r[8]);
+  run.metadata = SqlText(r[9]);
+  run.required_action = SqlOptText(r[10]);
+  run.last_error = SqlOptText(r[11]);
+  run.incomplete_reason = SqlOptText(r[12]);
+  run.usage = SqlOptText(r[13]);
+  run.started_at = SqlOptInt(r[14]);
+  run.expires_at = SqlOptInt(r[15]);
+  run.cancelled_at = SqlOptInt(r[16]);
+  run.failed_at = SqlOptInt(r[17]);
+  run.completed_at = SqlOptInt(r[18]);
+  return run;
+}
+
+RunStepRow StepOf(const SqlRow& r) {
+  RunStepRow s;
+  s.id = SqlText(r[0]);
+  s.owner = SqlText(r[1]);
+  s.seq = SqlInt(r[2]);
+  s.created_at = SqlInt(r[3]);
+  s.run_id = SqlText(r[4]);
+  s.thread_id = SqlText(r[5]);
+  s.assistant_id = SqlText(r[6]);
+  s.type = SqlText(r[7]);
+  s.status = SqlText(r[8]);
+  s.step_details = SqlText(r[9]);
+  s.last_error = SqlOptText(r[10]);
+  s.usage = SqlOptText(r[11]);
+  s.completed_at = SqlOptInt(r[12]);
+  s.cancelled_at = SqlOptInt(r[13]);
+  s.failed_at = SqlOptInt(r[14]);
+  s.expired_at = SqlOptInt(r[15]);
+  return s;
+}
+
+// Inserts the run; a thread that has an active one already is FAILED_PRECONDITION naming it.
+absl::Status InsertRun(SqlTx& tx, RunRow* run) {
+  SHARDLM_ASSIGN_OR_RETURN(
+      std::vector<SqlRow> active,
+      tx.Query(absl::StrCat("SELECT id FROM runs WHERE thread_id = ? AND status IN ", kActiveRunStatuses),
+               {run->thread_id}));
+  if (!active.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Thread ", run->thread_id, " already has an active run ", SqlText(active[0][0]), "."));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(run->seq, NextSeq(tx));
+  absl::Status st =
+      tx.Exec(absl::StrCat("INSERT INTO runs (", kRunColumns,
+                           ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+              {run->id, run->owner, run->seq, run->created_at, run->thread_id, run->assistant_id, run->status,
+               SqlOptional(run->runner), run->config, run->metadata, SqlOptional(run->required_action),
+               SqlOptional(run->last_error), SqlOptional(run->incomplete_reason), SqlOptional(run->usage),
+               SqlOptional(run->started_at), SqlOptional(run->expires_at), SqlOptional(run->cancelled_at),
+               SqlOptional(run->failed_at), SqlOptional(run->completed_at)})
+          .status();
+  // Another writer (another serve on the same database) won the race for the thread.
+  if (absl::IsAlreadyExists(st)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("Thread ", run->thread_id, " already has an active run."));
+  }
+  return st;
+}
+
+absl::Status InsertStep(SqlTx& tx, RunStepRow* s) {
+  SHARDLM_ASSIGN_OR_RETURN(s->seq, NextSeq(tx));
+  return tx
+      .Exec(absl::StrCat("INSERT INTO run_steps (", kStepColumns,
+                         ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+            {s->id, s->owner, s->seq, s->created_at, s->run_id, s->thread_id, s->assistant_id, s->type,
+             s->status, s->step_details, SqlOptional(s->last_error), SqlOptional(s->usage),
+             SqlOptional(s->completed_at), SqlOptional(s->cancelled_at), SqlOptional(s->failed_at),
+             SqlOptional(s->expired_at)})
+      .status();
+}
+
+absl::StatusOr<RunRow> QueryRun(SqlTx& tx, const std::string& owner, const std::string& thread_id,
+                                const std::string& id) {
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<SqlRow> rows,
+                           tx.Query(absl::StrCat("SELECT ", kRunColumns,
+                                                 " FROM runs WHERE owner = ? AND thread_id = ? AND id = ?"),
+                                    {owner, thread_id, id}));
+  if (rows.empty()) return NotFoundObject("run", id);
+  return RunOf(rows[0]);
+}
+
+}  // namespace
+
+absl::Status StateStore::CreateRun(RunRow* run, std::vector<MessageRow>* additional) {
+  return db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_RETURN_IF_ERROR(BumpThread(tx, run->owner, run->thread_id));
+    SHARDLM_RETURN_IF_ERROR(InsertRun(tx, run));
+    for (MessageRow& m : *additional) SHARDLM_RETURN_IF_ERROR(InsertMessage(tx, &m));
+    return absl::OkStatus();
+  });
+}
+
+absl::Status StateStore::CreateThreadAndRun(ThreadRow* thread, std::vector<MessageRow>* messages,
+                                            RunRow* run) {
+  return db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_RETURN_IF_ERROR(InsertThread(tx, thread));
+    for (MessageRow& m : *messages) SHARDLM_RETURN_IF_ERROR(InsertMessage(tx, &m));
+    return InsertRun(tx, run);
+  });
+}
+
+absl::StatusOr<RunRow> StateStore::GetRun(const std::string& owner, const std::string& thread_id,
+                                          const std::string& id) {
+  RunRow out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(out, QueryRun(tx, owner, thread_id, id));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<ListPage<RunRow>> StateStore::ListRuns(const std::string& owner, const std::string& thread_id,
+                                                      const ListQuery& q) {
+  ListPage<RunRow> page;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> found,
+        tx.Query("SELECT id FROM threads WHERE owner = ? AND id = ?", {owner, thread_id}));
+    if (found.empty()) return NotFoundObject("thread", thread_id);
+    SHARDLM_ASSIGN_OR_RETURN(std::vector<SqlRow> rows,
+                             ListRows(tx, "runs", kRunColumns, "owner = ? AND thread_id = ?",
+                                      {owner, thread_id}, q, &page.has_more));
+    for (const SqlRow& r : rows) page.rows.push_back(RunOf(r));
+    return absl::OkStatus();
+  }));
+  return page;
+}
+
+absl::StatusOr<RunRow> StateStore::UpdateRunMetadata(const std::string& owner, const std::string& thread_id,
+                                                     const std::string& id, const std::string& metadata) {
+  RunRow out;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        int64_t changed, tx.Exec("UPDATE runs SET metadata = ? WHERE owner = ? AND thread_id = ? AND id = ?",
+                                 {metadata, owner, thread_id, id}));
+    if (changed == 0) return NotFoundObject("run", id);
+    SHARDLM_ASSIGN_OR_RETURN(out, QueryRun(tx, owner, thread_id, id));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<bool> StateStore::ClaimRun(const std::string& id, const std::string& runner, int64_t now_s) {
+  int64_t changed = 0;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(changed,
+                             tx.Exec("UPDATE runs SET status = 'in_progress', started_at = ?, runner = ? "
+                                     "WHERE id = ? AND status = 'queued'",
+                                     {now_s, runner, id}));
+    return absl::OkStatus();
+  }));
+  return changed == 1;
+}
+
+absl::StatusOr<RunRow> StateStore::CancelRun(const std::string& owner, const std::string& thread_id,
+                                             const std::string& id, int64_t now_s) {
+  RunRow out;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(RunRow run, QueryRun(tx, owner, thread_id, id));
+    if (run.status == "queued" || run.status == "requires_action") {
+      SHARDLM_RETURN_IF_ERROR(
+          tx.Exec("UPDATE runs SET status = 'cancelled', cancelled_at = ? WHERE id = ?", {now_s, id})
+              .status());
+    } else if (run.status == "in_progress") {
+      SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE runs SET status = 'cancelling' WHERE id = ?", {id}).status());
+    } else if (run.status != "cancelling") {
+      return absl::FailedPreconditionError(absl::StrCat("Cannot cancel run with status '", run.status, "'."));
+    }
+    SHARDLM_ASSIGN_OR_RETURN(out, QueryRun(tx, owner, thread_id, id));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status StateStore::FinishRun(const RunEnd& end) {
+  return db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> found,
+        tx.Query("SELECT status FROM runs WHERE owner = ? AND id = ?", {end.owner, end.run_id}));
+    if (found.empty()) return NotFoundObject("run", end.run_id);
+    const std::string status = SqlText(found[0][0]);
+    // Ended elsewhere meanwhile (reaped as its runner's instance looked dead): that end stands.
+    if (status != "in_progress" && status != "cancelling") return absl::OkStatus();
+    if (end.message) {
+      MessageRow m = *end.message;
+      SHARDLM_RETURN_IF_ERROR(InsertMessage(tx, &m));
+    }
+    if (end.step) {
+      RunStepRow s = *end.step;
+      SHARDLM_RETURN_IF_ERROR(InsertStep(tx, &s));
+    }
+    const bool completed = end.status == "completed" || end.status == "incomplete";
+    return tx
+        .Exec(
+            "UPDATE runs SET status = ?, last_error = ?, incomplete_reason = ?, usage = ?, completed_at = ?, "
+            "cancelled_at = ?, failed_at = ? WHERE id = ?",
+            {end.status, SqlOptional(end.last_error), SqlOptional(end.incomplete_reason),
+             SqlOptional(end.usage), completed ? SqlValue(end.at) : SqlValue(),
+             end.status == "cancelled" ? SqlValue(end.at) : SqlValue(),
+             end.status == "failed" ? SqlValue(end.at) : SqlValue(), end.run_id})
+        .status();
+  });
+}
+
+absl::StatusOr<ListPage<RunStepRow>> StateStore::ListRunSteps(const std::string& owner,
+                                                              const std::string& thread_id,
+                                                              const std::string& run_id, const ListQuery& q) {
+  ListPage<RunStepRow> page;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_RETURN_IF_ERROR(QueryRun(tx, owner, thread_id, run_id).status());
+    SHARDLM_ASSIGN_OR_RETURN(std::vector<SqlRow> rows,
+                             ListRows(tx, "run_steps", kStepColumns, "owner = ? AND run_id = ?",
+                                      {owner, run_id}, q, &page.has_more));
+    for (const SqlRow& r : rows) page.rows.push_back(StepOf(r));
+    return absl::OkStatus();
+  }));
+  return page;
+}
+
+absl::StatusOr<RunStepRow> StateStore::GetRunStep(const std::string& owner, const std::string& thread_id,
+                                                  const std::string& run_id, const std::string& id) {
+  RunStepRow out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query(absl::StrCat("SELECT ", kStepColumns,
+                              " FROM run_steps WHERE owner = ? AND thread_id = ? AND run_id = ? AND id = ?"),
+                 {owner, thread_id, run_id, id}));
+    if (rows.empty()) return NotFoundObject("run step", id);
+    out = StepOf(rows[0]);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace shardlm

@@ -56,6 +56,22 @@ const std::vector<Migration>& StateMigrations() {
            "CREATE TABLE instances (id TEXT PRIMARY KEY, host TEXT NOT NULL, pid BIGINT NOT NULL, "
            "started_at BIGINT NOT NULL, heartbeat_at BIGINT NOT NULL)",
        }},
+      {3,
+       "responses and their input and output items",
+       {
+           // config: what it was asked with (model, instructions, sampling, text, metadata, store, ...).
+           "CREATE TABLE responses (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, status TEXT NOT NULL, runner TEXT, previous_response_id TEXT, "
+           "conversation_id TEXT, config TEXT NOT NULL, usage TEXT, error TEXT, incomplete_reason TEXT, "
+           "completed_at BIGINT)",
+           "CREATE INDEX responses_active_runner ON responses (runner) WHERE status IN ('queued', "
+           "'in_progress')",
+           "CREATE TABLE response_items (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+           "created_at BIGINT NOT NULL, response_id TEXT NOT NULL REFERENCES responses (id) ON DELETE "
+           "CASCADE, "
+           "kind TEXT NOT NULL, item TEXT NOT NULL)",
+           "CREATE INDEX response_items_response ON response_items (response_id, kind, seq)",
+       }},
   };
   return kMigrations;
 }

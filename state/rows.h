@@ -77,6 +77,29 @@ struct RunEnd {
   std::optional<RunStepRow> step;     // its message_creation step
 };
 
+struct ResponseRow : RowKey {
+  std::string status = "in_progress";  // in_progress completed incomplete failed cancelled
+  std::optional<std::string> runner, previous_response_id, conversation_id;
+  std::string config = "{}";                                   // JSON: what it was asked with
+  std::optional<std::string> usage, error, incomplete_reason;  // JSON but the reason
+  std::optional<int64_t> completed_at;
+};
+
+// One input or output item of a response (a message, ...), as its JSON.
+struct ResponseItemRow : RowKey {
+  std::string response_id;
+  std::string kind;  // "input" or "output"
+  std::string item;  // JSON, with the same "id" as the row
+};
+
+struct ResponseEnd {
+  std::string owner, response_id;
+  std::string status;  // completed incomplete failed cancelled
+  std::optional<std::string> usage, error, incomplete_reason;
+  int64_t at = 0;
+  std::vector<ResponseItemRow> output;
+};
+
 // A list request (cursor pagination): at most `limit` rows after or before the rows with those ids.
 struct ListQuery {
   int limit = 20;

@@ -86,6 +86,23 @@ class StateStore {
   absl::StatusOr<RunStepRow> GetRunStep(const std::string& owner, const std::string& thread_id,
                                         const std::string& run_id, const std::string& id);
 
+  // Responses (store_responses.cc): stored in progress with their input items, then ended
+  // with their output items in one transaction.
+  absl::Status CreateResponse(ResponseRow* response, std::vector<ResponseItemRow>* input);
+  absl::Status FinishResponse(const ResponseEnd& end);
+  absl::StatusOr<ResponseRow> GetResponse(const std::string& owner, const std::string& id);
+  // Deletes it with its items (a later response naming it as previous starts after the gap).
+  absl::Status DeleteResponse(const std::string& owner, const std::string& id);
+  // Its items of `kind`, oldest first.
+  absl::StatusOr<std::vector<ResponseItemRow>> ResponseItems(const std::string& owner, const std::string& id,
+                                                             const std::string& kind);
+  absl::StatusOr<ListPage<ResponseItemRow>> ListResponseItems(const std::string& owner, const std::string& id,
+                                                              const std::string& kind, const ListQuery& q);
+  // Every item (input, then output, per response) of the chain that ends at response `id`,
+  // oldest response first, in one recursive query; NOT_FOUND naming `id` when the owner has
+  // no such response.
+  absl::StatusOr<std::vector<ResponseItemRow>> ResponseChain(const std::string& owner, const std::string& id);
+
   // Serve instances (store_instances.cc): each heartbeats while it runs runs.
   absl::Status Heartbeat(const std::string& instance, const std::string& host, int64_t pid, int64_t now_s);
   // The active runs of instances that stopped (no heartbeat since `stale_before_s`, or on this

@@ -42,6 +42,12 @@ absl::StatusOr<std::vector<RunRow>> StateStore::ReapRuns(const std::string& inst
                               "status IN ",
                               kActiveRunStatuses),
                  {instance}));
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> response_runners,
+        tx.Query("SELECT DISTINCT runner FROM responses WHERE runner IS NOT NULL AND runner <> ? AND "
+                 "status = 'in_progress'",
+                 {instance}));
+    runners.insert(runners.end(), response_runners.begin(), response_runners.end());
     for (const SqlRow& r : runners) {
       const std::string runner = SqlText(r[0]);
       SHARDLM_ASSIGN_OR_RETURN(bool stopped, Stopped(tx, runner, host, stale_before_s, pid_alive));
@@ -49,6 +55,10 @@ absl::StatusOr<std::vector<RunRow>> StateStore::ReapRuns(const std::string& inst
       const std::string error =
           "{\"code\":\"server_error\",\"message\":\"the server running this run stopped\"}";
       SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE runs SET status = 'failed', failed_at = ?, last_error = ? "
+                                      "WHERE runner = ? AND status = 'in_progress'",
+                                      {now_s, error, runner})
+                                  .status());
+      SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE responses SET status = 'failed', completed_at = ?, error = ? "
                                       "WHERE runner = ? AND status = 'in_progress'",
                                       {now_s, error, runner})
                                   .status());

@@ -8,10 +8,9 @@
 #include "common/logging.h"
 #include "common/random_token.h"
 #include "common/status.h"
-#include "coordinator/openai_wire/response_format.h"
 #include "coordinator/serving/call_record.h"
-#include "coordinator/serving/generate_stream.h"
 #include "coordinator/stateful/objects.h"
+#include "coordinator/stateful/reply_generation.h"
 #include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/thread_prompt.h"
 
@@ -21,44 +20,24 @@ namespace {
 
 int64_t NowS() { return absl::ToUnixSeconds(absl::Now()); }
 
-// The engine job of a run: the prompt, the sampling and budget of its config, its response_format.
-absl::StatusOr<GenerateJob> JobOf(const openai::ModelContext& model, const Json& config,
-                                  ThreadPrompt prompt) {
-  GenerateJob job;
-  EngineRequest& r = job.request;
-  r.sampling.temperature = config.contains("temperature") && config["temperature"].is_number()
-                               ? config["temperature"].get<float>()
-                               : 1.0f;
-  if (config.contains("top_p") && config["top_p"].is_number())
-    r.sampling.top_p = config["top_p"].get<float>();
-  const int64_t room = model.max_context - static_cast<int64_t>(prompt.ids.size());
-  int64_t budget = room;
+// A run's sampling, budget and format, from its config.
+ReplySettings SettingsOf(const Json& config) {
+  ReplySettings s;
+  if (config.contains("temperature") && config["temperature"].is_number())
+    s.temperature = config["temperature"];
+  if (config.contains("top_p") && config["top_p"].is_number()) s.top_p = config["top_p"];
   if (config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number_integer()) {
-    budget = std::min(budget, config["max_completion_tokens"].get<int64_t>());
+    s.max_tokens = config["max_completion_tokens"].get<int64_t>();
   }
-  r.max_new_tokens = static_cast<int32_t>(std::clamp<int64_t>(budget, 1, INT32_MAX));
-  r.prompt = std::move(prompt.ids);
-  if (config.contains("response_format") && config["response_format"].is_object()) {
-    std::string error;
-    if (!openai::ConstraintFromFormat(config["response_format"], &job.constraint, &error)) {
-      return InvalidField("response_format", error);
-    }
-  }
-  return job;
+  if (config.contains("response_format")) s.format = config["response_format"];
+  s.format_param = "response_format";
+  return s;
 }
 
 Json TextContent(const std::string& text) {
   return Json::array(
       {Json{{"type", "text"}, {"text", Json{{"value", text}, {"annotations", Json::array()}}}}});
 }
-
-// What a generation made, and how it ended.
-struct Generated {
-  absl::Status status;
-  std::string text;
-  std::string finish_reason;
-  GenerateUsage usage;
-};
 
 // The run's end as the store writes it: its status, the reply and its step.
 RunEnd EndOf(const RunRow& run, const Json& config, const Generated& g, MessageRow message, RunStepRow step) {
@@ -151,9 +130,9 @@ void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
   absl::StatusOr<GenerateJob> job = [&]() -> absl::StatusOr<GenerateJob> {
     SHARDLM_ASSIGN_OR_RETURN(std::vector<MessageRow> history,
                              store_->ThreadHistory(run->owner, run->thread_id));
-    SHARDLM_ASSIGN_OR_RETURN(ThreadPrompt prompt,
+    SHARDLM_ASSIGN_OR_RETURN(BuiltPrompt prompt,
                              BuildThreadPrompt(*core_, options_.model, config, history, call));
-    return JobOf(options_.model, config, std::move(prompt));
+    return ReplyJob(options_.model, SettingsOf(config), std::move(prompt.ids));
   }();
   MessageRow message = ReplyOf(*run);
   RunStepRow step = StepOf(*run, message);
@@ -164,26 +143,18 @@ void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
     Tell(events, "thread.run.step.in_progress", RunStepObject(step));
     Tell(events, "thread.message.created", MessageObject(message));
     Tell(events, "thread.message.in_progress", MessageObject(message));
-    auto emit = [&](const GenerateUpdate& u) {
-      if (!u.text.empty()) {
-        g.text += u.text;
-        Tell(events, "thread.message.delta",
-             Json{{"id", message.id},
-                  {"object", "thread.message.delta"},
-                  {"delta",
-                   {{"content",
-                     Json::array({Json{{"index", 0},
-                                       {"type", "text"},
-                                       {"text", {{"value", u.text}, {"annotations", Json::array()}}}}})}}}});
-      }
-      if (u.last()) {
-        g.usage = *u.usage;
-        if (!u.ends.empty()) g.finish_reason = u.ends[0].finish_reason;
-      }
-      return true;
+    auto on_text = [&](const std::string& text) {
+      Tell(events, "thread.message.delta",
+           Json{{"id", message.id},
+                {"object", "thread.message.delta"},
+                {"delta",
+                 {{"content",
+                   Json::array({Json{{"index", 0},
+                                     {"type", "text"},
+                                     {"text", {{"value", text}, {"annotations", Json::array()}}}}})}}}});
     };
-    g.status =
-        StreamGenerate(*core_, std::move(*job), run->owner, call, emit, [cancel] { return cancel->load(); });
+    g = GenerateReply(*core_, std::move(*job), run->owner, call, on_text,
+                      [cancel] { return cancel->load(); });
   }
   // Stopped by the server's shutdown, not by a cancel: the run failed.
   if (absl::IsCancelled(g.status) && shutting_down_.load())

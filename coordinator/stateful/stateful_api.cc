@@ -11,6 +11,7 @@
 #include "common/status.h"
 #include "coordinator/openai_wire/http_replies.h"
 #include "coordinator/stateful/objects.h"
+#include "coordinator/stateful/response_execution.h"
 #include "coordinator/stateful/stateful_params.h"
 
 namespace shardlm {
@@ -28,20 +29,6 @@ absl::Status InvalidUrl(const StatefulCall& call) {
 
 }  // namespace stateful
 
-namespace {
-
-// A status as OpenAI's error: an object that is not there (or is another
-// key's) is a 404 of type invalid_request_error, as OpenAI answers it.
-openai::ApiError ErrorOf(const absl::Status& st) {
-  openai::ApiError e = openai::FromStatus(st);
-  if (absl::IsNotFound(st)) e.type = "invalid_request_error";
-  if (absl::IsAlreadyExists(st))
-    e = openai::ApiError{409, std::string(st.message()), "invalid_request_error", "", ""};
-  return e;
-}
-
-}  // namespace
-
 std::string OwnerOfKey(const std::string& key) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int size = 0;
@@ -58,6 +45,7 @@ std::string OwnerOfKey(const std::string& key) {
 StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions options) : core_(core) {
   ctx_.store = store;
   ctx_.model_names = std::move(options.model_names);
+  model_ = options.model;
   if (store != nullptr) {
     runs_ = std::make_unique<stateful::RunExecutor>(
         core, store, stateful::RunExecutorOptions{options.run_threads, options.model});
@@ -73,7 +61,18 @@ absl::StatusOr<std::unique_ptr<StatefulApi>> StatefulApi::Start(ServingCore* cor
 }
 
 void StatefulApi::Stop() {
+  stopping_ = true;
   if (runs_ != nullptr) runs_->Stop();
+}
+
+stateful::ResponseContext StatefulApi::ResponseContextOf() const {
+  stateful::ResponseContext r;
+  r.core = core_;
+  r.store = ctx_.store;
+  r.model = &model_;
+  r.runner = runs_ != nullptr ? runs_->instance() : "";
+  r.stopping = &stopping_;
+  return r;
 }
 
 namespace {
@@ -101,7 +100,7 @@ class SseRunEvents : public stateful::RunEventSink {
 void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
   absl::StatusOr<RunRow> run = stateful::CreateRunFrom(ctx_, call);
   if (!run.ok()) {
-    exchange.Send(openai::ErrorReply(ErrorOf(run.status())));
+    exchange.Send(openai::ErrorReply(stateful::ErrorOf(run.status())));
     return;
   }
   SseRunEvents events(exchange);
@@ -116,7 +115,8 @@ void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
 
 std::vector<HttpRoute> StatefulApi::Routes() {
   std::vector<HttpRoute> routes;
-  for (const char* prefix : {"/v1/assistants", "/v1/assistants/*", "/v1/threads", "/v1/threads/*"}) {
+  for (const char* prefix : {"/v1/assistants", "/v1/assistants/*", "/v1/threads", "/v1/threads/*",
+                             "/v1/responses", "/v1/responses/*"}) {
     for (const char* method : {"GET", "POST", "DELETE"}) {
       routes.push_back(
           HttpRoute::Slow(method, prefix, [this](const HttpRequest& r, HttpExchange& x) { Handle(r, x); }));
@@ -152,6 +152,10 @@ absl::StatusOr<StatefulCall> StatefulApi::CallOf(const HttpRequest& req) const {
 void StatefulApi::Handle(const HttpRequest& req, HttpExchange& exchange) {
   absl::StatusOr<Json> reply = [&]() -> absl::StatusOr<Json> {
     SHARDLM_ASSIGN_OR_RETURN(StatefulCall call, CallOf(req));
+    if (call.path[0] == "responses" && call.path.size() == 1 && call.method == "POST") {
+      stateful::CreateResponse(ResponseContextOf(), call, req, exchange);
+      return Json();  // answered
+    }
     if (ctx_.store == nullptr) {
       return absl::NotFoundError(
           "the Assistants API needs a state database (--state-db; this server runs with none)");
@@ -161,11 +165,13 @@ void StatefulApi::Handle(const HttpRequest& req, HttpExchange& exchange) {
       return Json();  // answered
     }
     if (call.path[0] == "assistants") return stateful::AssistantsRoute(ctx_, call);
+    if (call.path[0] == "responses") return stateful::ResponsesRoute(ctx_, call);
     if (call.path[0] == "threads") return stateful::ThreadsRoute(ctx_, call);
     return stateful::InvalidUrl(call);
   }();
   if (reply.ok() && reply->is_null()) return;  // streamed
-  exchange.Send(reply.ok() ? openai::JsonReply(*reply) : openai::ErrorReply(ErrorOf(reply.status())));
+  exchange.Send(reply.ok() ? openai::JsonReply(*reply)
+                           : openai::ErrorReply(stateful::ErrorOf(reply.status())));
 }
 
 }  // namespace shardlm

@@ -11,12 +11,14 @@
 //   ... api->Stop(); http.reset();  // then api, then the store, go
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "coordinator/http/http_server.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/response_execution.h"
 #include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_routes.h"
 #include "state/store.h"
@@ -49,7 +51,11 @@ class StatefulApi {
   // The call's owner, path, query and body; or the reply refusing it.
   absl::StatusOr<stateful::StatefulCall> CallOf(const HttpRequest& req) const;
 
+  stateful::ResponseContext ResponseContextOf() const;
+
   ServingCore* core_;
+  openai::ModelContext model_;
+  std::atomic<bool> stopping_{false};
   std::unique_ptr<stateful::RunExecutor> runs_;
   stateful::StatefulContext ctx_;
 };

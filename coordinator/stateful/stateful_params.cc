@@ -71,6 +71,17 @@ absl::Status BadParam(const std::string& param, const std::string& message) {
   return WithField(absl::InvalidArgumentError(message), param);
 }
 
+openai::ApiError ErrorOf(const absl::Status& st) {
+  openai::ApiError e = openai::FromStatus(st);
+  if (absl::IsNotFound(st)) {
+    e.type = "invalid_request_error";
+    e.param = ErrorField(st);
+  }
+  if (absl::IsAlreadyExists(st))
+    e = openai::ApiError{409, std::string(st.message()), "invalid_request_error", "", ""};
+  return e;
+}
+
 absl::StatusOr<std::map<std::string, std::string>> ParseQuery(const std::string& query) {
   std::map<std::string, std::string> out;
   for (absl::string_view pair : absl::StrSplit(query, '&', absl::SkipEmpty())) {

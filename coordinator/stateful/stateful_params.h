@@ -32,6 +32,11 @@ inline constexpr int kMaxThreadMessages = 32;  // messages in one thread create
 // INVALID_ARGUMENT with `message` as it is, naming `param` (OpenAI's `param`).
 absl::Status BadParam(const std::string& param, const std::string& message);
 
+// A status as OpenAI's error: a field it names becomes `param` (a 404 too: an unknown
+// previous_response_id); an object that is not there (or is another key's) is a 404 of type
+// invalid_request_error, as OpenAI answers it.
+openai::ApiError ErrorOf(const absl::Status& status);
+
 // A query string's parameters, percent-decoded; a key given twice is refused.
 absl::StatusOr<std::map<std::string, std::string>> ParseQuery(const std::string& query);
 // limit (1..100, default 20), order (asc | desc, default desc), after, before;

@@ -46,4 +46,17 @@ try {
   out.refused = { status: e.status, param: e.param, message: e.message };
 }
 out.deleted = (await client.beta.assistants.delete(a.id)).deleted;
+
+// The Responses API: a create, a chain, a retrieve, and a stream's events.
+const r1 = await client.responses.create({ model, input: "The harbour committee met", temperature: 0, max_output_tokens: 6 });
+const r2 = await client.responses.create({
+  model, input: "and then?", previous_response_id: r1.id, temperature: 0, max_output_tokens: 6,
+});
+out.response = { id: r1.id, text: r1.output_text, status: r1.status, usage: r1.usage };
+out.chained = { text: r2.output_text, previous: r2.previous_response_id };
+out.retrieved_text = (await client.responses.retrieve(r1.id)).output_text;
+const stream = client.responses.stream({ model, input: "The harbour committee met", temperature: 0, max_output_tokens: 6 });
+out.stream_types = [];
+for await (const event of stream) out.stream_types.push(event.type);
+out.stream_text = (await stream.finalResponse()).output_text;
 console.log(JSON.stringify(out));

@@ -28,6 +28,15 @@ Cases:
               run_cancelled) and nothing keeps running (/metrics: no request running, no call
               in flight); while a run is active a second run and a new message are 400
   concurrent  runs on two threads at once both complete, each with its own thread's reply
+  responses   the Responses API through client.responses: text and item input give chat
+              completions' text for the same messages (instructions as the system message,
+              developer as system), usage the same input tokens; max_output_tokens ends it
+              incomplete; a previous_response_id chain continues the conversation (chat's text
+              for the whole history) and reuses its KV (cached_tokens); retrieve, input_items,
+              delete; store: false is never stored; text.format json_schema gives valid JSON;
+              responses.stream's events in order with consecutive sequence_numbers, the deltas
+              joining to the stored text; another key's response is 404, also as a previous one;
+              refused fields are 400 naming them; an input past the context is 400 naming input
   worker_killed  a worker killed (SIGKILL) mid-run: the run ends failed, its last_error naming
               the rank; once /health is 200 again the thread's next run completes
   drain       SIGTERM while a run generates (--shutdown-grace-s 1): serve exits 0 within
@@ -38,7 +47,8 @@ Cases:
               restart, and its thread's next run completes
   npm         the official `openai` npm package: assistants create, retrieve, update, list
               (auto-paging two at a time), delete; a thread with messages paged one at a time;
-              a deleted thread is NotFoundError; file_search is a 400 naming tools[0].type
+              a deleted thread is NotFoundError; file_search is a 400 naming tools[0].type;
+              responses create (chat's text), a chain, retrieve, and a stream's events
   flags       --state-db none: the routes answer 404 naming --state-db, chat still works; a
               bad --state-db exits 2 naming the flag before any worker starts, with no
               password printed; a --state-dir that cannot be made exits 1 naming it
@@ -385,6 +395,21 @@ def case_runs(ctx, c):
     up = oa.beta.threads.runs.update(run.id, thread_id=t.id, metadata={"k": "v"})
     c.check(up.metadata == {"k": "v"} and up.status == run.status, "run update (metadata)")
 
+    # KV reuse between turns: the second run's prompt starts with the first's (prefix cache).
+    long_turn = "The harbour committee met on a grey Tuesday morning to discuss the state of the piers, " * 3
+    tk = oa.beta.threads.create(messages=[{"role": "user", "content": long_turn}])
+    k1 = oa.beta.threads.runs.create_and_poll(thread_id=tk.id, assistant_id=a.id, max_completion_tokens=4,
+                                              poll_interval_ms=50)
+    oa.beta.threads.messages.create(tk.id, role="user", content="and then?")
+    k2 = oa.beta.threads.runs.create_and_poll(thread_id=tk.id, assistant_id=a.id, max_completion_tokens=4,
+                                              poll_interval_ms=50)
+    details = k2.usage.prompt_tokens_details
+    cached = details["cached_tokens"] if isinstance(details, dict) else details.cached_tokens
+    full_blocks = k1.usage.prompt_tokens // 16 * 16
+    c.check(full_blocks >= 48 and cached >= full_blocks - 16,
+            "a thread's next turn reuses its KV: cached_tokens %d of %d (first turn: %d)" %
+            (cached, k2.usage.prompt_tokens, k1.usage.prompt_tokens))
+
     r3 = oa.beta.threads.create_and_run_poll(assistant_id=a.id, thread={"messages": [
         {"role": "user", "content": "The harbour committee met"}]}, max_completion_tokens=10, poll_interval_ms=50)
     first = oa.beta.threads.messages.list(r3.thread_id, limit=1).data[0].content[0].text.value
@@ -490,6 +515,114 @@ def case_concurrent(ctx, c):
         want, _ = chat_text(oa, [{"role": "user", "content": p}], 40)
         got = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
         c.check(got == want, "thread %s has its own reply" % p)
+
+
+def case_responses(ctx, c):
+    srv = ctx.shared()
+    oa, ob = client(srv), client(srv, KEY_B)
+    p1 = "The harbour committee met"
+    r1 = oa.responses.create(model="tiny", input=p1, temperature=0, max_output_tokens=10)
+    want1, u1 = chat_text(oa, [{"role": "user", "content": p1}], 10)
+    c.check(r1.output_text == want1 and r1.usage.input_tokens == u1.prompt_tokens,
+            "text input: chat's text and prompt tokens (%r vs %r)" % (r1.output_text, want1))
+    c.check(r1.status == "incomplete" and r1.incomplete_details.reason == "max_output_tokens" and
+            r1.output[0].status == "incomplete" and r1.usage.output_tokens == 10,
+            "max_output_tokens 10 ends it incomplete: %s" % r1.incomplete_details)
+    c.check(r1.id.startswith("resp_") and r1.object == "response" and r1.store is True and r1.model == "tiny",
+            "response fields: %s" % r1.model_dump_json()[:240])
+    r_items = oa.responses.create(model="tiny", temperature=0, max_output_tokens=6, input=[
+        {"role": "developer", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "input_text", "text": p1}]}])
+    want_items, _ = chat_text(oa, [{"role": "system", "content": "You are terse."}, {"role": "user", "content": p1}], 6)
+    c.check(r_items.output_text == want_items, "item input, developer as system: chat's text")
+    r_ins = oa.responses.create(model="tiny", temperature=0, max_output_tokens=6, instructions="You are terse.",
+                                input=p1)
+    c.check(r_ins.output_text == want_items and r_ins.instructions == "You are terse.",
+            "instructions are the system message")
+
+    r2 = oa.responses.create(model="tiny", temperature=0, max_output_tokens=8, previous_response_id=r1.id,
+                             input="and then?")
+    want2, _ = chat_text(oa, [{"role": "user", "content": p1}, {"role": "assistant", "content": want1},
+                              {"role": "user", "content": "and then?"}], 8)
+    c.check(r2.output_text == want2 and r2.previous_response_id == r1.id,
+            "previous_response_id: chat's text for the whole history (%r vs %r)" % (r2.output_text, want2))
+    # KV reuse along a chain: a first turn of several full KV blocks (16 tokens each), then the next.
+    long_turn = "The harbour committee met on a grey Tuesday morning to discuss the state of the piers, " * 3
+    first = oa.responses.create(model="tiny", input=long_turn, temperature=0, max_output_tokens=4)
+    second = oa.responses.create(model="tiny", input="and then?", previous_response_id=first.id, temperature=0,
+                                 max_output_tokens=4)
+    full_blocks = first.usage.input_tokens // 16 * 16
+    cached = second.usage.input_tokens_details.cached_tokens
+    c.check(full_blocks >= 48 and cached >= full_blocks - 16,
+            "the chain reuses the first turn's KV: cached_tokens %d of %d (first turn: %d tokens)" %
+            (cached, second.usage.input_tokens, first.usage.input_tokens))
+    got = oa.responses.retrieve(r1.id)
+    c.check(got.output_text == r1.output_text and got.status == r1.status and got.usage == r1.usage,
+            "retrieve equals what create answered")
+    items = oa.responses.input_items.list(r2.id)
+    c.check([i.content[0].text for i in items.data] == ["and then?"] and items.data[0].role == "user",
+            "input_items: the response's own input")
+    expect_error(c, lambda: ob.responses.retrieve(r1.id), 404, None, "key B cannot read A's response",
+                 "No response found with id '%s'." % r1.id)
+    expect_error(c, lambda: ob.responses.create(model="tiny", input="x", previous_response_id=r1.id), 404,
+                 "previous_response_id", "nor continue it")
+
+    r3 = oa.responses.create(model="tiny", input="not kept", store=False, max_output_tokens=3)
+    expect_error(c, lambda: oa.responses.retrieve(r3.id), 404, None, "store: false is never stored")
+    deleted = oa.responses.delete(r2.id)
+    expect_error(c, lambda: oa.responses.retrieve(r2.id), 404, None, "a deleted response is 404")
+    c.check(deleted is None or getattr(deleted, "deleted", True), "delete")
+
+    schema = {"type": "object", "properties": {"name": {"enum": ["alpha", "beta"]}, "n": {"type": "boolean"}},
+              "required": ["name", "n"], "additionalProperties": False}
+    r4 = oa.responses.create(model="tiny", input="A name as JSON", max_output_tokens=60,
+                             text={"format": {"type": "json_schema", "name": "n", "schema": schema}})
+    try:
+        jsonschema.validate(json.loads(r4.output_text), schema)
+        valid = r4.status == "completed"
+    except Exception as e:  # noqa: BLE001
+        valid = False
+        c.note("not valid: %s" % e)
+    c.check(valid, "text.format json_schema: valid JSON (%s %r)" % (r4.status, r4.output_text[:80]))
+
+    # A stream that completes (the schema makes the tiny model stop), read by the client's helper.
+    names, deltas, seqs = [], [], []
+    with oa.responses.stream(model="tiny", input="A name as JSON", max_output_tokens=60,
+                             text={"format": {"type": "json_schema", "name": "n", "schema": schema}}) as stream:
+        for event in stream:
+            names.append(event.type)
+            seqs.append(event.sequence_number)
+            if event.type == "response.output_text.delta":
+                deltas.append(event.delta)
+        final = stream.get_final_response()
+    head = ["response.created", "response.in_progress", "response.output_item.added", "response.content_part.added"]
+    tail = ["response.output_text.done", "response.content_part.done", "response.output_item.done",
+            "response.completed"]
+    middle = names[len(head):len(names) - len(tail)]
+    c.check(names[:len(head)] == head and names[-len(tail):] == tail and middle and
+            all(n == "response.output_text.delta" for n in middle), "stream events in order: %s" %
+            [n for n in names if n != "response.output_text.delta"])
+    c.check(seqs == list(range(len(seqs))), "sequence_number counts from 0 without a gap")
+    c.check("".join(deltas) == final.output_text == oa.responses.retrieve(final.id).output_text and
+            all(deltas), "the deltas join to the stored text, none empty")
+    # One cut short by max_output_tokens ends with response.incomplete.
+    events = list(oa.responses.create(model="tiny", input=p1, temperature=0, max_output_tokens=10, stream=True))
+    text = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    c.check(events[-1].type == "response.incomplete" and text == want1 and
+            events[-1].response.incomplete_details.reason == "max_output_tokens",
+            "a stream cut by max_output_tokens: response.incomplete, chat's text")
+
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", tools=[
+        {"type": "function", "name": "f", "parameters": {"type": "object"}}]), 400, "tools", "tools refused")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", background=True), 400, "background",
+                 "background refused")
+    expect_error(c, lambda: oa.responses.create(model="gpt-4o", input="x"), 400, "model", "an unknown model")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input=[{"role": "user", "content": [
+        {"type": "input_image", "image_url": "http://x/y.png"}]}]), 400, "input[0].content", "an image part")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="word " * 40000), 400, "input",
+                 "an input past the context", "longer than")
+    expect_error(c, lambda: oa.responses.cancel(r1.id), 400, None, "cancel of a foreground response",
+                 "background=true")
 
 
 def workers_of(parent_pid):
@@ -623,6 +756,15 @@ def case_npm(ctx, c):
     c.check(out["refused"]["status"] == 400 and out["refused"]["param"] == "tools[0].type",
             "file_search refused naming tools[0].type: %s" % out["refused"])
     c.check(out["deleted"] is True, "assistant delete")
+    oa = client(srv)
+    want, _ = chat_text(oa, [{"role": "user", "content": "The harbour committee met"}], 6)
+    c.check(out["response"]["text"] == want and out["response"]["status"] == "incomplete" and
+            out["retrieved_text"] == want, "responses.create and retrieve: chat's text (%r)" % out["response"]["text"])
+    c.check(out["chained"]["previous"] == out["response"]["id"] and out["chained"]["text"],
+            "a previous_response_id chain")
+    c.check(out["stream_types"][0] == "response.created" and out["stream_types"][-1] == "response.incomplete" and
+            out["stream_text"] == want, "responses.stream: %s ... %s" % (out["stream_types"][:2],
+                                                                          out["stream_types"][-1:]))
 
 
 def case_flags(ctx, c):
@@ -651,8 +793,8 @@ def case_flags(ctx, c):
 
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
          ("stream", case_stream), ("cancel", case_cancel), ("concurrent", case_concurrent),
-         ("worker_killed", case_worker_killed), ("drain", case_drain),
-                  ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
+         ("responses", case_responses), ("worker_killed", case_worker_killed), ("drain", case_drain),
+         ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
 
 
 def main():

@@ -1,0 +1,221 @@
+#include "coordinator/stateful/response_execution.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "common/random_token.h"
+#include "common/status.h"
+#include "coordinator/openai_wire/http_replies.h"
+#include "coordinator/stateful/chat_prompt.h"
+#include "coordinator/stateful/reply_generation.h"
+#include "coordinator/stateful/response_objects.h"
+#include "coordinator/stateful/response_request.h"
+#include "coordinator/stateful/stateful_params.h"
+
+namespace shardlm {
+namespace stateful {
+namespace {
+
+// A create made ready to run: the request, its engine job and its row (in progress).
+struct Prepared {
+  ResponseRequest request;
+  GenerateJob job;
+  ResponseRow row;
+};
+
+absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall& call,
+                                 const CallRecord& record) {
+  Prepared p;
+  SHARDLM_ASSIGN_OR_RETURN(p.request, ParseResponseRequest(call.body, ctx.model->names));
+  const ResponseRequest& r = p.request;
+  if (ctx.store == nullptr && (r.store || r.previous_response_id)) {
+    return BadParam(r.store ? "store" : "previous_response_id",
+                    "this server keeps no responses (--state-db none): send store: false and no "
+                    "previous_response_id");
+  }
+  PromptSpec spec;
+  spec.system = r.instructions;
+  if (r.previous_response_id) {
+    absl::StatusOr<std::vector<ResponseItemRow>> chain =
+        ctx.store->ResponseChain(call.owner, *r.previous_response_id);
+    if (!chain.ok()) return WithField(chain.status(), "previous_response_id");
+    for (const ResponseItemRow& item : *chain) spec.turns.push_back(TurnOf(Json::parse(item.item)));
+  }
+  for (const Json& item : r.input) spec.turns.push_back(TurnOf(item));
+  spec.may_drop = r.truncation_auto;
+  spec.budget = ctx.model->max_context - 1;
+  spec.budget_param = "input";
+  SHARDLM_ASSIGN_OR_RETURN(BuiltPrompt prompt, BuildPrompt(*ctx.core, *ctx.model, spec, record));
+  SHARDLM_ASSIGN_OR_RETURN(p.job, ReplyJob(*ctx.model, r.settings, std::move(prompt.ids)));
+  p.row.id = RandomId("resp_");
+  p.row.owner = call.owner;
+  p.row.created_at = call.now_s;
+  p.row.runner = ctx.runner;
+  p.row.previous_response_id = r.previous_response_id;
+  p.row.config = r.config.dump();
+  return p;
+}
+
+// Server-sent events of a streamed response: each is `event: TYPE` and its JSON with type and
+// sequence_number (counted from 0); there is no [DONE].
+class ResponseEvents {
+ public:
+  ResponseEvents(HttpExchange* exchange) : exchange_(exchange) {}
+  void Send(const std::string& type, Json data) {
+    if (exchange_ == nullptr || !open_) return;
+    Json event = Json{{"type", type}, {"sequence_number", sequence_++}};
+    for (auto it = data.begin(); it != data.end(); ++it) event[it.key()] = it.value();
+    open_ = exchange_->Write(absl::StrCat(
+        "event: ", type, "\ndata: ", event.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n"));
+  }
+
+ private:
+  HttpExchange* exchange_;
+  bool open_ = true;
+  int64_t sequence_ = 0;
+};
+
+// The row's end from how the generation went.
+ResponseEnd EndOf(const ResponseRow& row, const ResponseRequest& r, const Generated& g) {
+  ResponseEnd end;
+  end.owner = row.owner;
+  end.response_id = row.id;
+  end.at = absl::ToUnixSeconds(absl::Now());
+  end.usage = ResponseUsage(g.usage).dump();
+  if (g.status.ok()) {
+    end.status = g.finish_reason == "length" && r.settings.max_tokens ? "incomplete" : "completed";
+    if (end.status == "incomplete") end.incomplete_reason = "max_output_tokens";
+  } else if (absl::IsCancelled(g.status)) {
+    end.status = "cancelled";
+  } else {
+    end.status = "failed";
+    end.error = Json{{"code", "server_error"}, {"message", std::string(g.status.message())}}.dump();
+  }
+  return end;
+}
+
+ResponseItemRow OutputRow(const ResponseRow& row, const Json& message, int64_t at) {
+  ResponseItemRow item;
+  item.id = message["id"];
+  item.owner = row.owner;
+  item.created_at = at;
+  item.response_id = row.id;
+  item.kind = "output";
+  item.item = message.dump();
+  return item;
+}
+
+void StartStream(HttpExchange& exchange, ResponseEvents& events, const ResponseRow& row,
+                 const std::string& message_id) {
+  exchange.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+  events.Send("response.created", {{"response", ResponseObject(row, Json::array())}});
+  events.Send("response.in_progress", {{"response", ResponseObject(row, Json::array())}});
+  events.Send("response.output_item.added",
+              {{"output_index", 0}, {"item", OutputMessage(message_id, "in_progress", "")}});
+  events.Send("response.content_part.added",
+              {{"item_id", message_id},
+               {"output_index", 0},
+               {"content_index", 0},
+               {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
+}
+
+void FinishStream(HttpExchange& exchange, ResponseEvents& events, const Json& message, const Json& object) {
+  const std::string id = message["id"];
+  const Json part =
+      message["content"].empty() ? Json{{"type", "output_text"}, {"text", ""}} : message["content"][0];
+  events.Send("response.output_text.done", {{"item_id", id},
+                                            {"output_index", 0},
+                                            {"content_index", 0},
+                                            {"text", part.value("text", "")},
+                                            {"logprobs", Json::array()}});
+  events.Send("response.content_part.done",
+              {{"item_id", id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
+  events.Send("response.output_item.done", {{"output_index", 0}, {"item", message}});
+  const std::string status = object["status"];
+  events.Send(status == "completed"    ? "response.completed"
+              : status == "incomplete" ? "response.incomplete"
+                                       : "response.failed",
+              {{"response", object}});
+  exchange.EndStream();
+}
+
+std::vector<ResponseItemRow> InputRows(const ResponseRow& row, const std::vector<Json>& input) {
+  std::vector<ResponseItemRow> rows;
+  for (const Json& item : input) {
+    ResponseItemRow r;
+    r.id = item["id"];
+    r.owner = row.owner;
+    r.created_at = row.created_at;
+    r.response_id = row.id;
+    r.kind = "input";
+    r.item = item.dump();
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+// The row as it ended (what the store now holds, or would).
+ResponseRow Ended(ResponseRow row, const ResponseEnd& end) {
+  row.status = end.status;
+  row.usage = end.usage;
+  row.error = end.error;
+  row.incomplete_reason = end.incomplete_reason;
+  row.completed_at = end.at;
+  return row;
+}
+
+}  // namespace
+
+void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const HttpRequest& req,
+                    HttpExchange& exchange) {
+  const std::string* request_id = req.Header("x-request-id");
+  CallRecord record(request_id ? *request_id : "", "CreateResponse", ctx.core->metrics());
+  auto gone = [&] { return exchange.ClientGone() || ctx.stopping->load(); };
+  record.SetAbandonedCheck(gone);
+  absl::StatusOr<Prepared> p = Prepare(ctx, call, record);
+  if (!p.ok()) {
+    exchange.Send(openai::ErrorReply(ErrorOf(record.Finish(p.status()))));
+    return;
+  }
+  if (p->request.store) {
+    std::vector<ResponseItemRow> input = InputRows(p->row, p->request.input);
+    if (absl::Status st = ctx.store->CreateResponse(&p->row, &input); !st.ok()) {
+      exchange.Send(openai::ErrorReply(ErrorOf(record.Finish(st))));
+      return;
+    }
+  }
+  const std::string message_id = RandomId("msg_");
+  ResponseEvents events(p->request.stream ? &exchange : nullptr);
+  if (p->request.stream) StartStream(exchange, events, p->row, message_id);
+  auto on_text = [&](const std::string& text) {
+    events.Send("response.output_text.delta", {{"item_id", message_id},
+                                               {"output_index", 0},
+                                               {"content_index", 0},
+                                               {"delta", text},
+                                               {"logprobs", Json::array()}});
+  };
+  Generated g = GenerateReply(*ctx.core, std::move(p->job), call.owner, record, on_text, gone);
+  if (absl::IsCancelled(g.status) && ctx.stopping->load())
+    g.status = absl::UnavailableError("server shutting down");
+  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
+  record.Finish(g.status).IgnoreError();
+  ResponseEnd end = EndOf(p->row, p->request, g);
+  const Json message =
+      OutputMessage(message_id, end.status == "completed" ? "completed" : "incomplete", g.text);
+  end.output.push_back(OutputRow(p->row, message, end.at));
+  if (p->request.store) {
+    if (absl::Status st = ctx.store->FinishResponse(end); !st.ok()) {
+      LOG(WARNING) << "response " << p->row.id << ": its end was not stored: " << st;
+    }
+  }
+  const Json object = ResponseObject(Ended(p->row, end), Json::array({message}));
+  if (p->request.stream) {
+    FinishStream(exchange, events, message, object);
+  } else {
+    exchange.Send(g.status.ok() ? openai::JsonReply(object) : openai::ErrorReply(ErrorOf(g.status)));
+  }
+}
+
+}  // namespace stateful
+}  // namespace shardlm

@@ -1,0 +1,222 @@
+#include "coordinator/stateful/response_request.h"
+
+#include <algorithm>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/random_token.h"
+#include "common/status.h"
+#include "coordinator/openai_wire/response_format.h"
+#include "coordinator/stateful/stateful_params.h"
+
+namespace shardlm {
+namespace stateful {
+namespace {
+
+const std::set<std::string> kKeys = {"model",
+                                     "input",
+                                     "instructions",
+                                     "previous_response_id",
+                                     "store",
+                                     "stream",
+                                     "stream_options",
+                                     "temperature",
+                                     "top_p",
+                                     "max_output_tokens",
+                                     "text",
+                                     "tools",
+                                     "tool_choice",
+                                     "parallel_tool_calls",
+                                     "truncation",
+                                     "metadata",
+                                     "user",
+                                     "background",
+                                     "conversation",
+                                     "include",
+                                     "reasoning",
+                                     "prompt",
+                                     "top_logprobs",
+                                     "service_tier",
+                                     "prompt_cache_key",
+                                     "safety_identifier",
+                                     "max_tool_calls"};
+
+// One input item as stored: a message with its text parts (input_text, or output_text for the assistant).
+absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param) {
+  if (!item.is_object()) return BadParam(param, absl::StrCat(param, " must be an object"));
+  const std::string type = item.value("type", "message");
+  if (type != "message") {
+    return BadParam(param + ".type", absl::StrCat(param, ".type '", type.substr(0, 64),
+                                                  "' is not supported by this server: messages only"));
+  }
+  const std::string role =
+      item.contains("role") && item["role"].is_string() ? item["role"].get<std::string>() : "";
+  if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
+    return BadParam(param + ".role",
+                    absl::StrCat(param, ".role must be user, assistant, system or developer"));
+  }
+  const char* part_type = role == "assistant" ? "output_text" : "input_text";
+  Json parts = Json::array();
+  const Json& content = item.contains("content") ? item["content"] : Json();
+  if (content.is_string()) {
+    parts.push_back(Json{{"type", part_type}, {"text", content}});
+  } else if (content.is_array() && !content.empty()) {
+    for (size_t i = 0; i < content.size(); ++i) {
+      const Json& p = content[i];
+      const std::string pt =
+          p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
+      if ((pt != "input_text" && pt != "output_text" && pt != "text") || !p.contains("text") ||
+          !p["text"].is_string()) {
+        return BadParam(param + ".content", absl::StrCat(param, ".content[", i,
+                                                         "] must be {\"type\": \"input_text\", "
+                                                         "\"text\": \"...\"} (text only on this server)"));
+      }
+      parts.push_back(Json{{"type", part_type}, {"text", p["text"]}});
+    }
+  } else {
+    return BadParam(param + ".content",
+                    absl::StrCat(param, ".content must be a string or a list of text parts"));
+  }
+  if (role == "assistant") {
+    for (Json& p : parts) p["annotations"] = Json::array();
+  }
+  return Json{{"id", RandomId("msg_")},
+              {"type", "message"},
+              {"role", role},
+              {"status", "completed"},
+              {"content", std::move(parts)}};
+}
+
+absl::Status InputInto(const Json& body, ResponseRequest* r) {
+  if (!body.contains("input")) return BadParam("input", "input is required (a string or a list of items)");
+  const Json& input = body["input"];
+  if (input.is_string()) {
+    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(Json{{"role", "user"}, {"content", input}}, "input"));
+    r->input.push_back(std::move(item));
+    return absl::OkStatus();
+  }
+  if (!input.is_array() || input.empty())
+    return BadParam("input", "input must be a string or a non-empty list of items");
+  for (size_t i = 0; i < input.size(); ++i) {
+    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(input[i], absl::StrCat("input[", i, "]")));
+    r->input.push_back(std::move(item));
+  }
+  return absl::OkStatus();
+}
+
+// text: {format: {type: text | json_object | json_schema, name, schema, strict}} (the format is flat here).
+absl::Status TextInto(const Json& body, ResponseRequest* r) {
+  r->config["text"] = Json{{"format", {{"type", "text"}}}};
+  if (!body.contains("text") || body["text"].is_null()) return absl::OkStatus();
+  const Json& text = body["text"];
+  if (!text.is_object()) return BadParam("text", "text must be an object");
+  if (!text.contains("format")) return absl::OkStatus();
+  const Json& f = text["format"];
+  Json as_response_format = f;
+  if (f.is_object() && f.value("type", "") == "json_schema") {
+    as_response_format = Json{{"type", "json_schema"}, {"json_schema", {{"name", f.value("name", "")}}}};
+    if (f.contains("schema")) as_response_format["json_schema"]["schema"] = f["schema"];
+  }
+  ConstraintSpec unused;
+  std::string error;
+  if (!openai::ConstraintFromFormat(as_response_format, &unused, &error)) {
+    return BadParam("text.format",
+                    "text.format must be {type: text}, {type: json_object} or {type: json_schema, "
+                    "name, schema}");
+  }
+  r->settings.format = as_response_format;
+  r->settings.format_param = "text.format";
+  r->config["text"] = Json{{"format", f}};
+  return absl::OkStatus();
+}
+
+absl::Status RefusedFields(const Json& body) {
+  auto given = [&](const char* key) {
+    return body.contains(key) && !body[key].is_null() && !(body[key].is_structured() && body[key].empty()) &&
+           body[key] != false && body[key] != 0;
+  };
+  if (given("tools"))
+    return BadParam("tools", "tools are not supported yet by the Responses API of this server");
+  if (given("background"))
+    return BadParam("background", "background responses are not supported yet by this server");
+  if (given("conversation"))
+    return BadParam("conversation", "conversations are not supported yet by this server");
+  if (given("include")) return BadParam("include", "include is not supported by this server");
+  if (given("reasoning")) return BadParam("reasoning", "the model does not reason");
+  if (given("prompt")) return BadParam("prompt", "stored prompts are not supported by this server");
+  if (given("top_logprobs"))
+    return BadParam("top_logprobs", "top_logprobs is not supported yet by the Responses API");
+  if (body.contains("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
+    return BadParam("tool_choice", "tool_choice must be \"none\" or \"auto\" without tools");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
+                                                     const std::vector<std::string>& model_names) {
+  ResponseRequest r;
+  SHARDLM_RETURN_IF_ERROR(OnlyKnown(body, kKeys));
+  SHARDLM_RETURN_IF_ERROR(RefusedFields(body));
+  if (!body.contains("model") || !body["model"].is_string())
+    return BadParam("model", "model is required (a string)");
+  r.model = body["model"].get<std::string>();
+  if (std::find(model_names.begin(), model_names.end(), r.model) == model_names.end()) {
+    return BadParam(
+        "model", absl::StrCat("The model '", r.model.substr(0, 128), "' does not exist; this server serves '",
+                              absl::StrJoin(model_names, "', '"), "'"));
+  }
+  SHARDLM_ASSIGN_OR_RETURN(std::optional<std::string> instructions,
+                           OptionalText(body, "instructions", kMaxInstructionsChars));
+  r.instructions = instructions.value_or("");
+  SHARDLM_RETURN_IF_ERROR(InputInto(body, &r));
+  SHARDLM_ASSIGN_OR_RETURN(r.previous_response_id, OptionalText(body, "previous_response_id", 128));
+  for (const char* key : {"store", "stream", "parallel_tool_calls"}) {
+    if (body.contains(key) && !body[key].is_null() && !body[key].is_boolean()) {
+      return BadParam(key, absl::StrCat(key, " must be true or false"));
+    }
+  }
+  r.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
+  r.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
+  SHARDLM_ASSIGN_OR_RETURN(r.settings.temperature, OptionalNumber(body, "temperature", 0, 2));
+  SHARDLM_ASSIGN_OR_RETURN(r.settings.top_p, OptionalNumber(body, "top_p", 0, 1));
+  if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) {
+    if (!body["max_output_tokens"].is_number_integer() || body["max_output_tokens"].get<int64_t>() < 1) {
+      return BadParam("max_output_tokens", "max_output_tokens must be an integer of at least 1");
+    }
+    r.settings.max_tokens = body["max_output_tokens"].get<int64_t>();
+  }
+  const std::string truncation = body.contains("truncation") && body["truncation"].is_string()
+                                     ? body["truncation"].get<std::string>()
+                                     : "disabled";
+  if (truncation != "auto" && truncation != "disabled")
+    return BadParam("truncation", "truncation must be \"auto\" or \"disabled\"");
+  r.truncation_auto = truncation == "auto";
+  SHARDLM_RETURN_IF_ERROR(TextInto(body, &r));
+  SHARDLM_ASSIGN_OR_RETURN(std::string metadata, MetadataOf(body));
+  Json& c = r.config;
+  c["model"] = r.model;
+  c["instructions"] = instructions ? Json(*instructions) : Json();
+  c["temperature"] = r.settings.temperature.value_or(1.0);
+  c["top_p"] = r.settings.top_p.value_or(1.0);
+  c["max_output_tokens"] = r.settings.max_tokens ? Json(*r.settings.max_tokens) : Json();
+  c["truncation"] = truncation;
+  c["metadata"] = Json::parse(metadata);
+  c["store"] = r.store;
+  c["parallel_tool_calls"] = body.value("parallel_tool_calls", true);
+  c["user"] = body.contains("user") && body["user"].is_string() ? body["user"] : Json();
+  return r;
+}
+
+Json TurnOf(const Json& item) {
+  std::string text;
+  for (const Json& part : item["content"]) absl::StrAppend(&text, part.value("text", ""));
+  std::string role = item.value("role", "user");
+  if (role == "developer") role = "system";
+  return Json{{"role", role}, {"content", text}};
+}
+
+}  // namespace stateful
+}  // namespace shardlm

@@ -1,0 +1,52 @@
+// /v1/responses/{id}: retrieve, delete, input items, cancel (client.responses). A create
+// (POST /v1/responses) is response_execution.h's.
+#include "absl/strings/str_cat.h"
+#include "common/status.h"
+#include "coordinator/stateful/objects.h"
+#include "coordinator/stateful/response_objects.h"
+#include "coordinator/stateful/stateful_params.h"
+#include "coordinator/stateful/stateful_routes.h"
+
+namespace shardlm {
+namespace stateful {
+namespace {
+
+absl::StatusOr<Json> Retrieve(const StatefulContext& ctx, const StatefulCall& call, const std::string& id) {
+  SHARDLM_RETURN_IF_ERROR(ListQueryOf(call.query, {"include[]"}).status());
+  if (call.query.count("stream") && call.query.at("stream") == "true") {
+    return BadParam("stream", "streaming a stored response again is not supported by this server");
+  }
+  SHARDLM_ASSIGN_OR_RETURN(ResponseRow row, ctx.store->GetResponse(call.owner, id));
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<ResponseItemRow> output,
+                           ctx.store->ResponseItems(call.owner, id, "output"));
+  Json items = Json::array();
+  for (const ResponseItemRow& item : output) items.push_back(Json::parse(item.item));
+  return ResponseObject(row, items);
+}
+
+}  // namespace
+
+absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCall& call) {
+  const auto& path = call.path;
+  if (path.size() < 2) return InvalidUrl(call);
+  const std::string& id = path[1];
+  if (path.size() == 2 && call.method == "GET") return Retrieve(ctx, call, id);
+  if (path.size() == 2 && call.method == "DELETE") {
+    SHARDLM_RETURN_IF_ERROR(ctx.store->DeleteResponse(call.owner, id));
+    return Json{{"id", id}, {"object", "response"}, {"deleted", true}};
+  }
+  if (path.size() == 3 && path[2] == "input_items" && call.method == "GET") {
+    SHARDLM_ASSIGN_OR_RETURN(ListQuery q, ListQueryOf(call.query, {"include[]"}));
+    SHARDLM_ASSIGN_OR_RETURN(ListPage<ResponseItemRow> page,
+                             ctx.store->ListResponseItems(call.owner, id, "input", q));
+    return ListObject(page, [](const ResponseItemRow& item) { return Json::parse(item.item); });
+  }
+  if (path.size() == 3 && path[2] == "cancel" && call.method == "POST") {
+    SHARDLM_RETURN_IF_ERROR(ctx.store->GetResponse(call.owner, id).status());
+    return BadParam("response_id", "Only responses created with background=true can be cancelled.");
+  }
+  return InvalidUrl(call);
+}
+
+}  // namespace stateful
+}  // namespace shardlm

@@ -374,6 +374,7 @@ void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, Servi
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
   core.StartDraining();
+  if (stateful != nullptr) stateful->StartDraining();  // queued runs wait for the next start
   group.BeginShutdown();
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(f.shutdown_grace_s);
   while ((metrics.calls_in_flight() > 0 || loop.pending() > 0) && std::chrono::steady_clock::now() < until) {

@@ -103,8 +103,14 @@ class StateStore {
   // no such response.
   absl::StatusOr<std::vector<ResponseItemRow>> ResponseChain(const std::string& owner, const std::string& id);
 
+  // The thread's active run, if any.
+  absl::StatusOr<std::optional<std::string>> ActiveRun(const std::string& owner,
+                                                       const std::string& thread_id);
+
   // Serve instances (store_instances.cc): each heartbeats while it runs runs.
   absl::Status Heartbeat(const std::string& instance, const std::string& host, int64_t pid, int64_t now_s);
+  // A clean stop: nothing of the instance's is left to reap.
+  absl::Status RemoveInstance(const std::string& instance);
   // The active runs of instances that stopped (no heartbeat since `stale_before_s`, or on this
   // host with their pid gone): in_progress -> failed ("the server running this run stopped"),
   // cancelling -> cancelled; queued runs move to `instance` and are returned, to be run.

@@ -31,11 +31,18 @@ absl::Status StateStore::Heartbeat(const std::string& instance, const std::strin
   });
 }
 
+absl::Status StateStore::RemoveInstance(const std::string& instance) {
+  return db_->Write([&](SqlTx& tx) -> absl::Status {
+    return tx.Exec("DELETE FROM instances WHERE id = ?", {instance}).status();
+  });
+}
+
 absl::StatusOr<std::vector<RunRow>> StateStore::ReapRuns(const std::string& instance, const std::string& host,
                                                          int64_t now_s, int64_t stale_before_s,
                                                          const std::function<bool(int64_t pid)>& pid_alive) {
   std::vector<RunRow> queued;
   SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    queued.clear();  // a busy database runs this again
     SHARDLM_ASSIGN_OR_RETURN(
         std::vector<SqlRow> runners,
         tx.Query(absl::StrCat("SELECT DISTINCT runner FROM runs WHERE runner IS NOT NULL AND runner <> ? AND "

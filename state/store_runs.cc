@@ -234,6 +234,21 @@ absl::Status StateStore::FinishRun(const RunEnd& end) {
   });
 }
 
+absl::StatusOr<std::optional<std::string>> StateStore::ActiveRun(const std::string& owner,
+                                                                 const std::string& thread_id) {
+  std::optional<std::string> out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query(absl::StrCat("SELECT id FROM runs WHERE owner = ? AND thread_id = ? AND status IN ",
+                              kActiveRunStatuses),
+                 {owner, thread_id}));
+    if (!rows.empty()) out = SqlText(rows[0][0]);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<ListPage<RunStepRow>> StateStore::ListRunSteps(const std::string& owner,
                                                               const std::string& thread_id,
                                                               const std::string& run_id, const ListQuery& q) {

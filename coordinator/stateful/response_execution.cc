@@ -1,5 +1,8 @@
 #include "coordinator/stateful/response_execution.h"
 
+#include <chrono>
+#include <thread>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -90,7 +93,8 @@ ResponseEnd EndOf(const ResponseRow& row, const ResponseRequest& r, const Genera
     end.status = "cancelled";
   } else {
     end.status = "failed";
-    end.error = Json{{"code", "server_error"}, {"message", std::string(g.status.message())}}.dump();
+    end.error = Json{{"code", "server_error"}, {"message", std::string(g.status.message())}}.dump(
+        -1, ' ', false, Json::error_handler_t::replace);
   }
   return end;
 }
@@ -155,6 +159,18 @@ std::vector<ResponseItemRow> InputRows(const ResponseRow& row, const std::vector
   return rows;
 }
 
+// Writes the end, retrying a busy database; a last failure is logged (the reaper of a later
+// start marks the response failed).
+void StoreEnd(StateStore& store, const ResponseEnd& end) {
+  absl::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    st = store.FinishResponse(end);
+    if (st.ok()) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+  }
+  LOG(WARNING) << "response " << end.response_id << ": its end was not stored: " << st;
+}
+
 // The row as it ended (what the store now holds, or would).
 ResponseRow Ended(ResponseRow row, const ResponseEnd& end) {
   row.status = end.status;
@@ -204,11 +220,7 @@ void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const 
   const Json message =
       OutputMessage(message_id, end.status == "completed" ? "completed" : "incomplete", g.text);
   end.output.push_back(OutputRow(p->row, message, end.at));
-  if (p->request.store) {
-    if (absl::Status st = ctx.store->FinishResponse(end); !st.ok()) {
-      LOG(WARNING) << "response " << p->row.id << ": its end was not stored: " << st;
-    }
-  }
+  if (p->request.store) StoreEnd(*ctx.store, end);
   const Json object = ResponseObject(Ended(p->row, end), Json::array({message}));
   if (p->request.stream) {
     FinishStream(exchange, events, message, object);

@@ -45,7 +45,9 @@ const std::set<std::string> kKeys = {"model",
 // One input item as stored: a message with its text parts (input_text, or output_text for the assistant).
 absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param) {
   if (!item.is_object()) return BadParam(param, absl::StrCat(param, " must be an object"));
-  const std::string type = item.value("type", "message");
+  if (item.contains("type") && !item["type"].is_string())
+    return BadParam(param + ".type", param + ".type must be a string");
+  const std::string type = item.contains("type") ? item["type"].get<std::string>() : "message";
   if (type != "message") {
     return BadParam(param + ".type", absl::StrCat(param, ".type '", type.substr(0, 64),
                                                   "' is not supported by this server: messages only"));
@@ -114,8 +116,10 @@ absl::Status TextInto(const Json& body, ResponseRequest* r) {
   if (!text.contains("format")) return absl::OkStatus();
   const Json& f = text["format"];
   Json as_response_format = f;
-  if (f.is_object() && f.value("type", "") == "json_schema") {
-    as_response_format = Json{{"type", "json_schema"}, {"json_schema", {{"name", f.value("name", "")}}}};
+  if (f.is_object() && f.contains("type") && f["type"] == "json_schema") {
+    as_response_format =
+        Json{{"type", "json_schema"},
+             {"json_schema", {{"name", f.contains("name") && f["name"].is_string() ? f["name"] : Json("")}}}};
     if (f.contains("schema")) as_response_format["json_schema"]["schema"] = f["schema"];
   }
   ConstraintSpec unused;
@@ -205,7 +209,9 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
   c["truncation"] = truncation;
   c["metadata"] = Json::parse(metadata);
   c["store"] = r.store;
-  c["parallel_tool_calls"] = body.value("parallel_tool_calls", true);
+  c["parallel_tool_calls"] = body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean()
+                                 ? body["parallel_tool_calls"]
+                                 : Json(true);
   c["user"] = body.contains("user") && body["user"].is_string() ? body["user"] : Json();
   return r;
 }

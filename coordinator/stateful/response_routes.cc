@@ -12,7 +12,7 @@ namespace stateful {
 namespace {
 
 absl::StatusOr<Json> Retrieve(const StatefulContext& ctx, const StatefulCall& call, const std::string& id) {
-  SHARDLM_RETURN_IF_ERROR(ListQueryOf(call.query, {"include[]"}).status());
+  SHARDLM_RETURN_IF_ERROR(ListQueryOf(call.query, {"include[]", "stream", "starting_after"}).status());
   if (call.query.count("stream") && call.query.at("stream") == "true") {
     return BadParam("stream", "streaming a stored response again is not supported by this server");
   }

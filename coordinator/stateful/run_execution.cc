@@ -1,6 +1,9 @@
 // RunExecutor::Execute: one run from queued to its end (docs/stateful_apis.md sections 4 and 6).
 #include <algorithm>
+#include <chrono>
 #include <climits>
+#include <exception>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -55,7 +58,8 @@ RunEnd EndOf(const RunRow& run, const Json& config, const Generated& g, MessageR
   } else {
     end.status = "failed";
     const char* code = absl::IsInvalidArgument(g.status) ? "invalid_prompt" : "server_error";
-    end.last_error = Json{{"code", code}, {"message", std::string(g.status.message())}}.dump();
+    end.last_error = Json{{"code", code}, {"message", std::string(g.status.message())}}.dump(
+        -1, ' ', false, Json::error_handler_t::replace);
   }
   const Json usage = {{"prompt_tokens", g.usage.prompt_tokens},
                       {"completion_tokens", g.usage.generated_tokens},
@@ -110,18 +114,68 @@ RunStepRow StepOf(const RunRow& run, const MessageRow& message) {
   return step;
 }
 
+// A run that failed before it generated: no reply, no step.
+RunEnd FailedEnd(const RunRow& run, const std::string& why) {
+  RunEnd end;
+  end.owner = run.owner;
+  end.run_id = run.id;
+  end.status = "failed";
+  end.at = NowS();
+  end.last_error =
+      Json{{"code", "server_error"}, {"message", why}}.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return end;
+}
+
 void Tell(RunEventSink* events, const std::string& name, const Json& data) {
   if (events != nullptr) events->Send(name, data);
 }
 
 }  // namespace
 
-void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
+bool RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
+  // Tracked before the claim, so that a cancel arriving right after it is not lost.
+  std::shared_ptr<std::atomic<bool>> cancel = Track(queued.id);
+  bool ran = false;
+  try {
+    ran = ExecuteClaimed(queued, cancel, events);
+  } catch (const std::exception& e) {
+    LOG(ERROR) << "run " << queued.id << ": " << e.what();
+    WriteEnd(FailedEnd(queued, "internal error"));
+    ran = true;
+  }
+  Untrack(queued.id);
+  return ran;
+}
+
+void RunExecutor::WriteEnd(const RunEnd& end) {
+  absl::Status st;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    st = store_->FinishRun(end);
+    if (st.ok() || absl::IsNotFound(st)) return;  // NOT_FOUND: deleted with its thread meanwhile
+    std::this_thread::sleep_for(std::chrono::milliseconds(200 << attempt));
+  }
+  LOG(WARNING) << "run " << end.run_id << ": its end was not stored: " << st;
+}
+
+bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atomic<bool>> cancel,
+                                 RunEventSink* events) {
   absl::StatusOr<bool> claimed = store_->ClaimRun(queued.id, instance_, NowS());
-  if (!claimed.ok() || !*claimed) return;  // cancelled, deleted or taken meanwhile
+  if (!claimed.ok()) {
+    // The database is busy or gone: the run stays queued, and runs once it answers again.
+    LOG(WARNING) << "run " << queued.id << ": not claimed: " << claimed.status();
+    if (!shutting_down_.load()) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      Enqueue(queued);
+    }
+    return false;
+  }
+  if (!*claimed) return false;  // cancelled, deleted or taken meanwhile
   absl::StatusOr<RunRow> run = store_->GetRun(queued.owner, queued.thread_id, queued.id);
-  if (!run.ok()) return;
-  std::shared_ptr<std::atomic<bool>> cancel = Track(run->id);
+  if (!run.ok()) {
+    WriteEnd(FailedEnd(queued, std::string(run.status().message())));
+    return true;
+  }
+  if (run->status == "cancelling") cancel->store(true);
   Tell(events, "thread.run.in_progress", RunObject(*run));
   const Json config = Json::parse(run->config);
   CallRecord call("", "ThreadRun", core_->metrics());
@@ -167,9 +221,7 @@ void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
     end.message.reset();
     end.step.reset();
   }
-  absl::Status written = store_->FinishRun(end);
-  Untrack(run->id);
-  if (!written.ok()) LOG(WARNING) << "run " << run->id << ": its end was not stored: " << written;
+  WriteEnd(end);
   if (made_reply) {
     const std::string kind = end.message->status == "completed" ? "completed" : "incomplete";
     Tell(events, "thread.message." + kind, MessageObject(*end.message));
@@ -177,6 +229,7 @@ void RunExecutor::Execute(const RunRow& queued, RunEventSink* events) {
   }
   absl::StatusOr<RunRow> final_run = store_->GetRun(run->owner, run->thread_id, run->id);
   if (final_run.ok()) Tell(events, "thread.run." + final_run->status, RunObject(*final_run));
+  return true;
 }
 
 }  // namespace stateful

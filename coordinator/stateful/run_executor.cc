@@ -43,14 +43,24 @@ RunExecutor::~RunExecutor() {
   if (heartbeat_.joinable()) heartbeat_.join();
 }
 
+void RunExecutor::StopClaiming() {
+  std::lock_guard<std::mutex> lock(mu_);
+  claiming_ = false;
+}
+
 void RunExecutor::Stop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
     stopping_ = true;
+    claiming_ = false;
     shutting_down_ = true;
     for (auto& [id, flag] : running_) flag->store(true);
   }
   wake_.notify_all();
+  beat_.notify_all();
+  absl::Status st = store_->RemoveInstance(instance_);  // a clean stop leaves no row to reap
+  if (!st.ok()) LOG(WARNING) << "state: this instance's row was not removed: " << st;
 }
 
 absl::Status RunExecutor::Start() {
@@ -81,7 +91,7 @@ void RunExecutor::Work() {
     RunRow run;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      wake_.wait(lock, [this] { return stopping_ || (claiming_ && !queue_.empty()); });
       if (stopping_) return;  // queued runs stay queued in the store: the next start runs them
       run = std::move(queue_.front());
       queue_.pop_front();
@@ -92,7 +102,7 @@ void RunExecutor::Work() {
 
 void RunExecutor::Heartbeats() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!wake_.wait_for(lock, std::chrono::seconds(kHeartbeatS), [this] { return stopping_; })) {
+  while (!beat_.wait_for(lock, std::chrono::seconds(kHeartbeatS), [this] { return stopping_; })) {
     lock.unlock();
     absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowS());
     if (!st.ok()) LOG(WARNING) << "state: heartbeat not stored: " << st;

@@ -56,19 +56,26 @@ class RunExecutor {
   // starts the threads.
   absl::Status Start();
   void Enqueue(const RunRow& run);
+  // Draining: queued runs stay queued (the next start runs them); those generating go on.
+  void StopClaiming();
   // Cancels the runs generating here (written failed: "server shutting down"), streamed ones
   // too, and takes no more from the queue. The destructor then waits for the threads.
   void Stop();
   // Stops run `id` within one engine step when it generates here.
   void Cancel(const std::string& id);
   // Runs queued `run` on this thread to its end; `events` (may be null) hears each event.
-  void Execute(const RunRow& run, RunEventSink* events);
+  // False when it did not run (cancelled, deleted or claimed elsewhere meanwhile).
+  bool Execute(const RunRow& run, RunEventSink* events);
   const openai::ModelContext& model() const { return options_.model; }
   // This serve's id in the store: a run it queues names it as its runner.
   const std::string& instance() const { return instance_; }
 
  private:
   void Work();
+  // Execute's body; exceptions (a stored column that does not parse, memory) are Execute's.
+  bool ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atomic<bool>> cancel, RunEventSink* events);
+  // Writes the end of run `run_id`, retrying a busy database; a last failure is logged.
+  void WriteEnd(const RunEnd& end);
   void Heartbeats();
   void Reap();
   std::shared_ptr<std::atomic<bool>> Track(const std::string& id);
@@ -81,10 +88,12 @@ class RunExecutor {
   std::string host_;
 
   std::mutex mu_;
-  std::condition_variable wake_;
+  std::condition_variable wake_;  // workers: a run was queued, or stop
+  std::condition_variable beat_;  // the heartbeat thread: stop
   std::deque<RunRow> queue_;
   std::map<std::string, std::shared_ptr<std::atomic<bool>>> running_;  // run id -> its cancel flag
   bool stopping_ = false;
+  bool claiming_ = true;
   std::atomic<bool> shutting_down_{false};
   std::vector<std::thread> threads_;
   std::thread heartbeat_;

@@ -104,7 +104,9 @@ absl::StatusOr<Json> ConfigOf(const StatefulContext& ctx, const Json& body, cons
   if (body.contains("parallel_tool_calls") && !body["parallel_tool_calls"].is_boolean()) {
     return BadParam("parallel_tool_calls", "parallel_tool_calls must be true or false");
   }
-  c["parallel_tool_calls"] = body.value("parallel_tool_calls", true);
+  c["parallel_tool_calls"] = body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean()
+                                 ? body["parallel_tool_calls"]
+                                 : Json(true);
   return c;
 }
 

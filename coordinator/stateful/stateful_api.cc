@@ -60,6 +60,10 @@ absl::StatusOr<std::unique_ptr<StatefulApi>> StatefulApi::Start(ServingCore* cor
   return api;
 }
 
+void StatefulApi::StartDraining() {
+  if (runs_ != nullptr) runs_->StopClaiming();
+}
+
 void StatefulApi::Stop() {
   stopping_ = true;
   if (runs_ != nullptr) runs_->Stop();
@@ -105,10 +109,18 @@ void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
   }
   SseRunEvents events(exchange);
   if (exchange.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) {
+    if (call.path.size() == 2) {  // create-and-run: the thread first
+      absl::StatusOr<ThreadRow> thread = ctx_.store->GetThread(call.owner, run->thread_id);
+      if (thread.ok()) events.Send("thread.created", stateful::ThreadObject(*thread));
+    }
     events.Send("thread.run.created", stateful::RunObject(*run));
     events.Send("thread.run.queued", stateful::RunObject(*run));
   }
-  runs_->Execute(*run, &events);
+  if (!runs_->Execute(*run, &events)) {
+    // It did not run here (cancelled while queued): its end as stored.
+    absl::StatusOr<RunRow> now = ctx_.store->GetRun(call.owner, run->thread_id, run->id);
+    if (now.ok()) events.Send("thread.run." + now->status, stateful::RunObject(*now));
+  }
   events.Write("event: done\ndata: [DONE]\n\n");
   exchange.EndStream();
 }

@@ -37,6 +37,8 @@ class StatefulApi {
   // Otherwise the run executor starts (it reaps the runs of servers that stopped).
   static absl::StatusOr<std::unique_ptr<StatefulApi>> Start(ServingCore* core, StateStore* store,
                                                             StatefulOptions options);
+  // Draining: queued runs stay queued for the next start; those generating may finish.
+  void StartDraining();
   // Cancels the runs generating (before the HTTP server stops: streamed runs hold its threads).
   void Stop();
 

@@ -4,6 +4,7 @@
 #include "common/random_token.h"
 #include "common/status.h"
 #include "coordinator/stateful/objects.h"
+#include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_params.h"
 #include "coordinator/stateful/stateful_routes.h"
 
@@ -158,7 +159,10 @@ absl::StatusOr<Json> ThreadsRoute(const StatefulContext& ctx, const StatefulCall
   }
   if (call.method == "POST") return ModifyThread(ctx, call, id);
   if (call.method == "DELETE") {
+    // A run still generating for it is stopped: nobody can read what it would write.
+    SHARDLM_ASSIGN_OR_RETURN(std::optional<std::string> active, ctx.store->ActiveRun(call.owner, id));
     SHARDLM_RETURN_IF_ERROR(ctx.store->DeleteThread(call.owner, id));
+    if (active) ctx.runs->Cancel(*active);
     return DeletedObject(id, "thread");
   }
   return InvalidUrl(call);

@@ -23,10 +23,12 @@ Cases:
               runs list, retrieve, update; create-and-run; response_format json_schema gives
               JSON valid against the schema (Python's jsonschema)
   stream      runs.stream with an AssistantEventHandler: OpenAI's event names in order, the
-              deltas join to the stored reply, the final run is the stored run
+              deltas join to the stored reply, the final run is the stored run; a streamed
+              create-and-run starts with thread.created
   cancel      a long run cancelled while generating ends cancelled (its reply incomplete,
               run_cancelled) and nothing keeps running (/metrics: no request running, no call
-              in flight); while a run is active a second run and a new message are 400
+              in flight); while a run is active a second run and a new message are 400;
+              deleting a thread stops the run generating for it
   concurrent  runs on two threads at once both complete, each with its own thread's reply
   responses   the Responses API through client.responses: text and item input give chat
               completions' text for the same messages (instructions as the system message,
@@ -326,6 +328,16 @@ def metric(srv, name):
     return None
 
 
+def settled(srv, seconds=10):
+    """True once no request runs and no call is in flight (the gauges follow the engine's step)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if metric(srv, "shardlm_requests_running") == 0 and metric(srv, "shardlm_calls_in_flight") == 0:
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def case_runs(ctx, c):
     srv = ctx.shared()
     oa = client(srv)
@@ -465,6 +477,13 @@ def case_stream(ctx, c):
     run = oa.beta.threads.runs.retrieve(final.id, thread_id=t.id)
     c.check(final.status == run.status == "incomplete" and final.usage.completion_tokens == 12,
             "the final run is the stored run")
+    rec2 = Recorder()
+    with oa.beta.threads.create_and_run_stream(assistant_id=a.id, max_completion_tokens=4, event_handler=rec2,
+                                               thread={"messages": [{"role": "user", "content": "hi"}]}) as s2:
+        s2.until_done()
+    c.check(rec2.names[:3] == ["thread.created", "thread.run.created", "thread.run.queued"] and
+            rec2.names[-1] == "thread.run.incomplete", "create-and-run streamed starts with thread.created: %s" %
+            rec2.names[:3])
 
 
 def long_run(oa, a, t):
@@ -492,14 +511,19 @@ def case_cancel(ctx, c):
     c.check(reply.status == "incomplete" and reply.incomplete_details.reason == "run_cancelled",
             "its reply is incomplete (run_cancelled) with the text so far (%d characters)" %
             len(reply.content[0].text.value))
-    c.check(metric(srv, "shardlm_requests_running") == 0 and metric(srv, "shardlm_calls_in_flight") == 0,
-            "nothing keeps running: requests_running %s, calls_in_flight %s" %
+    c.check(settled(srv), "nothing keeps running within 10 s: requests_running %s, calls_in_flight %s" %
             (metric(srv, "shardlm_requests_running"), metric(srv, "shardlm_calls_in_flight")))
     expect_error(c, lambda: oa.beta.threads.runs.cancel(run.id, thread_id=t.id), 400, None,
                  "cancelling an ended run is 400", "Cannot cancel run with status 'cancelled'")
     after = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=4,
                                                  poll_interval_ms=50)
     c.check(after.status == "incomplete", "the thread goes on (%s)" % after.status)
+    # Deleting a thread stops the run generating for it.
+    gone = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+    busy = long_run(oa, a, gone)
+    oa.beta.threads.delete(gone.id)
+    c.check(busy.status == "in_progress" and settled(srv),
+            "deleting a thread stops its run (requests_running %s)" % metric(srv, "shardlm_requests_running"))
 
 
 def case_concurrent(ctx, c):

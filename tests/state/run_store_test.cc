@@ -33,8 +33,11 @@ class RunStoreTest : public ::testing::Test {
 };
 
 TEST_F(RunStoreTest, AThreadHasOneActiveRunAtATime) {
+  EXPECT_FALSE(store_->ActiveRun("k", "thread_1").value().has_value());
   RunRow first = Run("run_1");
   ASSERT_TRUE(store_->CreateRun(&first, &none_).ok());
+  EXPECT_EQ(store_->ActiveRun("k", "thread_1").value(), "run_1");
+  EXPECT_FALSE(store_->ActiveRun("j", "thread_1").value().has_value()) << "another owner's";
   RunRow second = Run("run_2");
   absl::Status st = store_->CreateRun(&second, &none_);
   ASSERT_TRUE(absl::IsFailedPrecondition(st)) << st;

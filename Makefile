@@ -28,14 +28,15 @@ test: build
 # The CUDA variant (docs/gpu.md), on this CPU machine: configured against the venv's PyTorch
 # 2.11.0 (CUDA 13) and NVIDIA's CUDA 13 wheels, built (nvcc compiles every .cu file), checked for
 # library clashes, packed for a GPU machine and preflighted, then the CPU suite run against it,
-# less the checks of host-only code it shares with the CPU build (tests/CMakeLists.txt: host_code).
+# less the checks of host-only code it shares with the CPU build (tests/CMakeLists.txt: host_code;
+# not even built there) and the two the CPU build alone runs (cpu_variant).
 test-cuda: setup
 	bash scripts/cuda/configure.sh $(CUDA_BUILD) >/dev/null
 	cmake --build $(CUDA_BUILD) -j $(JOBS)
 	bash scripts/cuda/check_build.sh $(CUDA_BUILD)
 	bash scripts/gpu/pack.sh $(CUDA_BUILD)
 	SHARDLM_PYTHON=.venv/bin/python bash scripts/gpu/preflight.sh
-	cd $(CUDA_BUILD) && ctest --output-on-failure -j $(JOBS) -LE host_code
+	cd $(CUDA_BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'host_code|cpu_variant'
 
 bench: build
 	$(BUILD)/shardlm_kernels_bench

@@ -13,7 +13,7 @@
 namespace shardlm {
 namespace {
 
-using Kind = ConstraintSpec::Kind;
+using ConstraintKind = ConstraintSpec::Kind;
 
 // A flag's file, its errors named by the flag (InvalidArgument: exit 2).
 absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::string& path) {
@@ -24,9 +24,9 @@ absl::StatusOr<std::string> ReadFlagFile(const std::string& flag, const std::str
 
 }  // namespace
 
-std::string ConstraintFlag(Kind kind) {
+std::string ConstraintFlag(ConstraintKind kind) {
   // The batch key (the gRPC field) with dashes: json_schema -> --json-schema.
-  if (kind == Kind::kNone) return "";
+  if (kind == ConstraintKind::kNone) return "";
   return "--" + absl::StrReplaceAll(std::string(KindName(kind)), {{"_", "-"}});
 }
 
@@ -49,21 +49,21 @@ absl::StatusOr<ConstraintSpec> ConstraintFromFlags(const ConstraintFlags& f) {
         "give at most one of --json-schema, --json-object, --regex, --grammar and --choice");
   }
   if (f.json_schema) {
-    spec.kind = Kind::kJsonSchema;
+    spec.kind = ConstraintKind::kJsonSchema;
     SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--json-schema", *f.json_schema));
     if (!nlohmann::json::accept(spec.text)) {
       return absl::InvalidArgumentError(absl::StrCat("--json-schema: ", *f.json_schema, " is not JSON"));
     }
   } else if (f.json_object) {
-    spec.kind = Kind::kJsonObject;
+    spec.kind = ConstraintKind::kJsonObject;
   } else if (f.regex) {
-    spec.kind = Kind::kRegex;
+    spec.kind = ConstraintKind::kRegex;
     spec.text = *f.regex;
   } else if (f.grammar) {
-    spec.kind = Kind::kGrammar;
+    spec.kind = ConstraintKind::kGrammar;
     SHARDLM_ASSIGN_OR_RETURN(spec.text, ReadFlagFile("--grammar", *f.grammar));
   } else if (f.choice) {
-    spec.kind = Kind::kChoice;
+    spec.kind = ConstraintKind::kChoice;
     const std::string& text = *f.choice;
     const nlohmann::json list = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (list.is_array()) {

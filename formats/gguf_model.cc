@@ -35,7 +35,7 @@ constexpr std::pair<const char*, const char*> kArchitectures[] = {
     {"qwen3", "Qwen3ForCausalLM"},
 };
 
-absl::Status Bad(const std::string& label, const std::string& what) {
+absl::Status BadGguf(const std::string& label, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat("GGUF file ", label, ": ", what));
 }
 
@@ -44,14 +44,14 @@ absl::StatusOr<std::string> Dump(const json& root, const std::string& label, con
   try {
     return root.dump();
   } catch (const nlohmann::json::exception& e) {
-    return Bad(label, what + " is not valid UTF-8 (" + e.what() + ")");
+    return BadGguf(label, what + " is not valid UTF-8 (" + e.what() + ")");
   }
 }
 
 absl::StatusOr<std::string> GetString(const GgufHeader& h, const std::string& key, const std::string& label) {
   const GgufValue* v = h.Find(key);
-  if (v == nullptr) return Bad(label, "missing metadata '" + key + "'");
-  if (v->type != GgufValueType::kString) return Bad(label, "metadata '" + key + "' must be a string");
+  if (v == nullptr) return BadGguf(label, "missing metadata '" + key + "'");
+  if (v->type != GgufValueType::kString) return BadGguf(label, "metadata '" + key + "' must be a string");
   return v->s;
 }
 
@@ -60,10 +60,10 @@ absl::StatusOr<int64_t> GetInt(const GgufHeader& h, const std::string& key, cons
                                int64_t fallback = -1) {
   const GgufValue* v = h.Find(key);
   if (v == nullptr) {
-    if (fallback < 0) return Bad(label, "missing metadata '" + key + "'");
+    if (fallback < 0) return BadGguf(label, "missing metadata '" + key + "'");
     return fallback;
   }
-  if (!v->is_integer()) return Bad(label, "metadata '" + key + "' must be an integer");
+  if (!v->is_integer()) return BadGguf(label, "metadata '" + key + "' must be an integer");
   return v->i;
 }
 
@@ -128,8 +128,8 @@ absl::Status PreTokenizerFor(const std::string& pre, const std::string& label, j
     (*root)["pre_tokenizer"] = {{"type", "Sequence"},
                                 {"pretokenizers", {Split(kQwen2Split), ByteLevel(false)}}};
   } else {
-    return Bad(label, "tokenizer.ggml.pre '" + pre +
-                          "' is not supported (supported: gpt-2, smollm, llama-bpe, qwen2)");
+    return BadGguf(label, "tokenizer.ggml.pre '" + pre +
+                              "' is not supported (supported: gpt-2, smollm, llama-bpe, qwen2)");
   }
   (*root)["model"]["ignore_merges"] = ignore_merges;
   return absl::OkStatus();
@@ -146,15 +146,15 @@ absl::StatusOr<GgufVocab> ReadVocab(const GgufHeader& h, const std::string& labe
   if (tokens == nullptr)
     return absl::NotFoundError("GGUF file " + label + " has no tokenizer (tokenizer.ggml.tokens)");
   if (tokens->type != GgufValueType::kArray || tokens->array_type != GgufValueType::kString) {
-    return Bad(label, "tokenizer.ggml.tokens must be an array of strings");
+    return BadGguf(label, "tokenizer.ggml.tokens must be an array of strings");
   }
   GgufVocab v;
   v.tokens = &tokens->strings;
   const int64_t n = static_cast<int64_t>(tokens->strings.size());
   if (const GgufValue* types = h.Find("tokenizer.ggml.token_type")) {
     if (types->type != GgufValueType::kArray || static_cast<int64_t>(types->ints.size()) != n) {
-      return Bad(label,
-                 absl::StrCat("tokenizer.ggml.token_type must be an integer array of ", n, " entries"));
+      return BadGguf(label,
+                     absl::StrCat("tokenizer.ggml.token_type must be an integer array of ", n, " entries"));
     }
     v.types = types->ints;
   } else {
@@ -165,7 +165,7 @@ absl::StatusOr<GgufVocab> ReadVocab(const GgufHeader& h, const std::string& labe
     const std::string k = absl::StrCat("tokenizer.ggml.", key, "_token_id");
     auto id = GetInt(h, k, label, /*fallback=*/n);
     if (!id.ok()) return id.status();
-    if (*id > n) return Bad(label, absl::StrCat(k, " ", *id, " is outside the vocabulary of ", n));
+    if (*id > n) return BadGguf(label, absl::StrCat(k, " ", *id, " is outside the vocabulary of ", n));
     *out = *id < n ? *id : -1;
   }
   return v;
@@ -190,8 +190,8 @@ absl::Status ArchitectureInto(const std::string& label, const std::string& arch,
     known.push_back(name);
   }
   if (architecture.empty()) {
-    return Bad(label, "general.architecture '" + arch +
-                          "' is not supported (supported: " + absl::StrJoin(known, ", ") + ")");
+    return BadGguf(label, "general.architecture '" + arch +
+                              "' is not supported (supported: " + absl::StrJoin(known, ", ") + ")");
   }
   cfg["architectures"] = {architecture};
   cfg["model_type"] = arch;
@@ -216,8 +216,8 @@ absl::Status ShapeInto(const GgufHeader& h, const std::string& label, const std:
   cfg["head_dim"] = head_dim;
   SHARDLM_ASSIGN_OR_RETURN(int64_t value_dim, GetInt(h, a + "attention.value_length", label, head_dim));
   if (value_dim != head_dim) {
-    return Bad(label,
-               absl::StrCat(a, "attention.value_length (", value_dim, ") != key_length (", head_dim, ")"));
+    return BadGguf(
+        label, absl::StrCat(a, "attention.value_length (", value_dim, ") != key_length (", head_dim, ")"));
   }
   return absl::OkStatus();
 }
@@ -228,27 +228,27 @@ absl::Status PositionsInto(const GgufHeader& h, const std::string& label, const 
   const int64_t head_dim = cfg["head_dim"].get<int64_t>();
   SHARDLM_ASSIGN_OR_RETURN(int64_t rope_dims, GetInt(h, a + "rope.dimension_count", label, head_dim));
   if (rope_dims != head_dim) {
-    return Bad(label, absl::StrCat(a, "rope.dimension_count (", rope_dims, ") must equal the head size (",
-                                   head_dim, "): partial rotary embeddings are not supported"));
+    return BadGguf(label, absl::StrCat(a, "rope.dimension_count (", rope_dims, ") must equal the head size (",
+                                       head_dim, "): partial rotary embeddings are not supported"));
   }
   if (const GgufValue* v = h.Find(a + "rope.scaling.type");
       v != nullptr && (v->type != GgufValueType::kString || v->s != "none")) {
-    return Bad(label, a + "rope.scaling.type '" + v->s + "' is not supported");
+    return BadGguf(label, a + "rope.scaling.type '" + v->s + "' is not supported");
   }
   if (FindTensor(h, "rope_freqs.weight") != nullptr) {
-    return Bad(label,
-               "rope_freqs.weight (Llama 3.1-style rope scaling factors) is not supported in GGUF files yet");
+    return BadGguf(
+        label, "rope_freqs.weight (Llama 3.1-style rope scaling factors) is not supported in GGUF files yet");
   }
   for (auto [hf, key] :
        {std::pair{"rms_norm_eps", "attention.layer_norm_rms_epsilon"}, {"rope_theta", "rope.freq_base"}}) {
     if (const GgufValue* v = h.Find(a + key)) {
-      if (!v->is_float()) return Bad(label, "metadata '" + a + key + "' must be a float");
+      if (!v->is_float()) return BadGguf(label, "metadata '" + a + key + "' must be a float");
       cfg[hf] = v->f;
     }
   }
   if (const GgufValue* v = h.Find(a + "attention.sliding_window")) {
     if (!v->is_integer())
-      return Bad(label, "metadata '" + a + "attention.sliding_window' must be an integer");
+      return BadGguf(label, "metadata '" + a + "attention.sliding_window' must be an integer");
     cfg["sliding_window"] = v->i;
     cfg["use_sliding_window"] = true;
   }
@@ -313,7 +313,7 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
     auto heads = GetInt(h, "llama.attention.head_count", label);
     if (!hidden.ok()) return hidden.status();
     if (!heads.ok()) return heads.status();
-    if (*heads <= 0) return Bad(label, "llama.attention.head_count must be > 0");
+    if (*heads <= 0) return BadGguf(label, "llama.attention.head_count must be > 0");
     auto key_length = GetInt(h, "llama.attention.key_length", label, *hidden / *heads);
     if (!key_length.ok()) return key_length.status();
     head_dim = *key_length;
@@ -346,21 +346,21 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
         v.block = BlockFormat::kQ4_1;
         break;
       default:
-        return Bad(label, "tensor '" + t.name + "' is " + GgmlTypeName(t.type) +
-                              "; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
+        return BadGguf(label, "tensor '" + t.name + "' is " + GgmlTypeName(t.type) +
+                                  "; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
     }
     const bool rotary = t.name.rfind("blk.", 0) == 0 && (t.name.find(".attn_q.") != std::string::npos ||
                                                          t.name.find(".attn_k.") != std::string::npos);
     if (rotary && head_dim > 0) {
       if (head_dim % 2 != 0 || v.shape[0] % head_dim != 0) {
-        return Bad(label, absl::StrCat("tensor '", t.name, "' has ", v.shape[0],
-                                       " rows, not a whole number of heads of ", head_dim));
+        return BadGguf(label, absl::StrCat("tensor '", t.name, "' has ", v.shape[0],
+                                           " rows, not a whole number of heads of ", head_dim));
       }
       v.rope_permuted_head_dim = head_dim;
     }
     const std::string name = v.name;
     if (!views.emplace(name, std::move(v)).second) {
-      return Bad(label, "two tensors map to the name '" + name + "'");
+      return BadGguf(label, "two tensors map to the name '" + name + "'");
     }
   }
   return views;
@@ -372,9 +372,9 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
   auto model = GetString(h, "tokenizer.ggml.model", label);
   if (!model.ok()) return model.status();
   if (*model != "gpt2") {
-    return Bad(label,
-               "tokenizer.ggml.model '" + *model +
-                   "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' is not)");
+    return BadGguf(label,
+                   "tokenizer.ggml.model '" + *model +
+                       "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' is not)");
   }
   json root = json::object();
   root["version"] = "1.0";
@@ -398,7 +398,7 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
   json merges = json::array();
   if (const GgufValue* m = h.Find("tokenizer.ggml.merges")) {
     if (m->type != GgufValueType::kArray || m->array_type != GgufValueType::kString) {
-      return Bad(label, "tokenizer.ggml.merges must be an array of strings");
+      return BadGguf(label, "tokenizer.ggml.merges must be an array of strings");
     }
     for (const std::string& s : m->strings) merges.push_back(s);
   }
@@ -448,7 +448,7 @@ absl::StatusOr<std::string> GgufTokenizerConfigJson(const GgufHeader& h, const s
   }
   cfg["add_bos_token"] = GetBool(h, "tokenizer.ggml.add_bos_token", false);
   if (const GgufValue* t = h.Find("tokenizer.chat_template")) {
-    if (t->type != GgufValueType::kString) return Bad(label, "tokenizer.chat_template must be a string");
+    if (t->type != GgufValueType::kString) return BadGguf(label, "tokenizer.chat_template must be a string");
     cfg["chat_template"] = t->s;
   }
   return Dump(cfg, label, "the chat template or a special token");

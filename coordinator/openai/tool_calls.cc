@@ -9,7 +9,7 @@
 namespace shardlm {
 namespace {
 
-using Json = nlohmann::json;
+using ToolJson = nlohmann::json;
 
 std::string_view Trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r\n");
@@ -25,16 +25,16 @@ constexpr std::string_view kPythonTag = "<|python_tag|>";
 // The key a format puts a call's arguments under.
 const char* ArgumentsKey(ToolFormat f) { return f == ToolFormat::kLlama ? "parameters" : "arguments"; }
 
-Json ParseOrNull(std::string_view text) {
-  return Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+ToolJson ParseOrNull(std::string_view text) {
+  return ToolJson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
 }
 
 // `j` as a call of a known function: {"name": N, "arguments" | "parameters": {...}}.
-bool AsCall(const Json& j, const std::set<std::string>& names, ToolCall* out) {
+bool AsCall(const ToolJson& j, const std::set<std::string>& names, ToolCall* out) {
   if (!j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
   const std::string name = j["name"].get<std::string>();
   if (!names.count(name)) return false;
-  Json args = Json::object();
+  ToolJson args = ToolJson::object();
   for (const char* key : {"arguments", "parameters"}) {
     if (!j.contains(key)) continue;
     args = j[key];
@@ -49,9 +49,9 @@ bool AsCall(const Json& j, const std::set<std::string>& names, ToolCall* out) {
 }
 
 // Every element of `j` (an object or a list of objects) as a call, or nothing.
-bool AsCalls(const Json& j, const std::set<std::string>& names, std::vector<ToolCall>* out) {
+bool AsCalls(const ToolJson& j, const std::set<std::string>& names, std::vector<ToolCall>* out) {
   std::vector<ToolCall> calls;
-  for (const Json& item : j.is_array() ? j : Json::array({j})) {
+  for (const ToolJson& item : j.is_array() ? j : ToolJson::array({j})) {
     ToolCall c;
     if (!AsCall(item, names, &c)) return false;
     calls.push_back(std::move(c));
@@ -126,10 +126,10 @@ ToolFormat ToolFormatOf(const std::string& source) {
   return ToolFormat::kHermes;
 }
 
-std::set<std::string> ToolNames(const Json& tools) {
+std::set<std::string> ToolNames(const ToolJson& tools) {
   std::set<std::string> names;
   if (!tools.is_array()) return names;
-  for (const Json& t : tools) {
+  for (const ToolJson& t : tools) {
     if (t.is_object() && t.contains("function") && t["function"].is_object() &&
         t["function"].contains("name") && t["function"]["name"].is_string()) {
       names.insert(t["function"]["name"].get<std::string>());
@@ -168,23 +168,24 @@ size_t PlainTextPrefix(ToolFormat format, const std::string& text) {
   return text.size();
 }
 
-std::string ForcedCallGrammar(ToolFormat format, const Json& tools, const std::string& only) {
+std::string ForcedCallGrammar(ToolFormat format, const ToolJson& tools, const std::string& only) {
   const char* args_key = ArgumentsKey(format);
-  Json any = Json::array();
-  for (const Json& t : tools) {
+  ToolJson any = ToolJson::array();
+  for (const ToolJson& t : tools) {
     if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) continue;
-    const Json& fn = t["function"];
+    const ToolJson& fn = t["function"];
     if (!fn.contains("name") || !fn["name"].is_string()) continue;
     const std::string name = fn["name"].get<std::string>();
     if (!only.empty() && name != only) continue;
-    Json params = fn.contains("parameters") && fn["parameters"].is_object() ? fn["parameters"]
-                                                                            : Json{{"type", "object"}};
+    ToolJson params = fn.contains("parameters") && fn["parameters"].is_object()
+                          ? fn["parameters"]
+                          : ToolJson{{"type", "object"}};
     any.push_back({{"type", "object"},
                    {"properties", {{"name", {{"const", name}}}, {args_key, params}}},
                    {"required", {"name", args_key}},
                    {"additionalProperties", false}});
   }
-  Json schema = any.size() == 1 ? any[0] : Json{{"anyOf", any}};
+  ToolJson schema = any.size() == 1 ? any[0] : ToolJson{{"anyOf", any}};
   schema["x-guidance"] = JsonLayoutOptions();
   const std::string call = "call: %json " + schema.dump() + "\n";
   switch (format) {
@@ -192,10 +193,11 @@ std::string ForcedCallGrammar(ToolFormat format, const Json& tools, const std::s
       std::string open(kHermesOpen), close("\n");
       open += "\n";
       close += kHermesClose;
-      return absl::StrCat("start: ", Json(open).dump(), " call ", Json(close).dump(), "\n", call);
+      return absl::StrCat("start: ", ToolJson(open).dump(), " call ", ToolJson(close).dump(), "\n", call);
     }
     case ToolFormat::kMistral:
-      return absl::StrCat("start: ", Json(std::string(kMistralMarker) + "[").dump(), " call \"]\"\n", call);
+      return absl::StrCat("start: ", ToolJson(std::string(kMistralMarker) + "[").dump(), " call \"]\"\n",
+                          call);
     case ToolFormat::kLlama:
       return "start: call\n" + call;
   }

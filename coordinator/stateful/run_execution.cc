@@ -21,8 +21,6 @@ namespace shardlm {
 namespace stateful {
 namespace {
 
-int64_t NowS() { return absl::ToUnixSeconds(absl::Now()); }
-
 // A run's sampling, budget and format, from its config.
 ReplySettings SettingsOf(const Json& config) {
   ReplySettings s;
@@ -47,7 +45,7 @@ RunEnd EndOf(const RunRow& run, const Json& config, const Generated& g, MessageR
   RunEnd end;
   end.owner = run.owner;
   end.run_id = run.id;
-  end.at = NowS();
+  end.at = NowSeconds();
   const bool budgeted =
       config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number();
   if (g.status.ok()) {
@@ -91,7 +89,7 @@ MessageRow ReplyOf(const RunRow& run) {
   MessageRow message;
   message.id = RandomId("msg_");
   message.owner = run.owner;
-  message.created_at = NowS();
+  message.created_at = NowSeconds();
   message.thread_id = run.thread_id;
   message.role = "assistant";
   message.status = "in_progress";
@@ -120,7 +118,7 @@ RunEnd FailedEnd(const RunRow& run, const std::string& why) {
   end.owner = run.owner;
   end.run_id = run.id;
   end.status = "failed";
-  end.at = NowS();
+  end.at = NowSeconds();
   end.last_error =
       Json{{"code", "server_error"}, {"message", why}}.dump(-1, ' ', false, Json::error_handler_t::replace);
   return end;
@@ -159,7 +157,7 @@ void RunExecutor::WriteEnd(const RunEnd& end) {
 
 bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atomic<bool>> cancel,
                                  RunEventSink* events) {
-  absl::StatusOr<bool> claimed = store_->ClaimRun(queued.id, instance_, NowS());
+  absl::StatusOr<bool> claimed = store_->ClaimRun(queued.id, instance_, NowSeconds());
   if (!claimed.ok()) {
     // The database is busy or gone: the run stays queued, and runs once it answers again.
     LOG(WARNING) << "run " << queued.id << ": not claimed: " << claimed.status();

@@ -18,8 +18,6 @@ namespace {
 constexpr int kHeartbeatS = 5;
 constexpr int kStaleAfterS = 15;  // three heartbeats missed: the instance stopped
 
-int64_t NowS() { return absl::ToUnixSeconds(absl::Now()); }
-
 std::string HostName() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
@@ -29,6 +27,8 @@ std::string HostName() {
 bool PidAlive(int64_t pid) { return pid > 0 && (kill(static_cast<pid_t>(pid), 0) == 0 || errno != ESRCH); }
 
 }  // namespace
+
+int64_t NowSeconds() { return absl::ToUnixSeconds(absl::Now()); }
 
 RunExecutor::RunExecutor(ServingCore* core, StateStore* store, RunExecutorOptions options)
     : core_(core),
@@ -64,7 +64,7 @@ void RunExecutor::Stop() {
 }
 
 absl::Status RunExecutor::Start() {
-  absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowS());
+  absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowSeconds());
   if (!st.ok()) return st;
   Reap();
   for (int i = 0; i < options_.threads; ++i) threads_.emplace_back([this] { Work(); });
@@ -104,7 +104,7 @@ void RunExecutor::Heartbeats() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!beat_.wait_for(lock, std::chrono::seconds(kHeartbeatS), [this] { return stopping_; })) {
     lock.unlock();
-    absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowS());
+    absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowSeconds());
     if (!st.ok()) LOG(WARNING) << "state: heartbeat not stored: " << st;
     Reap();
     lock.lock();
@@ -112,7 +112,7 @@ void RunExecutor::Heartbeats() {
 }
 
 void RunExecutor::Reap() {
-  const int64_t now = NowS();
+  const int64_t now = NowSeconds();
   absl::StatusOr<std::vector<RunRow>> queued =
       store_->ReapRuns(instance_, host_, now, now - kStaleAfterS, PidAlive);
   if (!queued.ok()) {

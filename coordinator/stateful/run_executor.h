@@ -31,6 +31,9 @@
 namespace shardlm {
 namespace stateful {
 
+// The wall clock in Unix seconds: the stored objects' created_at, the heartbeats, the run ends.
+int64_t NowSeconds();
+
 using openai::Json;
 
 // Hears a streamed run's events (OpenAI's names: thread.run.in_progress, thread.message.delta, ...).

@@ -5,6 +5,26 @@
 
 namespace shardlm {
 
+namespace {
+
+// Migration 4 (the Conversations API).
+Migration ConversationsMigration() {
+  return {
+      4,
+      "conversations and their items",
+      {
+          "CREATE TABLE conversations (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+          "created_at BIGINT NOT NULL, metadata TEXT NOT NULL)",
+          "CREATE TABLE conversation_items (id TEXT PRIMARY KEY, owner TEXT NOT NULL, seq BIGINT NOT NULL, "
+          "created_at BIGINT NOT NULL, "
+          "conversation_id TEXT NOT NULL REFERENCES conversations (id) ON DELETE CASCADE, "
+          "item TEXT NOT NULL)",
+          "CREATE INDEX conversation_items_conversation ON conversation_items (conversation_id, seq)",
+      }};
+}
+
+}  // namespace
+
 const std::vector<Migration>& StateMigrations() {
   // Every table: id, owner (a hash of the API key; "" without keys), seq (one
   // counter over all tables: list and history order) and created_at (Unix s).
@@ -72,6 +92,7 @@ const std::vector<Migration>& StateMigrations() {
            "kind TEXT NOT NULL, item TEXT NOT NULL)",
            "CREATE INDEX response_items_response ON response_items (response_id, kind, seq)",
        }},
+      ConversationsMigration(),
   };
   return kMigrations;
 }

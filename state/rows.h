@@ -92,12 +92,26 @@ struct ResponseItemRow : RowKey {
   std::string item;  // JSON, with the same "id" as the row
 };
 
+// A conversation (the Conversations API): its items are the history of the responses made in it.
+struct ConversationRow : RowKey {
+  std::string metadata = "{}";
+};
+
+struct ConversationItemRow : RowKey {
+  std::string conversation_id;
+  std::string item;  // JSON, with the same "id" as the row
+};
+
 struct ResponseEnd {
   std::string owner, response_id;
   std::string status;  // completed incomplete failed cancelled
   std::optional<std::string> usage, error, incomplete_reason;
   int64_t at = 0;
   std::vector<ResponseItemRow> output;
+  // With a conversation: what the response adds to it (its input, then its output), in the same
+  // transaction; nothing when the conversation was deleted meanwhile.
+  std::optional<std::string> conversation_id;
+  std::vector<ConversationItemRow> conversation_items;
 };
 
 // A list request (cursor pagination): at most `limit` rows after or before the rows with those ids.

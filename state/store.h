@@ -103,6 +103,28 @@ class StateStore {
   // no such response.
   absl::StatusOr<std::vector<ResponseItemRow>> ResponseChain(const std::string& owner, const std::string& id);
 
+  // Conversations (store_conversations.cc); creating one stores its first items with it, and
+  // deleting one deletes its items (ON DELETE CASCADE).
+  absl::Status CreateConversation(ConversationRow* conversation, std::vector<ConversationItemRow>* items);
+  absl::StatusOr<ConversationRow> GetConversation(const std::string& owner, const std::string& id);
+  absl::StatusOr<ConversationRow> UpdateConversationMetadata(const std::string& owner, const std::string& id,
+                                                             const std::string& metadata);
+  absl::Status DeleteConversation(const std::string& owner, const std::string& id);
+  // Appends items (setting their seq); NOT_FOUND naming the conversation when the owner has none.
+  absl::Status AddConversationItems(const std::string& owner, const std::string& conversation_id,
+                                    std::vector<ConversationItemRow>* items);
+  absl::StatusOr<ConversationItemRow> GetConversationItem(const std::string& owner,
+                                                          const std::string& conversation_id,
+                                                          const std::string& id);
+  absl::Status DeleteConversationItem(const std::string& owner, const std::string& conversation_id,
+                                      const std::string& id);
+  absl::StatusOr<ListPage<ConversationItemRow>> ListConversationItems(const std::string& owner,
+                                                                      const std::string& conversation_id,
+                                                                      const ListQuery& q);
+  // Every item, oldest first: the history a response in the conversation is prompted with.
+  absl::StatusOr<std::vector<ConversationItemRow>> ConversationHistory(const std::string& owner,
+                                                                       const std::string& conversation_id);
+
   // The thread's active run, if any.
   absl::StatusOr<std::optional<std::string>> ActiveRun(const std::string& owner,
                                                        const std::string& thread_id);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "state/rows.h"
@@ -16,5 +17,10 @@ absl::Status InsertThread(SqlTx& tx, ThreadRow* thread);
 // Bumps the thread's version (a change to its history), which also takes its
 // row's lock first; NOT_FOUND when the owner has no such thread.
 absl::Status BumpThread(SqlTx& tx, const std::string& owner, const std::string& thread_id);
+// Inserts the conversation's items (setting their seq), when the owner has that conversation:
+// false when it does not (deleted, or never there), and nothing is inserted.
+absl::StatusOr<bool> InsertConversationItems(SqlTx& tx, const std::string& owner,
+                                             const std::string& conversation_id,
+                                             std::vector<ConversationItemRow>* items);
 
 }  // namespace shardlm

@@ -3,6 +3,7 @@
 #include "common/status.h"
 #include "state/list_rows.h"
 #include "state/store.h"
+#include "state/store_internal.h"
 
 namespace shardlm {
 namespace {
@@ -86,7 +87,10 @@ absl::Status StateStore::FinishResponse(const ResponseEnd& end) {
              end.at, end.owner, end.response_id}));
     if (changed == 0) return absl::OkStatus();  // deleted or reaped meanwhile: that stands
     for (const ResponseItemRow& item : end.output) SHARDLM_RETURN_IF_ERROR(InsertItem(tx, item));
-    return absl::OkStatus();
+    if (!end.conversation_id) return absl::OkStatus();
+    std::vector<ConversationItemRow> items = end.conversation_items;
+    // A conversation deleted meanwhile takes nothing: the response stands alone.
+    return InsertConversationItems(tx, end.owner, *end.conversation_id, &items).status();
   });
 }
 

@@ -27,6 +27,30 @@ struct Prepared {
   ResponseRow row;
 };
 
+// The turns before this response's input: the chain its previous_response_id ends, or its
+// conversation's items.
+absl::Status HistoryInto(const ResponseContext& ctx, const StatefulCall& call, const ResponseRequest& r,
+                         PromptSpec* spec) {
+  if (r.previous_response_id) {
+    absl::StatusOr<std::vector<ResponseItemRow>> chain =
+        ctx.store->ResponseChain(call.owner, *r.previous_response_id);
+    if (!chain.ok()) return WithField(chain.status(), "previous_response_id");
+    for (const ResponseItemRow& item : *chain) spec->turns.push_back(TurnOf(Json::parse(item.item)));
+  }
+  if (r.conversation_id) {
+    if (ctx.store == nullptr)
+      return BadParam("conversation", "this server keeps no conversations (--state-db none)");
+    if (!r.store) {
+      return BadParam("store", "store must be true with a conversation: the conversation keeps this turn");
+    }
+    absl::StatusOr<std::vector<ConversationItemRow>> items =
+        ctx.store->ConversationHistory(call.owner, *r.conversation_id);
+    if (!items.ok()) return WithField(items.status(), "conversation");
+    for (const ConversationItemRow& item : *items) spec->turns.push_back(TurnOf(Json::parse(item.item)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall& call,
                                  const CallRecord& record) {
   Prepared p;
@@ -39,12 +63,7 @@ absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall&
   }
   PromptSpec spec;
   spec.system = r.instructions;
-  if (r.previous_response_id) {
-    absl::StatusOr<std::vector<ResponseItemRow>> chain =
-        ctx.store->ResponseChain(call.owner, *r.previous_response_id);
-    if (!chain.ok()) return WithField(chain.status(), "previous_response_id");
-    for (const ResponseItemRow& item : *chain) spec.turns.push_back(TurnOf(Json::parse(item.item)));
-  }
+  SHARDLM_RETURN_IF_ERROR(HistoryInto(ctx, call, r, &spec));
   for (const Json& item : r.input) spec.turns.push_back(TurnOf(item));
   spec.may_drop = r.truncation_auto;
   spec.budget = ctx.model->max_context - 1;
@@ -56,6 +75,7 @@ absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall&
   p.row.created_at = call.now_s;
   p.row.runner = ctx.runner;
   p.row.previous_response_id = r.previous_response_id;
+  p.row.conversation_id = r.conversation_id;
   p.row.config = r.config.dump();
   return p;
 }
@@ -159,6 +179,24 @@ std::vector<ResponseItemRow> InputRows(const ResponseRow& row, const std::vector
   return rows;
 }
 
+// What a response that answered adds to its conversation: its input items, then its reply.
+void IntoConversation(const ResponseRow& row, const std::vector<Json>& input, const Json& reply,
+                      ResponseEnd* end) {
+  if (!row.conversation_id || (end->status != "completed" && end->status != "incomplete")) return;
+  end->conversation_id = row.conversation_id;
+  auto add = [&](const Json& item, int64_t at) {
+    ConversationItemRow c;
+    c.id = item["id"];
+    c.owner = row.owner;
+    c.created_at = at;
+    c.conversation_id = *row.conversation_id;
+    c.item = item.dump();
+    end->conversation_items.push_back(std::move(c));
+  };
+  for (const Json& item : input) add(item, row.created_at);
+  add(reply, end->at);
+}
+
 // Writes the end, retrying a busy database; a last failure is logged (the reaper of a later
 // start marks the response failed).
 void StoreEnd(StateStore& store, const ResponseEnd& end) {
@@ -220,6 +258,7 @@ void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const 
   const Json message =
       OutputMessage(message_id, end.status == "completed" ? "completed" : "incomplete", g.text);
   end.output.push_back(OutputRow(p->row, message, end.at));
+  IntoConversation(p->row, p->request.input, message, &end);
   if (p->request.store) StoreEnd(*ctx.store, end);
   const Json object = ResponseObject(Ended(p->row, end), Json::array({message}));
   if (p->request.stream) {

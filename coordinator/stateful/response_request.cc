@@ -42,7 +42,86 @@ const std::set<std::string> kKeys = {"model",
                                      "safety_identifier",
                                      "max_tool_calls"};
 
-// One input item as stored: a message with its text parts (input_text, or output_text for the assistant).
+absl::Status InputInto(const Json& body, ResponseRequest* r) {
+  if (!body.contains("input")) return BadParam("input", "input is required (a string or a list of items)");
+  const Json& input = body["input"];
+  if (input.is_string()) {
+    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(Json{{"role", "user"}, {"content", input}}, "input"));
+    r->input.push_back(std::move(item));
+    return absl::OkStatus();
+  }
+  if (!input.is_array() || input.empty())
+    return BadParam("input", "input must be a string or a non-empty list of items");
+  for (size_t i = 0; i < input.size(); ++i) {
+    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(input[i], absl::StrCat("input[", i, "]")));
+    r->input.push_back(std::move(item));
+  }
+  return absl::OkStatus();
+}
+
+// text: {format: {type: text | json_object | json_schema, name, schema, strict}} (the format is flat here).
+absl::Status TextInto(const Json& body, ResponseRequest* r) {
+  r->config["text"] = Json{{"format", {{"type", "text"}}}};
+  if (!body.contains("text") || body["text"].is_null()) return absl::OkStatus();
+  const Json& text = body["text"];
+  if (!text.is_object()) return BadParam("text", "text must be an object");
+  if (!text.contains("format")) return absl::OkStatus();
+  const Json& f = text["format"];
+  Json as_response_format = f;
+  if (f.is_object() && f.contains("type") && f["type"] == "json_schema") {
+    as_response_format =
+        Json{{"type", "json_schema"},
+             {"json_schema", {{"name", f.contains("name") && f["name"].is_string() ? f["name"] : Json("")}}}};
+    if (f.contains("schema")) as_response_format["json_schema"]["schema"] = f["schema"];
+  }
+  ConstraintSpec unused;
+  std::string error;
+  if (!openai::ConstraintFromFormat(as_response_format, &unused, &error)) {
+    return BadParam("text.format",
+                    "text.format must be {type: text}, {type: json_object} or {type: json_schema, "
+                    "name, schema}");
+  }
+  r->settings.format = as_response_format;
+  r->settings.format_param = "text.format";
+  r->config["text"] = Json{{"format", f}};
+  return absl::OkStatus();
+}
+
+// conversation: "conv_..." or {"id": "conv_..."}.
+absl::StatusOr<std::optional<std::string>> ConversationOf(const Json& body) {
+  if (!body.contains("conversation") || body["conversation"].is_null()) return std::nullopt;
+  const Json& c = body["conversation"];
+  const Json id = c.is_object() && c.contains("id") ? c["id"] : c;
+  if (!id.is_string() || id.get<std::string>().empty() || id.get<std::string>().size() > 128) {
+    return BadParam("conversation",
+                    "conversation must be a conversation id or {\"id\": ...} (a string of at most 128 "
+                    "characters)");
+  }
+  return id.get<std::string>();
+}
+
+absl::Status RefusedFields(const Json& body) {
+  auto given = [&](const char* key) {
+    return body.contains(key) && !body[key].is_null() && !(body[key].is_structured() && body[key].empty()) &&
+           body[key] != false && body[key] != 0;
+  };
+  if (given("tools"))
+    return BadParam("tools", "tools are not supported yet by the Responses API of this server");
+  if (given("background"))
+    return BadParam("background", "background responses are not supported yet by this server");
+  if (given("include")) return BadParam("include", "include is not supported by this server");
+  if (given("reasoning")) return BadParam("reasoning", "the model does not reason");
+  if (given("prompt")) return BadParam("prompt", "stored prompts are not supported by this server");
+  if (given("top_logprobs"))
+    return BadParam("top_logprobs", "top_logprobs is not supported yet by the Responses API");
+  if (body.contains("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
+    return BadParam("tool_choice", "tool_choice must be \"none\" or \"auto\" without tools");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param) {
   if (!item.is_object()) return BadParam(param, absl::StrCat(param, " must be an object"));
   if (item.contains("type") && !item["type"].is_string())
@@ -90,75 +169,6 @@ absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param) {
               {"content", std::move(parts)}};
 }
 
-absl::Status InputInto(const Json& body, ResponseRequest* r) {
-  if (!body.contains("input")) return BadParam("input", "input is required (a string or a list of items)");
-  const Json& input = body["input"];
-  if (input.is_string()) {
-    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(Json{{"role", "user"}, {"content", input}}, "input"));
-    r->input.push_back(std::move(item));
-    return absl::OkStatus();
-  }
-  if (!input.is_array() || input.empty())
-    return BadParam("input", "input must be a string or a non-empty list of items");
-  for (size_t i = 0; i < input.size(); ++i) {
-    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(input[i], absl::StrCat("input[", i, "]")));
-    r->input.push_back(std::move(item));
-  }
-  return absl::OkStatus();
-}
-
-// text: {format: {type: text | json_object | json_schema, name, schema, strict}} (the format is flat here).
-absl::Status TextInto(const Json& body, ResponseRequest* r) {
-  r->config["text"] = Json{{"format", {{"type", "text"}}}};
-  if (!body.contains("text") || body["text"].is_null()) return absl::OkStatus();
-  const Json& text = body["text"];
-  if (!text.is_object()) return BadParam("text", "text must be an object");
-  if (!text.contains("format")) return absl::OkStatus();
-  const Json& f = text["format"];
-  Json as_response_format = f;
-  if (f.is_object() && f.contains("type") && f["type"] == "json_schema") {
-    as_response_format =
-        Json{{"type", "json_schema"},
-             {"json_schema", {{"name", f.contains("name") && f["name"].is_string() ? f["name"] : Json("")}}}};
-    if (f.contains("schema")) as_response_format["json_schema"]["schema"] = f["schema"];
-  }
-  ConstraintSpec unused;
-  std::string error;
-  if (!openai::ConstraintFromFormat(as_response_format, &unused, &error)) {
-    return BadParam("text.format",
-                    "text.format must be {type: text}, {type: json_object} or {type: json_schema, "
-                    "name, schema}");
-  }
-  r->settings.format = as_response_format;
-  r->settings.format_param = "text.format";
-  r->config["text"] = Json{{"format", f}};
-  return absl::OkStatus();
-}
-
-absl::Status RefusedFields(const Json& body) {
-  auto given = [&](const char* key) {
-    return body.contains(key) && !body[key].is_null() && !(body[key].is_structured() && body[key].empty()) &&
-           body[key] != false && body[key] != 0;
-  };
-  if (given("tools"))
-    return BadParam("tools", "tools are not supported yet by the Responses API of this server");
-  if (given("background"))
-    return BadParam("background", "background responses are not supported yet by this server");
-  if (given("conversation"))
-    return BadParam("conversation", "conversations are not supported yet by this server");
-  if (given("include")) return BadParam("include", "include is not supported by this server");
-  if (given("reasoning")) return BadParam("reasoning", "the model does not reason");
-  if (given("prompt")) return BadParam("prompt", "stored prompts are not supported by this server");
-  if (given("top_logprobs"))
-    return BadParam("top_logprobs", "top_logprobs is not supported yet by the Responses API");
-  if (body.contains("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
-    return BadParam("tool_choice", "tool_choice must be \"none\" or \"auto\" without tools");
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
 absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                                      const std::vector<std::string>& model_names) {
   ResponseRequest r;
@@ -177,6 +187,12 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
   r.instructions = instructions.value_or("");
   SHARDLM_RETURN_IF_ERROR(InputInto(body, &r));
   SHARDLM_ASSIGN_OR_RETURN(r.previous_response_id, OptionalText(body, "previous_response_id", 128));
+  SHARDLM_ASSIGN_OR_RETURN(r.conversation_id, ConversationOf(body));
+  if (r.conversation_id && r.previous_response_id) {
+    return BadParam("conversation",
+                    "Mutually exclusive parameters: Ensure you are only providing one of: "
+                    "'previous_response_id' or 'conversation'.");
+  }
   for (const char* key : {"store", "stream", "parallel_tool_calls"}) {
     if (body.contains(key) && !body[key].is_null() && !body[key].is_boolean()) {
       return BadParam(key, absl::StrCat(key, " must be true or false"));

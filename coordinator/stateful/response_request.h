@@ -18,6 +18,7 @@ struct ResponseRequest {
   std::string instructions;  // empty: none
   std::vector<Json> input;   // message items: {id, type: "message", role, status, content: [...]}
   std::optional<std::string> previous_response_id;
+  std::optional<std::string> conversation_id;  // its items come first, and it takes this turn's
   bool store = true;
   bool stream = false;
   bool truncation_auto = false;  // "auto": drop the oldest turns to fit; "disabled": a 400
@@ -25,10 +26,14 @@ struct ResponseRequest {
   Json config;                   // what the Response object echoes (model, instructions, text, ...)
 };
 
-// Errors name the field and the limit; tools, background, conversation, include,
+// Errors name the field and the limit; tools, background, include,
 // reasoning and prompt are refused by name (not supported yet).
 absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                                      const std::vector<std::string>& model_names);
+
+// One input item as stored: a message with its text parts (input_text, or output_text for the
+// assistant) and a new id. `param` names it in errors ("input[2]", "items[0]").
+absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param);
 
 // A stored item as a chat turn: {role, content: its text}; "developer" is the system role.
 Json TurnOf(const Json& item);

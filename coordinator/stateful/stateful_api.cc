@@ -127,8 +127,9 @@ void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
 
 std::vector<HttpRoute> StatefulApi::Routes() {
   std::vector<HttpRoute> routes;
-  for (const char* prefix : {"/v1/assistants", "/v1/assistants/*", "/v1/threads", "/v1/threads/*",
-                             "/v1/responses", "/v1/responses/*"}) {
+  for (const char* prefix :
+       {"/v1/assistants", "/v1/assistants/*", "/v1/threads", "/v1/threads/*", "/v1/responses",
+        "/v1/responses/*", "/v1/conversations", "/v1/conversations/*"}) {
     for (const char* method : {"GET", "POST", "DELETE"}) {
       routes.push_back(
           HttpRoute::Slow(method, prefix, [this](const HttpRequest& r, HttpExchange& x) { Handle(r, x); }));
@@ -177,6 +178,7 @@ void StatefulApi::Handle(const HttpRequest& req, HttpExchange& exchange) {
       return Json();  // answered
     }
     if (call.path[0] == "assistants") return stateful::AssistantsRoute(ctx_, call);
+    if (call.path[0] == "conversations") return stateful::ConversationsRoute(ctx_, call);
     if (call.path[0] == "responses") return stateful::ResponsesRoute(ctx_, call);
     if (call.path[0] == "threads") return stateful::ThreadsRoute(ctx_, call);
     return stateful::InvalidUrl(call);

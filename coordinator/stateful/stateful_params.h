@@ -27,7 +27,8 @@ inline constexpr size_t kMaxNameChars = 256;
 inline constexpr size_t kMaxDescriptionChars = 512;
 inline constexpr size_t kMaxInstructionsChars = 256000;
 inline constexpr int kMaxTools = 128;
-inline constexpr int kMaxThreadMessages = 32;  // messages in one thread create
+inline constexpr int kMaxThreadMessages = 32;     // messages in one thread create
+inline constexpr int kMaxConversationItems = 20;  // items in one conversation create or items create
 
 // INVALID_ARGUMENT with `message` as it is, naming `param` (OpenAI's `param`).
 absl::Status BadParam(const std::string& param, const std::string& message);

@@ -57,6 +57,8 @@ absl::StatusOr<Json> RunsRoute(const StatefulContext& ctx, const StatefulCall& c
 absl::StatusOr<RunRow> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call);
 // /v1/responses/{id}...: retrieve, delete, input items, cancel.
 absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCall& call);
+// /v1/conversations...: conversations and their items.
+absl::StatusOr<Json> ConversationsRoute(const StatefulContext& ctx, const StatefulCall& call);
 // Whether `call` creates a run (POST /v1/threads/runs or /v1/threads/{id}/runs).
 bool CreatesRun(const StatefulCall& call);
 

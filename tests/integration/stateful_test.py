@@ -39,6 +39,13 @@ Cases:
               responses.stream's events in order with consecutive sequence_numbers, the deltas
               joining to the stored text; another key's response is 404, also as a previous one;
               refused fields are 400 naming them; an input past the context is 400 naming input
+  conversations  the Conversations API through client.conversations: create with items and
+              metadata, items list (both orders, pages), create, retrieve, delete, update,
+              delete; a response with `conversation` gives chat's text for the conversation's
+              items and its input, and adds the input and the reply to it; the next turn sees
+              the whole history; another key's conversation is 404, also to answer in; with
+              previous_response_id or store: false it is 400; a deleted conversation takes its
+              items and leaves its responses
   worker_killed  a worker killed (SIGKILL) mid-run: the run ends failed, its last_error naming
               the rank; once /health is 200 again the thread's next run completes
   drain       SIGTERM while a run generates (--shutdown-grace-s 1): serve exits 0 within
@@ -79,6 +86,7 @@ import jsonschema  # noqa: E402
 import openai  # noqa: E402
 from openai.types.beta import Assistant, Thread  # noqa: E402
 from openai.types.beta.threads import Message  # noqa: E402
+from openai.types.conversations import Conversation  # noqa: E402
 
 MODEL_FLAGS = ["--arch", "llama", "--hidden-size", "128", "--num-heads", "4", "--num-kv-heads", "2",
                "--intermediate-size", "256", "--num-layers", "2", "--seed", "77", "--dtype", "f32"]
@@ -649,6 +657,75 @@ def case_responses(ctx, c):
                  "background=true")
 
 
+def case_conversations(ctx, c):
+    srv = ctx.shared()
+    oa, ob = client(srv), client(srv, KEY_B)
+    p1 = "The harbour committee met"
+    conv = oa.conversations.create(items=[{"type": "message", "role": "user", "content": p1}],
+                                   metadata={"topic": "harbour"})
+    c.check(conv.id.startswith("conv_") and conv.object == "conversation" and conv.metadata == {"topic": "harbour"},
+            "create: %s" % conv.model_dump_json()[:200])
+    all_fields(c, conv, Conversation, "conversation")
+    first = oa.conversations.items.list(conv.id).data
+    c.check(len(first) == 1 and first[0].role == "user" and first[0].content[0].text == p1 and
+            first[0].id.startswith("msg_"), "the create's items are stored as message items")
+
+    # A response in it is prompted with its items, then its input, and adds both and its reply.
+    r1 = oa.responses.create(model="tiny", conversation=conv.id, input="and then?", temperature=0,
+                             max_output_tokens=8)
+    want1, u1 = chat_text(oa, [{"role": "user", "content": p1}, {"role": "user", "content": "and then?"}], 8)
+    c.check(r1.output_text == want1 and r1.usage.input_tokens == u1.prompt_tokens and
+            r1.conversation is not None and r1.conversation.id == conv.id,
+            "a response in the conversation: chat's text for its items and the input (%r vs %r)" %
+            (r1.output_text, want1))
+    turn = oa.conversations.items.list(conv.id, order="asc").data
+    c.check([i.role for i in turn] == ["user", "user", "assistant"] and turn[1].content[0].text == "and then?" and
+            turn[2].id == r1.output[0].id and turn[2].content[0].text == r1.output_text,
+            "the conversation now holds the input and the reply: %s" % [i.role for i in turn])
+    r2 = oa.responses.create(model="tiny", conversation={"id": conv.id}, input="and after?", temperature=0,
+                             max_output_tokens=8)
+    want2, _ = chat_text(oa, [{"role": "user", "content": p1}, {"role": "user", "content": "and then?"},
+                              {"role": "assistant", "content": want1}, {"role": "user", "content": "and after?"}], 8)
+    c.check(r2.output_text == want2, "the next turn sees the whole history (%r vs %r)" % (r2.output_text, want2))
+
+    added = oa.conversations.items.create(conv.id, items=[
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "one more"}]}])
+    c.check(len(added.data) == 1 and added.data[0].content[0].text == "one more", "items create")
+    got = oa.conversations.items.retrieve(added.data[0].id, conversation_id=conv.id)
+    c.check(got.id == added.data[0].id and got.role == "user", "item retrieve")
+    after = oa.conversations.items.delete(added.data[0].id, conversation_id=conv.id)
+    c.check(after.id == conv.id and after.object == "conversation", "item delete answers the conversation")
+    expect_error(c, lambda: oa.conversations.items.retrieve(added.data[0].id, conversation_id=conv.id), 404, None,
+                 "a deleted item is 404")
+    page = oa.conversations.items.list(conv.id, limit=2)
+    c.check(len(page.data) == 2 and page.has_more and page.data[0].id == r2.output[0].id,
+            "items list: newest first, by pages of `limit`")
+    c.check(len(list(oa.conversations.items.list(conv.id, limit=2))) == 5, "the pager walks all 5 items")
+    updated = oa.conversations.update(conv.id, metadata={"topic": "piers"})
+    c.check(updated.metadata == {"topic": "piers"} and oa.conversations.retrieve(conv.id).metadata == {"topic": "piers"},
+            "update")
+
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", conversation=conv.id,
+                                                previous_response_id=r1.id), 400, "conversation",
+                 "conversation with previous_response_id", "Mutually exclusive")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", conversation="conv_nope"), 404,
+                 "conversation", "an unknown conversation", "No conversation found with id 'conv_nope'.")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", conversation=conv.id, store=False), 400,
+                 "store", "store: false in a conversation")
+    expect_error(c, lambda: ob.conversations.retrieve(conv.id), 404, None, "key B cannot read A's conversation")
+    expect_error(c, lambda: ob.responses.create(model="tiny", input="x", conversation=conv.id), 404,
+                 "conversation", "nor answer in it")
+    expect_error(c, lambda: oa.conversations.items.create(conv.id, items=[
+        {"type": "function_call_output", "call_id": "c", "output": "x"}]), 400, "items[0].type",
+        "an item type this server does not keep")
+    expect_error(c, lambda: oa.conversations.create(items=[{"role": "user", "content": "x"}] * 21), 400, "items",
+                 "21 items", "at most 20")
+    deleted = oa.conversations.delete(conv.id)
+    c.check(deleted.deleted and deleted.object == "conversation.deleted" and deleted.id == conv.id, "delete")
+    expect_error(c, lambda: oa.conversations.items.list(conv.id), 404, None, "its items went with it")
+    c.check(oa.responses.retrieve(r1.id).output_text == r1.output_text, "its responses stay")
+
+
 def workers_of(parent_pid):
     """{rank: pid} of the `shardlm worker` children of parent_pid."""
     out = {}
@@ -817,7 +894,7 @@ def case_flags(ctx, c):
 
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
          ("stream", case_stream), ("cancel", case_cancel), ("concurrent", case_concurrent),
-         ("responses", case_responses), ("worker_killed", case_worker_killed), ("drain", case_drain),
+         ("responses", case_responses), ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
          ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
 
 

@@ -72,7 +72,10 @@ void DeclareStateFlags(FlagSet& f, ServeFlags* o) {
            "directory of the default state database (default: $XDG_STATE_HOME/shardlm, else "
            "$HOME/.local/state/shardlm)")
       .To(&o->state_dir);
-  f.Int("state-runs", "Assistants API runs generating at once (more wait in their queue)", 16, 1, 1024)
+  f.Int("state-runs",
+        "Assistants API runs generating at once (more wait in their queue), and background responses "
+        "(more are refused: 429)",
+        16, 1, 1024)
       .To(&o->state_runs);
 }
 

@@ -91,6 +91,9 @@ class StateStore {
   absl::Status CreateResponse(ResponseRow* response, std::vector<ResponseItemRow>* input);
   absl::Status FinishResponse(const ResponseEnd& end);
   absl::StatusOr<ResponseRow> GetResponse(const std::string& owner, const std::string& id);
+  // in_progress -> cancelled (a background response generating on a serve that is gone, or on
+  // another one: its end, when it comes, is not written); false when it was not in progress.
+  absl::StatusOr<bool> CancelResponse(const std::string& owner, const std::string& id, int64_t now_s);
   // Deletes it with its items (a later response naming it as previous starts after the gap).
   absl::Status DeleteResponse(const std::string& owner, const std::string& id);
   // Its items of `kind`, oldest first.

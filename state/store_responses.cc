@@ -94,6 +94,18 @@ absl::Status StateStore::FinishResponse(const ResponseEnd& end) {
   });
 }
 
+absl::StatusOr<bool> StateStore::CancelResponse(const std::string& owner, const std::string& id,
+                                                int64_t now_s) {
+  int64_t changed = 0;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(changed, tx.Exec("UPDATE responses SET status = 'cancelled', completed_at = ? "
+                                              "WHERE owner = ? AND id = ? AND status = 'in_progress'",
+                                              {now_s, owner, id}));
+    return absl::OkStatus();
+  }));
+  return changed == 1;
+}
+
 absl::StatusOr<ResponseRow> StateStore::GetResponse(const std::string& owner, const std::string& id) {
   ResponseRow out;
   SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {

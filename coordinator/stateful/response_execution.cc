@@ -219,15 +219,98 @@ ResponseRow Ended(ResponseRow row, const ResponseEnd& end) {
   return row;
 }
 
+// A generation's end: what is stored (the reply, and the turn for a conversation), the reply
+// item, and the Response object as it ended.
+struct Concluded {
+  ResponseEnd end;
+  Json message;
+  Json object;
+};
+
+Concluded Conclude(const Prepared& p, const std::string& message_id, const Generated& g) {
+  Concluded c;
+  c.end = EndOf(p.row, p.request, g);
+  c.message = OutputMessage(message_id, c.end.status == "completed" ? "completed" : "incomplete", g.text);
+  c.end.output.push_back(OutputRow(p.row, c.message, c.end.at));
+  IntoConversation(p.row, p.request.input, c.message, &c.end);
+  c.object = ResponseObject(Ended(p.row, c.end), Json::array({c.message}));
+  return c;
+}
+
+// A background response's generation, on a thread of its own; `cancel` stops it (a cancel, or
+// the server stopping).
+void RunInBackground(const ResponseContext& ctx, Prepared& p, const std::atomic<bool>& cancel) {
+  CallRecord record("", "CreateResponse", ctx.core->metrics());
+  auto stop = [&] { return cancel.load() || ctx.stopping->load(); };
+  record.SetAbandonedCheck(stop);
+  Generated g = GenerateReply(
+      *ctx.core, std::move(p.job), p.row.owner, record, [](const std::string&) {}, stop);
+  if (absl::IsCancelled(g.status) && ctx.stopping->load())
+    g.status = absl::UnavailableError("server shutting down");
+  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
+  record.Finish(g.status).IgnoreError();
+  StoreEnd(*ctx.store, Conclude(p, RandomId("msg_"), g).end);
+}
+
+// Answers a stored background create at once (in_progress, no output) and hands its
+// generation to ctx.background.
+void StartInBackground(const ResponseContext& ctx, Prepared p, CallRecord& record, HttpExchange& exchange) {
+  auto shared = std::make_shared<Prepared>(std::move(p));
+  const Json object = ResponseObject(shared->row, Json::array());
+  const ResponseContext copy = ctx;
+  const bool started = ctx.background->Start(shared->row.id, [copy, shared](const std::atomic<bool>& cancel) {
+    RunInBackground(copy, *shared, cancel);
+  });
+  if (!started) {  // the server began to stop, or the others took the last place meanwhile
+    Generated none;
+    none.status = absl::UnavailableError("the server could not start this background response; retry");
+    StoreEnd(*ctx.store, Conclude(*shared, RandomId("msg_"), none).end);
+    exchange.Send(openai::ErrorReply(ErrorOf(record.Finish(none.status))));
+    return;
+  }
+  record.Finish(absl::OkStatus()).IgnoreError();
+  exchange.Send(openai::JsonReply(object));
+}
+
+// A foreground create: generated on this request's thread, streamed or answered whole.
+void RunInForeground(const ResponseContext& ctx, Prepared& p, CallRecord& record, HttpExchange& exchange) {
+  auto gone = [&] { return exchange.ClientGone() || ctx.stopping->load(); };
+  const std::string message_id = RandomId("msg_");
+  ResponseEvents events(p.request.stream ? &exchange : nullptr);
+  if (p.request.stream) StartStream(exchange, events, p.row, message_id);
+  auto on_text = [&](const std::string& text) {
+    events.Send("response.output_text.delta", {{"item_id", message_id},
+                                               {"output_index", 0},
+                                               {"content_index", 0},
+                                               {"delta", text},
+                                               {"logprobs", Json::array()}});
+  };
+  Generated g = GenerateReply(*ctx.core, std::move(p.job), p.row.owner, record, on_text, gone);
+  if (absl::IsCancelled(g.status) && ctx.stopping->load())
+    g.status = absl::UnavailableError("server shutting down");
+  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
+  record.Finish(g.status).IgnoreError();
+  const Concluded c = Conclude(p, message_id, g);
+  if (p.request.store) StoreEnd(*ctx.store, c.end);
+  if (p.request.stream) {
+    FinishStream(exchange, events, c.message, c.object);
+  } else {
+    exchange.Send(g.status.ok() ? openai::JsonReply(c.object) : openai::ErrorReply(ErrorOf(g.status)));
+  }
+}
+
 }  // namespace
 
 void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const HttpRequest& req,
                     HttpExchange& exchange) {
   const std::string* request_id = req.Header("x-request-id");
   CallRecord record(request_id ? *request_id : "", "CreateResponse", ctx.core->metrics());
-  auto gone = [&] { return exchange.ClientGone() || ctx.stopping->load(); };
-  record.SetAbandonedCheck(gone);
+  record.SetAbandonedCheck([&] { return exchange.ClientGone() || ctx.stopping->load(); });
   absl::StatusOr<Prepared> p = Prepare(ctx, call, record);
+  if (p.ok() && p->request.background && !ctx.background->HasRoom()) {
+    p = absl::ResourceExhaustedError(absl::StrCat("this server generates at most ", ctx.background->limit(),
+                                                  " background responses at once; retry later"));
+  }
   if (!p.ok()) {
     exchange.Send(openai::ErrorReply(ErrorOf(record.Finish(p.status()))));
     return;
@@ -239,32 +322,10 @@ void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const 
       return;
     }
   }
-  const std::string message_id = RandomId("msg_");
-  ResponseEvents events(p->request.stream ? &exchange : nullptr);
-  if (p->request.stream) StartStream(exchange, events, p->row, message_id);
-  auto on_text = [&](const std::string& text) {
-    events.Send("response.output_text.delta", {{"item_id", message_id},
-                                               {"output_index", 0},
-                                               {"content_index", 0},
-                                               {"delta", text},
-                                               {"logprobs", Json::array()}});
-  };
-  Generated g = GenerateReply(*ctx.core, std::move(p->job), call.owner, record, on_text, gone);
-  if (absl::IsCancelled(g.status) && ctx.stopping->load())
-    g.status = absl::UnavailableError("server shutting down");
-  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
-  record.Finish(g.status).IgnoreError();
-  ResponseEnd end = EndOf(p->row, p->request, g);
-  const Json message =
-      OutputMessage(message_id, end.status == "completed" ? "completed" : "incomplete", g.text);
-  end.output.push_back(OutputRow(p->row, message, end.at));
-  IntoConversation(p->row, p->request.input, message, &end);
-  if (p->request.store) StoreEnd(*ctx.store, end);
-  const Json object = ResponseObject(Ended(p->row, end), Json::array({message}));
-  if (p->request.stream) {
-    FinishStream(exchange, events, message, object);
+  if (p->request.background) {
+    StartInBackground(ctx, std::move(*p), record, exchange);
   } else {
-    exchange.Send(g.status.ok() ? openai::JsonReply(object) : openai::ErrorReply(ErrorOf(g.status)));
+    RunInForeground(ctx, *p, record, exchange);
   }
 }
 

@@ -4,7 +4,9 @@
 // query), then its input. With store it is written in progress with its input,
 // then ended with its output in one transaction; without, nothing is written.
 // Streamed, it sends OpenAI's response.* events, each with its sequence_number.
-// A client that leaves cancels it within one engine step.
+// A client that leaves cancels it within one engine step. With background: true
+// it is stored and answered in progress at once, and generates on a thread of
+// ctx.background's (a cancel or a stopping server stops it).
 #pragma once
 
 #include <atomic>
@@ -13,6 +15,7 @@
 #include "coordinator/http/http_server.h"
 #include "coordinator/openai_wire/model_context.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/background_responses.h"
 #include "coordinator/stateful/stateful_routes.h"
 #include "state/store.h"
 
@@ -25,6 +28,7 @@ struct ResponseContext {
   const openai::ModelContext* model = nullptr;
   std::string runner;  // this serve's instance id in the store
   const std::atomic<bool>* stopping = nullptr;
+  BackgroundResponses* background = nullptr;  // where background: true generates
 };
 
 void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const HttpRequest& req,

@@ -13,7 +13,7 @@ Json ResponseObject(const ResponseRow& row, const Json& output) {
   o["object"] = "response";
   o["created_at"] = row.created_at;
   o["status"] = row.status;
-  o["background"] = false;
+  o["background"] = from_config("background", false);
   o["completed_at"] = row.completed_at ? Json(*row.completed_at) : Json();
   o["conversation"] = row.conversation_id ? Json{{"id", *row.conversation_id}} : Json();
   o["error"] = row.error ? Json::parse(*row.error) : Json();

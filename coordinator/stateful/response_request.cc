@@ -107,8 +107,6 @@ absl::Status RefusedFields(const Json& body) {
   };
   if (given("tools"))
     return BadParam("tools", "tools are not supported yet by the Responses API of this server");
-  if (given("background"))
-    return BadParam("background", "background responses are not supported yet by this server");
   if (given("include")) return BadParam("include", "include is not supported by this server");
   if (given("reasoning")) return BadParam("reasoning", "the model does not reason");
   if (given("prompt")) return BadParam("prompt", "stored prompts are not supported by this server");
@@ -193,13 +191,20 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                     "Mutually exclusive parameters: Ensure you are only providing one of: "
                     "'previous_response_id' or 'conversation'.");
   }
-  for (const char* key : {"store", "stream", "parallel_tool_calls"}) {
+  for (const char* key : {"store", "stream", "background", "parallel_tool_calls"}) {
     if (body.contains(key) && !body[key].is_null() && !body[key].is_boolean()) {
       return BadParam(key, absl::StrCat(key, " must be true or false"));
     }
   }
   r.store = body.contains("store") && body["store"].is_boolean() ? body["store"].get<bool>() : true;
   r.stream = body.contains("stream") && body["stream"].is_boolean() && body["stream"].get<bool>();
+  r.background =
+      body.contains("background") && body["background"].is_boolean() && body["background"].get<bool>();
+  if (r.background && !r.store)
+    return BadParam("background", "a background response must be stored: send store: true");
+  if (r.background && r.stream) {
+    return BadParam("stream", "streaming a background response is not supported yet by this server: poll it");
+  }
   SHARDLM_ASSIGN_OR_RETURN(r.settings.temperature, OptionalNumber(body, "temperature", 0, 2));
   SHARDLM_ASSIGN_OR_RETURN(r.settings.top_p, OptionalNumber(body, "top_p", 0, 1));
   if (body.contains("max_output_tokens") && !body["max_output_tokens"].is_null()) {
@@ -225,6 +230,7 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
   c["truncation"] = truncation;
   c["metadata"] = Json::parse(metadata);
   c["store"] = r.store;
+  c["background"] = r.background;
   c["parallel_tool_calls"] = body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean()
                                  ? body["parallel_tool_calls"]
                                  : Json(true);

@@ -21,12 +21,13 @@ struct ResponseRequest {
   std::optional<std::string> conversation_id;  // its items come first, and it takes this turn's
   bool store = true;
   bool stream = false;
+  bool background = false;       // generate after the create answers (store required; not streamed)
   bool truncation_auto = false;  // "auto": drop the oldest turns to fit; "disabled": a 400
   ReplySettings settings;        // temperature, top_p, max_output_tokens, text.format
   Json config;                   // what the Response object echoes (model, instructions, text, ...)
 };
 
-// Errors name the field and the limit; tools, background, include,
+// Errors name the field and the limit; tools, include,
 // reasoning and prompt are refused by name (not supported yet).
 absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                                      const std::vector<std::string>& model_names);

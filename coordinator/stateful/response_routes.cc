@@ -1,9 +1,13 @@
 // /v1/responses/{id}: retrieve, delete, input items, cancel (client.responses). A create
 // (POST /v1/responses) is response_execution.h's.
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status.h"
+#include "coordinator/stateful/background_responses.h"
 #include "coordinator/stateful/objects.h"
 #include "coordinator/stateful/response_objects.h"
+#include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_params.h"
 #include "coordinator/stateful/stateful_routes.h"
 
@@ -24,6 +28,30 @@ absl::StatusOr<Json> Retrieve(const StatefulContext& ctx, const StatefulCall& ca
   return ResponseObject(row, items);
 }
 
+// A background response in progress stops within one engine step where it generates here, and
+// the answer waits (up to 5 s) for its end to be stored; one generating on a serve that is gone
+// (or another) is marked cancelled in the store at once. A cancelled one answers as it is.
+absl::StatusOr<Json> Cancel(const StatefulContext& ctx, const StatefulCall& call, const std::string& id) {
+  SHARDLM_ASSIGN_OR_RETURN(ResponseRow row, ctx.store->GetResponse(call.owner, id));
+  if (!Json::parse(row.config).value("background", false))
+    return BadParam("response_id", "Only responses created with background=true can be cancelled.");
+  if (row.status == "in_progress" && ctx.background->Cancel(id)) {
+    const absl::Time give_up = absl::Now() + absl::Seconds(5);
+    while (row.status == "in_progress" && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(20));
+      SHARDLM_ASSIGN_OR_RETURN(row, ctx.store->GetResponse(call.owner, id));
+    }
+  }
+  if (row.status == "in_progress") {
+    SHARDLM_RETURN_IF_ERROR(ctx.store->CancelResponse(call.owner, id, NowSeconds()).status());
+    SHARDLM_ASSIGN_OR_RETURN(row, ctx.store->GetResponse(call.owner, id));
+  }
+  if (row.status != "cancelled") {
+    return BadParam("response_id", absl::StrCat("Cannot cancel a response with status '", row.status, "'."));
+  }
+  return Retrieve(ctx, call, id);
+}
+
 }  // namespace
 
 absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCall& call) {
@@ -41,10 +69,7 @@ absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCa
                              ctx.store->ListResponseItems(call.owner, id, "input", q));
     return ListObject(page, [](const ResponseItemRow& item) { return Json::parse(item.item); });
   }
-  if (path.size() == 3 && path[2] == "cancel" && call.method == "POST") {
-    SHARDLM_RETURN_IF_ERROR(ctx.store->GetResponse(call.owner, id).status());
-    return BadParam("response_id", "Only responses created with background=true can be cancelled.");
-  }
+  if (path.size() == 3 && path[2] == "cancel" && call.method == "POST") return Cancel(ctx, call, id);
   return InvalidUrl(call);
 }
 

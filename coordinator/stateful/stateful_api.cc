@@ -51,6 +51,8 @@ StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions o
         core, store, stateful::RunExecutorOptions{options.run_threads, options.model});
     ctx_.runs = runs_.get();
   }
+  background_ = std::make_unique<stateful::BackgroundResponses>(options.run_threads);
+  ctx_.background = background_.get();
 }
 
 absl::StatusOr<std::unique_ptr<StatefulApi>> StatefulApi::Start(ServingCore* core, StateStore* store,
@@ -67,6 +69,7 @@ void StatefulApi::StartDraining() {
 void StatefulApi::Stop() {
   stopping_ = true;
   if (runs_ != nullptr) runs_->Stop();
+  background_->Stop();  // each writes its end (failed: "server shutting down")
 }
 
 stateful::ResponseContext StatefulApi::ResponseContextOf() const {
@@ -76,6 +79,7 @@ stateful::ResponseContext StatefulApi::ResponseContextOf() const {
   r.model = &model_;
   r.runner = runs_ != nullptr ? runs_->instance() : "";
   r.stopping = &stopping_;
+  r.background = background_.get();
   return r;
 }
 

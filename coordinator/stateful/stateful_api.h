@@ -18,6 +18,7 @@
 
 #include "coordinator/http/http_server.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/background_responses.h"
 #include "coordinator/stateful/response_execution.h"
 #include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_routes.h"
@@ -28,7 +29,7 @@ namespace shardlm {
 struct StatefulOptions {
   std::vector<std::string> model_names;  // what an assistant's "model" may name; the first is reported
   openai::ModelContext model;            // the tokenizer and chat template runs render threads with
-  int run_threads = 16;                  // runs generating at once (--state-runs)
+  int run_threads = 16;                  // runs generating at once (--state-runs), and background responses
 };
 
 class StatefulApi {
@@ -39,7 +40,8 @@ class StatefulApi {
                                                             StatefulOptions options);
   // Draining: queued runs stay queued for the next start; those generating may finish.
   void StartDraining();
-  // Cancels the runs generating (before the HTTP server stops: streamed runs hold its threads).
+  // Cancels the runs and background responses generating (before the HTTP server stops:
+  // streamed runs hold its threads), and waits for their ends to be written.
   void Stop();
 
   // The routes under /v1/assistants and /v1/threads, for the OpenAI HTTP server.
@@ -60,6 +62,8 @@ class StatefulApi {
   std::atomic<bool> stopping_{false};
   std::unique_ptr<stateful::RunExecutor> runs_;
   stateful::StatefulContext ctx_;
+  // Last: its jobs use the members above, and its destructor waits for them.
+  std::unique_ptr<stateful::BackgroundResponses> background_;
 };
 
 // The hex SHA-256 of an API key: the owner column (the key itself is never stored).

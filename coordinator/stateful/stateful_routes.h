@@ -28,10 +28,12 @@ struct StatefulCall {
 };
 
 class RunExecutor;
+class BackgroundResponses;
 
 struct StatefulContext {
   StateStore* store = nullptr;
   RunExecutor* runs = nullptr;
+  BackgroundResponses* background = nullptr;
   std::vector<std::string> model_names;  // what "model" may name
 };
 

@@ -39,6 +39,10 @@ Cases:
               responses.stream's events in order with consecutive sequence_numbers, the deltas
               joining to the stored text; another key's response is 404, also as a previous one;
               refused fields are 400 naming them; an input past the context is 400 naming input
+  background  background: true answers at once in progress; polled, it ends with the text a
+              foreground one gives; a long one cancelled while it generates ends cancelled
+              (stored so, nothing left running), a second cancel answers it as it is, an ended
+              one is 400; another key's is 404; without store, or streamed, it is 400
   conversations  the Conversations API through client.conversations: create with items and
               metadata, items list (both orders, pages), create, retrieve, delete, update,
               delete; a response with `conversation` gives chat's text for the conversation's
@@ -48,8 +52,9 @@ Cases:
               items and leaves its responses
   worker_killed  a worker killed (SIGKILL) mid-run: the run ends failed, its last_error naming
               the rank; once /health is 200 again the thread's next run completes
-  drain       SIGTERM while a run generates (--shutdown-grace-s 1): serve exits 0 within
-              seconds, and after a restart the run reads failed ("server shutting down")
+  drain       SIGTERM while a run and a background response generate (--shutdown-grace-s 1):
+              serve exits 0 within seconds, and after a restart both read failed ("server
+              shutting down")
   restart     after SIGTERM and a new `serve` on the same --state-dir every object is there,
               lists in the same order, and new objects list after the old ones; a run in
               progress when serve is killed (SIGKILL) reads failed with last_error after the
@@ -646,8 +651,6 @@ def case_responses(ctx, c):
 
     expect_error(c, lambda: oa.responses.create(model="tiny", input="x", tools=[
         {"type": "function", "name": "f", "parameters": {"type": "object"}}]), 400, "tools", "tools refused")
-    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", background=True), 400, "background",
-                 "background refused")
     expect_error(c, lambda: oa.responses.create(model="gpt-4o", input="x"), 400, "model", "an unknown model")
     expect_error(c, lambda: oa.responses.create(model="tiny", input=[{"role": "user", "content": [
         {"type": "input_image", "image_url": "http://x/y.png"}]}]), 400, "input[0].content", "an image part")
@@ -655,6 +658,48 @@ def case_responses(ctx, c):
                  "an input past the context", "longer than")
     expect_error(c, lambda: oa.responses.cancel(r1.id), 400, None, "cancel of a foreground response",
                  "background=true")
+
+
+def poll_response(oa, r, timeout=60):
+    deadline = time.monotonic() + timeout
+    while r.status in ("queued", "in_progress") and time.monotonic() < deadline:
+        time.sleep(0.05)
+        r = oa.responses.retrieve(r.id)
+    return r
+
+
+def case_background(ctx, c):
+    srv = ctx.shared()
+    oa, ob = client(srv), client(srv, KEY_B)
+    p1 = "The harbour committee met"
+    r = oa.responses.create(model="tiny", input=p1, temperature=0, max_output_tokens=10, background=True)
+    c.check(r.background is True and r.status in ("queued", "in_progress") and not r.output,
+            "a background create answers at once, in progress (%s)" % r.status)
+    done = poll_response(oa, r)
+    want, u = chat_text(oa, [{"role": "user", "content": p1}], 10)
+    c.check(done.status == "incomplete" and done.output_text == want and done.usage.input_tokens == u.prompt_tokens
+            and done.background is True, "polled, it ends as a foreground one would: %s %r" %
+            (done.status, done.output_text))
+    expect_error(c, lambda: oa.responses.cancel(r.id), 400, "response_id", "cancelling an ended one",
+                 "Cannot cancel a response with status 'incomplete'.")
+
+    long = oa.responses.create(model="tiny", input="Go on and on", temperature=0, max_output_tokens=3000,
+                               background=True)
+    time.sleep(1)
+    expect_error(c, lambda: ob.responses.cancel(long.id), 404, None, "key B cannot cancel A's response")
+    t0 = time.monotonic()
+    cancelled = oa.responses.cancel(long.id)
+    took = time.monotonic() - t0
+    c.check(cancelled.status == "cancelled" and oa.responses.retrieve(long.id).status == "cancelled",
+            "a long one cancelled while it generates ends cancelled, stored so (%s, %.2f s)" %
+            (cancelled.status, took))
+    c.check(settled(srv), "nothing keeps running within 10 s: requests_running %s, calls_in_flight %s" %
+            (metric(srv, "shardlm_requests_running"), metric(srv, "shardlm_calls_in_flight")))
+    c.check(oa.responses.cancel(long.id).status == "cancelled", "cancelling it again answers it as it is")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", background=True, store=False), 400,
+                 "background", "background without store")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", background=True, stream=True), 400,
+                 "stream", "background and stream")
 
 
 def case_conversations(ctx, c):
@@ -784,6 +829,7 @@ def case_drain(ctx, c):
     t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
     run = long_run(oa, a, t)
     c.check(run.status == "in_progress", "a long run is in progress (%s)" % run.status)
+    bg = oa.responses.create(model="tiny", input="Go on and on", max_output_tokens=3000, background=True)
     t0 = time.monotonic()
     rc = srv.stop()
     took = time.monotonic() - t0
@@ -793,6 +839,9 @@ def case_drain(ctx, c):
         ended = client(srv).beta.threads.runs.retrieve(run.id, thread_id=t.id)
         c.check(ended.status == "failed" and "shutting down" in ended.last_error.message,
                 "the run reads failed: %s %s" % (ended.status, ended.last_error))
+        bg_ended = client(srv).responses.retrieve(bg.id)
+        c.check(bg_ended.status == "failed" and "shutting down" in bg_ended.error.message,
+                "so does the background response: %s %s" % (bg_ended.status, bg_ended.error))
     finally:
         srv.stop()
 
@@ -894,7 +943,8 @@ def case_flags(ctx, c):
 
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
          ("stream", case_stream), ("cancel", case_cancel), ("concurrent", case_concurrent),
-         ("responses", case_responses), ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
+         ("responses", case_responses), ("background", case_background),
+         ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
          ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
 
 

@@ -115,11 +115,13 @@ class Ctx2(Ctx):
         self.state_dir = self.dir("state")
         shutil.rmtree(self.state_dir, ignore_errors=True)  # each run starts from an empty database
         self.server = None
+        self.started = []  # every serve, stopped at the end even when its case failed midway
 
     def serve(self, name, *extra):
         p = LoggedProcess([self.binary, "serve", "--model", self.model, "--tp", 2, "--port", 0, "--http-port", 0,
                            "--api-key-file", self.keys, "--served-model-name", "tiny"] + list(extra),
                           self.dir(name + ".log"))
+        self.started.append(p)
         if not p.wait_for("shardlm serving", START_TIMEOUT_S):
             raise Failure("serve not ready (rc %s): %s" % (p.proc.poll(), p.text()[-1500:]))
         p.http = p.announced_port(harness.HTTP_PORT)
@@ -136,6 +138,8 @@ class Ctx2(Ctx):
         if self.server is not None:
             self.server.stop()
             self.server = None
+        for p in self.started:
+            p.stop(signal.SIGKILL, timeout=10)  # a no-op for those already stopped
 
 
 def client(srv, key=KEY_A):

@@ -39,11 +39,12 @@ void BackgroundResponses::Run(const std::string& id, Job job, std::shared_ptr<st
   ended_.notify_all();
 }
 
-bool BackgroundResponses::Cancel(const std::string& id) {
-  std::lock_guard<std::mutex> lock(mu_);
+bool BackgroundResponses::Cancel(const std::string& id, std::chrono::milliseconds wait) {
+  std::unique_lock<std::mutex> lock(mu_);
   auto it = running_.find(id);
   if (it == running_.end()) return false;
   it->second->store(true);
+  ended_.wait_for(lock, wait, [&] { return running_.count(id) == 0; });
   return true;
 }
 

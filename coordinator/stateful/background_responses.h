@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <map>
@@ -30,8 +31,9 @@ class BackgroundResponses {
   bool HasRoom();
   // Runs `job` for response `id` on a new thread; false when `limit` run already or when stopping.
   bool Start(const std::string& id, Job job);
-  // Asks response `id` to stop; false when it does not run here.
-  bool Cancel(const std::string& id);
+  // Asks response `id` to stop and waits up to `wait` for its job to end (its end stored); false
+  // when it does not run here.
+  bool Cancel(const std::string& id, std::chrono::milliseconds wait);
   // Cancels every job, takes no more, and waits until each has ended.
   void Stop();
 

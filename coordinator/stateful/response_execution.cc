@@ -1,6 +1,7 @@
 #include "coordinator/stateful/response_execution.h"
 
 #include <chrono>
+#include <functional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -37,12 +38,7 @@ absl::Status HistoryInto(const ResponseContext& ctx, const StatefulCall& call, c
     if (!chain.ok()) return WithField(chain.status(), "previous_response_id");
     for (const ResponseItemRow& item : *chain) spec->turns.push_back(TurnOf(Json::parse(item.item)));
   }
-  if (r.conversation_id) {
-    if (ctx.store == nullptr)
-      return BadParam("conversation", "this server keeps no conversations (--state-db none)");
-    if (!r.store) {
-      return BadParam("store", "store must be true with a conversation: the conversation keeps this turn");
-    }
+  if (r.conversation_id) {  // stored (ParseResponseRequest), so there is a store (Prepare)
     absl::StatusOr<std::vector<ConversationItemRow>> items =
         ctx.store->ConversationHistory(call.owner, *r.conversation_id);
     if (!items.ok()) return WithField(items.status(), "conversation");
@@ -237,18 +233,27 @@ Concluded Conclude(const Prepared& p, const std::string& message_id, const Gener
   return c;
 }
 
+// Generates `p`'s reply, counted on `record`; a generation the stopping server cut short reads
+// "server shutting down".
+Generated GenerateCounted(const ResponseContext& ctx, Prepared& p, CallRecord& record,
+                          const std::function<void(const std::string&)>& on_text,
+                          const std::function<bool()>& stop) {
+  Generated g = GenerateReply(*ctx.core, std::move(p.job), p.row.owner, record, on_text, stop);
+  if (absl::IsCancelled(g.status) && ctx.stopping->load())
+    g.status = absl::UnavailableError("server shutting down");
+  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
+  record.Finish(g.status).IgnoreError();
+  return g;
+}
+
 // A background response's generation, on a thread of its own; `cancel` stops it (a cancel, or
 // the server stopping).
 void RunInBackground(const ResponseContext& ctx, Prepared& p, const std::atomic<bool>& cancel) {
   CallRecord record("", "CreateResponse", ctx.core->metrics());
   auto stop = [&] { return cancel.load() || ctx.stopping->load(); };
   record.SetAbandonedCheck(stop);
-  Generated g = GenerateReply(
-      *ctx.core, std::move(p.job), p.row.owner, record, [](const std::string&) {}, stop);
-  if (absl::IsCancelled(g.status) && ctx.stopping->load())
-    g.status = absl::UnavailableError("server shutting down");
-  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
-  record.Finish(g.status).IgnoreError();
+  Generated g = GenerateCounted(
+      ctx, p, record, [](const std::string&) {}, stop);
   StoreEnd(*ctx.store, Conclude(p, RandomId("msg_"), g).end);
 }
 
@@ -285,11 +290,7 @@ void RunInForeground(const ResponseContext& ctx, Prepared& p, CallRecord& record
                                                {"delta", text},
                                                {"logprobs", Json::array()}});
   };
-  Generated g = GenerateReply(*ctx.core, std::move(p.job), p.row.owner, record, on_text, gone);
-  if (absl::IsCancelled(g.status) && ctx.stopping->load())
-    g.status = absl::UnavailableError("server shutting down");
-  record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
-  record.Finish(g.status).IgnoreError();
+  Generated g = GenerateCounted(ctx, p, record, on_text, gone);
   const Concluded c = Conclude(p, message_id, g);
   if (p.request.store) StoreEnd(*ctx.store, c.end);
   if (p.request.stream) {

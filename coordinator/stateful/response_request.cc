@@ -202,6 +202,8 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
       body.contains("background") && body["background"].is_boolean() && body["background"].get<bool>();
   if (r.background && !r.store)
     return BadParam("background", "a background response must be stored: send store: true");
+  if (r.conversation_id && !r.store)
+    return BadParam("store", "store must be true with a conversation: the conversation keeps this turn");
   if (r.background && r.stream) {
     return BadParam("stream", "streaming a background response is not supported yet by this server: poll it");
   }

@@ -1,13 +1,12 @@
 // /v1/responses/{id}: retrieve, delete, input items, cancel (client.responses). A create
 // (POST /v1/responses) is response_execution.h's.
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "common/status.h"
 #include "coordinator/stateful/background_responses.h"
 #include "coordinator/stateful/objects.h"
 #include "coordinator/stateful/response_objects.h"
-#include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_params.h"
 #include "coordinator/stateful/stateful_routes.h"
 
@@ -35,15 +34,11 @@ absl::StatusOr<Json> Cancel(const StatefulContext& ctx, const StatefulCall& call
   SHARDLM_ASSIGN_OR_RETURN(ResponseRow row, ctx.store->GetResponse(call.owner, id));
   if (!Json::parse(row.config).value("background", false))
     return BadParam("response_id", "Only responses created with background=true can be cancelled.");
-  if (row.status == "in_progress" && ctx.background->Cancel(id)) {
-    const absl::Time give_up = absl::Now() + absl::Seconds(5);
-    while (row.status == "in_progress" && absl::Now() < give_up) {
-      absl::SleepFor(absl::Milliseconds(20));
-      SHARDLM_ASSIGN_OR_RETURN(row, ctx.store->GetResponse(call.owner, id));
-    }
+  if (row.status == "in_progress" && ctx.background->Cancel(id, std::chrono::seconds(5))) {
+    SHARDLM_ASSIGN_OR_RETURN(row, ctx.store->GetResponse(call.owner, id));  // as its job ended it
   }
   if (row.status == "in_progress") {
-    SHARDLM_RETURN_IF_ERROR(ctx.store->CancelResponse(call.owner, id, NowSeconds()).status());
+    SHARDLM_RETURN_IF_ERROR(ctx.store->CancelResponse(call.owner, id, call.now_s).status());
     SHARDLM_ASSIGN_OR_RETURN(row, ctx.store->GetResponse(call.owner, id));
   }
   if (row.status != "cancelled") {

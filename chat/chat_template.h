@@ -65,7 +65,7 @@ class ChatTemplate {
   // The names of the templates ("default" for a single template).
   std::vector<std::string> template_names() const;
   // The source of every template, joined: what tool-call formats are read from
-  // (coordinator/openai/tool_calls.h).
+  // (coordinator/openai_wire/tool_calls.h).
   const std::string& sources() const { return sources_; }
 
  private:

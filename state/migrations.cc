@@ -23,6 +23,11 @@ Migration ConversationsMigration() {
       }};
 }
 
+// Migration 5 (function tools): a run's prompt reads its thread's tool-call steps in order.
+Migration ToolStepsMigration() {
+  return {5, "run steps by thread", {"CREATE INDEX run_steps_thread_seq ON run_steps (thread_id, seq)"}};
+}
+
 }  // namespace
 
 const std::vector<Migration>& StateMigrations() {
@@ -93,6 +98,7 @@ const std::vector<Migration>& StateMigrations() {
            "CREATE INDEX response_items_response ON response_items (response_id, kind, seq)",
        }},
       ConversationsMigration(),
+      ToolStepsMigration(),
   };
   return kMigrations;
 }

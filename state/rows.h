@@ -67,14 +67,26 @@ struct RunStepRow : RowKey {
 };
 
 // How a generation ended, written in one transaction: the run's new status
-// and what it made (a message and its step, when there is text or an end to report).
+// and what it made (a message and its step, when there is text or an end to report;
+// a tool_calls step, when the reply called functions).
 struct RunEnd {
   std::string owner, run_id;
-  std::string status;  // completed incomplete cancelled failed
+  std::string status;  // completed incomplete cancelled failed requires_action
   std::optional<std::string> last_error, incomplete_reason, usage;
+  std::optional<std::string> required_action;  // JSON, with requires_action
+  std::optional<int64_t> expires_at;           // with requires_action: when it expires unanswered
   int64_t at = 0;
-  std::optional<MessageRow> message;  // the assistant's reply
-  std::optional<RunStepRow> step;     // its message_creation step
+  std::optional<MessageRow> message;    // the assistant's reply
+  std::optional<RunStepRow> step;       // its message_creation step
+  std::optional<RunStepRow> tool_step;  // its tool_calls step, in progress until the outputs come
+};
+
+// Tool outputs submitted to a run that requires action: in one transaction the run is checked
+// (still requires_action), its open tool_calls step is filled (`fill` makes the step's new
+// details from the run and the step, or refuses) and completed, and the run is queued again.
+struct ToolOutputsSubmit {
+  std::string owner, thread_id, run_id, runner;
+  int64_t at = 0, expires_at = 0;
 };
 
 struct ResponseRow : RowKey {

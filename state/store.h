@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -81,6 +82,18 @@ class StateStore {
   // status. NOT_FOUND when the run was deleted (with its thread) meanwhile; nothing is
   // written when it ended elsewhere (reaped).
   absl::Status FinishRun(const RunEnd& end);
+  // Tool outputs (ToolOutputsSubmit): returns the queued run and its completed tool step.
+  // FAILED_PRECONDITION when the run does not require action; `fill`'s error as it is.
+  absl::StatusOr<std::pair<RunRow, RunStepRow>> SubmitToolOutputs(
+      const ToolOutputsSubmit& submit,
+      const std::function<absl::StatusOr<std::string>(const RunRow&, const RunStepRow&)>& fill);
+  // The thread's completed tool_calls steps, oldest first (a run's prompt shows each call with
+  // its outputs, in order among the messages).
+  absl::StatusOr<std::vector<RunStepRow>> ThreadToolSteps(const std::string& owner,
+                                                          const std::string& thread_id);
+  // Runs queued or requiring action past their expires_at: expired, with their open steps.
+  // Returns how many.
+  absl::StatusOr<int64_t> ExpireRuns(int64_t now_s);
   absl::StatusOr<ListPage<RunStepRow>> ListRunSteps(const std::string& owner, const std::string& thread_id,
                                                     const std::string& run_id, const ListQuery& q);
   absl::StatusOr<RunStepRow> GetRunStep(const std::string& owner, const std::string& thread_id,

@@ -191,8 +191,14 @@ absl::StatusOr<RunRow> StateStore::CancelRun(const std::string& owner, const std
     SHARDLM_ASSIGN_OR_RETURN(RunRow run, QueryRun(tx, owner, thread_id, id));
     if (run.status == "queued" || run.status == "requires_action") {
       SHARDLM_RETURN_IF_ERROR(
-          tx.Exec("UPDATE runs SET status = 'cancelled', cancelled_at = ? WHERE id = ?", {now_s, id})
+          tx.Exec(
+                "UPDATE runs SET status = 'cancelled', cancelled_at = ?, required_action = NULL WHERE id = ?",
+                {now_s, id})
               .status());
+      SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE run_steps SET status = 'cancelled', cancelled_at = ? "
+                                      "WHERE run_id = ? AND status = 'in_progress'",
+                                      {now_s, id})
+                                  .status());
     } else if (run.status == "in_progress") {
       SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE runs SET status = 'cancelling' WHERE id = ?", {id}).status());
     } else if (run.status != "cancelling") {
@@ -213,25 +219,110 @@ absl::Status StateStore::FinishRun(const RunEnd& end) {
     const std::string status = SqlText(found[0][0]);
     // Ended elsewhere meanwhile (reaped as its runner's instance looked dead): that end stands.
     if (status != "in_progress" && status != "cancelling") return absl::OkStatus();
+    // A cancel that came as the reply ended: the calls are not asked for.
+    const bool asks = end.status == "requires_action" && status == "in_progress";
+    // In this order: a prompt shows the reply's text before its calls (by seq).
+    if (end.step) {
+      RunStepRow step = *end.step;
+      SHARDLM_RETURN_IF_ERROR(InsertStep(tx, &step));
+    }
     if (end.message) {
       MessageRow m = *end.message;
       SHARDLM_RETURN_IF_ERROR(InsertMessage(tx, &m));
     }
-    if (end.step) {
-      RunStepRow s = *end.step;
-      SHARDLM_RETURN_IF_ERROR(InsertStep(tx, &s));
+    if (asks && end.tool_step) {
+      RunStepRow step = *end.tool_step;
+      SHARDLM_RETURN_IF_ERROR(InsertStep(tx, &step));
     }
-    const bool completed = end.status == "completed" || end.status == "incomplete";
+    const std::string new_status =
+        end.status == "requires_action" && !asks ? std::string("cancelled") : end.status;
+    const bool completed = new_status == "completed" || new_status == "incomplete";
     return tx
         .Exec(
             "UPDATE runs SET status = ?, last_error = ?, incomplete_reason = ?, usage = ?, completed_at = ?, "
-            "cancelled_at = ?, failed_at = ? WHERE id = ?",
-            {end.status, SqlOptional(end.last_error), SqlOptional(end.incomplete_reason),
+            "cancelled_at = ?, failed_at = ?, required_action = ?, expires_at = COALESCE(?, expires_at) "
+            "WHERE id = ?",
+            {new_status, SqlOptional(end.last_error), SqlOptional(end.incomplete_reason),
              SqlOptional(end.usage), completed ? SqlValue(end.at) : SqlValue(),
-             end.status == "cancelled" ? SqlValue(end.at) : SqlValue(),
-             end.status == "failed" ? SqlValue(end.at) : SqlValue(), end.run_id})
+             new_status == "cancelled" ? SqlValue(end.at) : SqlValue(),
+             new_status == "failed" ? SqlValue(end.at) : SqlValue(),
+             asks ? SqlOptional(end.required_action) : SqlValue(),
+             asks ? SqlOptional(end.expires_at) : SqlValue(), end.run_id})
         .status();
   });
+}
+
+absl::StatusOr<std::pair<RunRow, RunStepRow>> StateStore::SubmitToolOutputs(
+    const ToolOutputsSubmit& in,
+    const std::function<absl::StatusOr<std::string>(const RunRow&, const RunStepRow&)>& fill) {
+  std::pair<RunRow, RunStepRow> out;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_RETURN_IF_ERROR(BumpThread(tx, in.owner, in.thread_id));
+    SHARDLM_ASSIGN_OR_RETURN(RunRow run, QueryRun(tx, in.owner, in.thread_id, in.run_id));
+    if (run.status != "requires_action") {
+      return absl::FailedPreconditionError(
+          absl::StrCat("Runs in status \"", run.status, "\" do not accept tool outputs."));
+    }
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> steps,
+        tx.Query(absl::StrCat("SELECT ", kStepColumns,
+                              " FROM run_steps WHERE run_id = ? AND type = 'tool_calls' AND status = "
+                              "'in_progress' ORDER BY seq DESC LIMIT 1"),
+                 {in.run_id}));
+    if (steps.empty()) return absl::InternalError(absl::StrCat("run ", in.run_id, " has no open tool step"));
+    RunStepRow step = StepOf(steps[0]);
+    SHARDLM_ASSIGN_OR_RETURN(step.step_details, fill(run, step));
+    step.status = "completed";
+    step.completed_at = in.at;
+    SHARDLM_RETURN_IF_ERROR(
+        tx.Exec("UPDATE run_steps SET status = 'completed', completed_at = ?, step_details = ? WHERE id = ?",
+                {in.at, step.step_details, step.id})
+            .status());
+    SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE runs SET status = 'queued', required_action = NULL, runner = ?, "
+                                    "expires_at = ? WHERE id = ?",
+                                    {in.runner, in.expires_at, in.run_id})
+                                .status());
+    SHARDLM_ASSIGN_OR_RETURN(out.first, QueryRun(tx, in.owner, in.thread_id, in.run_id));
+    out.second = std::move(step);
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<RunStepRow>> StateStore::ThreadToolSteps(const std::string& owner,
+                                                                    const std::string& thread_id) {
+  std::vector<RunStepRow> out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query(absl::StrCat("SELECT ", kStepColumns,
+                              " FROM run_steps WHERE owner = ? AND thread_id = ? AND type = 'tool_calls' AND "
+                              "status = 'completed' ORDER BY seq ASC"),
+                 {owner, thread_id}));
+    for (const SqlRow& r : rows) out.push_back(StepOf(r));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<int64_t> StateStore::ExpireRuns(int64_t now_s) {
+  int64_t expired = 0;
+  SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query("UPDATE runs SET status = 'expired' WHERE status IN ('queued', 'requires_action') AND "
+                 "expires_at IS NOT NULL AND expires_at < ? RETURNING id",
+                 {now_s}));
+    for (const SqlRow& r : rows) {
+      SHARDLM_RETURN_IF_ERROR(tx.Exec("UPDATE run_steps SET status = 'expired', expired_at = ? "
+                                      "WHERE run_id = ? AND status = 'in_progress'",
+                                      {now_s, SqlText(r[0])})
+                                  .status());
+    }
+    expired = static_cast<int64_t>(rows.size());
+    return absl::OkStatus();
+  }));
+  return expired;
 }
 
 absl::StatusOr<std::optional<std::string>> StateStore::ActiveRun(const std::string& owner,

@@ -24,9 +24,9 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/openai/tool_calls.h"
 #include "coordinator/openai_wire/api_error.h"
 #include "coordinator/openai_wire/model_context.h"
+#include "coordinator/openai_wire/tool_calls.h"
 #include "coordinator/serving/generate_job.h"
 #include "coordinator/serving/generate_update.h"
 #include "nlohmann/json.hpp"

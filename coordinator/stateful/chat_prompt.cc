@@ -23,7 +23,8 @@ absl::StatusOr<std::optional<std::vector<int32_t>>> Fitting(const ServingCore& c
                                                             const PromptSpec& spec, size_t from,
                                                             const CallRecord& call) {
   absl::StatusOr<std::string> text =
-      model.chat_template->Apply(ChatMessages(spec, from), /*add_generation_prompt=*/true, Json(), Json());
+      model.chat_template->Apply(ChatMessages(spec, from), /*add_generation_prompt=*/true,
+                                 spec.tools.is_array() && !spec.tools.empty() ? spec.tools : Json(), Json());
   if (!text.ok()) {
     return InvalidField(
         "input", absl::StrCat("the chat template rejected the conversation: ", text.status().message()));

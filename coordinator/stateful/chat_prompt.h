@@ -21,7 +21,8 @@ using openai::Json;
 
 struct PromptSpec {
   std::string system;        // empty: no system message
-  std::vector<Json> turns;   // {role, content} chat messages, oldest first
+  std::vector<Json> turns;   // chat messages ({role, content}, tool calls and outputs), oldest first
+  Json tools;                // the functions offered, in chat's form; null: none
   size_t first = 0;          // turns before it are left out
   bool may_drop = true;      // drop the oldest turns (keeping the newest) to fit
   int64_t budget = 0;        // prompt tokens at most

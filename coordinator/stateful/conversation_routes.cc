@@ -6,7 +6,7 @@
 #include "common/random_token.h"
 #include "common/status.h"
 #include "coordinator/stateful/objects.h"
-#include "coordinator/stateful/response_request.h"
+#include "coordinator/stateful/response_items.h"
 #include "coordinator/stateful/stateful_params.h"
 #include "coordinator/stateful/stateful_routes.h"
 
@@ -23,7 +23,8 @@ Json ConversationObject(const ConversationRow& c) {
 
 Json ItemObject(const ConversationItemRow& item) { return Json::parse(item.item); }
 
-// A create body's `items` (at most 20 messages) as rows of conversation `id`; absent is none.
+// A create body's `items` (at most 20: messages, function calls and their outputs) as rows of conversation
+// `id`; absent is none.
 absl::StatusOr<std::vector<ConversationItemRow>> ItemsFrom(const StatefulCall& call, const std::string& id,
                                                            bool required) {
   std::vector<ConversationItemRow> rows;
@@ -40,7 +41,7 @@ absl::StatusOr<std::vector<ConversationItemRow>> ItemsFrom(const StatefulCall& c
                     absl::StrCat("items has ", items.size(), " entries; at most ", kMaxConversationItems));
   }
   for (size_t i = 0; i < items.size(); ++i) {
-    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(items[i], absl::StrCat("items[", i, "]")));
+    SHARDLM_ASSIGN_OR_RETURN(Json item, InputItem(items[i], absl::StrCat("items[", i, "]")));
     ConversationItemRow row;
     row.id = item["id"];
     row.owner = call.owner;

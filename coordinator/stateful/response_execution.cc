@@ -12,18 +12,22 @@
 #include "common/status.h"
 #include "coordinator/openai_wire/http_replies.h"
 #include "coordinator/stateful/chat_prompt.h"
+#include "coordinator/stateful/function_tools.h"
 #include "coordinator/stateful/reply_generation.h"
+#include "coordinator/stateful/response_items.h"
 #include "coordinator/stateful/response_objects.h"
 #include "coordinator/stateful/response_request.h"
+#include "coordinator/stateful/response_stream.h"
 #include "coordinator/stateful/stateful_params.h"
 
 namespace shardlm {
 namespace stateful {
 namespace {
 
-// A create made ready to run: the request, its engine job and its row (in progress).
+// A create made ready to run: the request, its tools, its engine job and its row (in progress).
 struct Prepared {
   ResponseRequest request;
+  FunctionTools tools;
   GenerateJob job;
   ResponseRow row;
 };
@@ -31,18 +35,18 @@ struct Prepared {
 // The turns before this response's input: the chain its previous_response_id ends, or its
 // conversation's items.
 absl::Status HistoryInto(const ResponseContext& ctx, const StatefulCall& call, const ResponseRequest& r,
-                         PromptSpec* spec) {
+                         std::vector<Json>* items) {
   if (r.previous_response_id) {
     absl::StatusOr<std::vector<ResponseItemRow>> chain =
         ctx.store->ResponseChain(call.owner, *r.previous_response_id);
     if (!chain.ok()) return WithField(chain.status(), "previous_response_id");
-    for (const ResponseItemRow& item : *chain) spec->turns.push_back(TurnOf(Json::parse(item.item)));
+    for (const ResponseItemRow& item : *chain) items->push_back(Json::parse(item.item));
   }
   if (r.conversation_id) {  // stored (ParseResponseRequest), so there is a store (Prepare)
-    absl::StatusOr<std::vector<ConversationItemRow>> items =
+    absl::StatusOr<std::vector<ConversationItemRow>> rows =
         ctx.store->ConversationHistory(call.owner, *r.conversation_id);
-    if (!items.ok()) return WithField(items.status(), "conversation");
-    for (const ConversationItemRow& item : *items) spec->turns.push_back(TurnOf(Json::parse(item.item)));
+    if (!rows.ok()) return WithField(rows.status(), "conversation");
+    for (const ConversationItemRow& item : *rows) items->push_back(Json::parse(item.item));
   }
   return absl::OkStatus();
 }
@@ -57,15 +61,21 @@ absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall&
                     "this server keeps no responses (--state-db none): send store: false and no "
                     "previous_response_id");
   }
+  SHARDLM_ASSIGN_OR_RETURN(p.tools, FunctionToolsOf(*ctx.model, r.chat_tools, r.tool_choice,
+                                                    r.config["parallel_tool_calls"].get<bool>()));
   PromptSpec spec;
   spec.system = r.instructions;
-  SHARDLM_RETURN_IF_ERROR(HistoryInto(ctx, call, r, &spec));
-  for (const Json& item : r.input) spec.turns.push_back(TurnOf(item));
+  std::vector<Json> items;
+  SHARDLM_RETURN_IF_ERROR(HistoryInto(ctx, call, r, &items));
+  items.insert(items.end(), r.input.begin(), r.input.end());
+  spec.turns = TurnsOf(items);
+  spec.tools = p.tools.chat_tools;
   spec.may_drop = r.truncation_auto;
   spec.budget = ctx.model->max_context - 1;
   spec.budget_param = "input";
   SHARDLM_ASSIGN_OR_RETURN(BuiltPrompt prompt, BuildPrompt(*ctx.core, *ctx.model, spec, record));
   SHARDLM_ASSIGN_OR_RETURN(p.job, ReplyJob(*ctx.model, r.settings, std::move(prompt.ids)));
+  SHARDLM_RETURN_IF_ERROR(ConstrainCalls(p.tools, &p.job));
   p.row.id = RandomId("resp_");
   p.row.owner = call.owner;
   p.row.created_at = call.now_s;
@@ -75,25 +85,6 @@ absl::StatusOr<Prepared> Prepare(const ResponseContext& ctx, const StatefulCall&
   p.row.config = r.config.dump();
   return p;
 }
-
-// Server-sent events of a streamed response: each is `event: TYPE` and its JSON with type and
-// sequence_number (counted from 0); there is no [DONE].
-class ResponseEvents {
- public:
-  ResponseEvents(HttpExchange* exchange) : exchange_(exchange) {}
-  void Send(const std::string& type, Json data) {
-    if (exchange_ == nullptr || !open_) return;
-    Json event = Json{{"type", type}, {"sequence_number", sequence_++}};
-    for (auto it = data.begin(); it != data.end(); ++it) event[it.key()] = it.value();
-    open_ = exchange_->Write(absl::StrCat(
-        "event: ", type, "\ndata: ", event.dump(-1, ' ', false, Json::error_handler_t::replace), "\n\n"));
-  }
-
- private:
-  HttpExchange* exchange_;
-  bool open_ = true;
-  int64_t sequence_ = 0;
-};
 
 // The row's end from how the generation went.
 ResponseEnd EndOf(const ResponseRow& row, const ResponseRequest& r, const Generated& g) {
@@ -115,49 +106,15 @@ ResponseEnd EndOf(const ResponseRow& row, const ResponseRequest& r, const Genera
   return end;
 }
 
-ResponseItemRow OutputRow(const ResponseRow& row, const Json& message, int64_t at) {
+ResponseItemRow OutputRow(const ResponseRow& row, const Json& output, int64_t at) {
   ResponseItemRow item;
-  item.id = message["id"];
+  item.id = output["id"];
   item.owner = row.owner;
   item.created_at = at;
   item.response_id = row.id;
   item.kind = "output";
-  item.item = message.dump();
+  item.item = output.dump();
   return item;
-}
-
-void StartStream(HttpExchange& exchange, ResponseEvents& events, const ResponseRow& row,
-                 const std::string& message_id) {
-  exchange.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
-  events.Send("response.created", {{"response", ResponseObject(row, Json::array())}});
-  events.Send("response.in_progress", {{"response", ResponseObject(row, Json::array())}});
-  events.Send("response.output_item.added",
-              {{"output_index", 0}, {"item", OutputMessage(message_id, "in_progress", "")}});
-  events.Send("response.content_part.added",
-              {{"item_id", message_id},
-               {"output_index", 0},
-               {"content_index", 0},
-               {"part", {{"type", "output_text"}, {"text", ""}, {"annotations", Json::array()}}}});
-}
-
-void FinishStream(HttpExchange& exchange, ResponseEvents& events, const Json& message, const Json& object) {
-  const std::string id = message["id"];
-  const Json part =
-      message["content"].empty() ? Json{{"type", "output_text"}, {"text", ""}} : message["content"][0];
-  events.Send("response.output_text.done", {{"item_id", id},
-                                            {"output_index", 0},
-                                            {"content_index", 0},
-                                            {"text", part.value("text", "")},
-                                            {"logprobs", Json::array()}});
-  events.Send("response.content_part.done",
-              {{"item_id", id}, {"output_index", 0}, {"content_index", 0}, {"part", part}});
-  events.Send("response.output_item.done", {{"output_index", 0}, {"item", message}});
-  const std::string status = object["status"];
-  events.Send(status == "completed"    ? "response.completed"
-              : status == "incomplete" ? "response.incomplete"
-                                       : "response.failed",
-              {{"response", object}});
-  exchange.EndStream();
 }
 
 std::vector<ResponseItemRow> InputRows(const ResponseRow& row, const std::vector<Json>& input) {
@@ -175,8 +132,8 @@ std::vector<ResponseItemRow> InputRows(const ResponseRow& row, const std::vector
   return rows;
 }
 
-// What a response that answered adds to its conversation: its input items, then its reply.
-void IntoConversation(const ResponseRow& row, const std::vector<Json>& input, const Json& reply,
+// What a response that answered adds to its conversation: its input items, then its output.
+void IntoConversation(const ResponseRow& row, const std::vector<Json>& input, const Json& output,
                       ResponseEnd* end) {
   if (!row.conversation_id || (end->status != "completed" && end->status != "incomplete")) return;
   end->conversation_id = row.conversation_id;
@@ -190,7 +147,7 @@ void IntoConversation(const ResponseRow& row, const std::vector<Json>& input, co
     end->conversation_items.push_back(std::move(c));
   };
   for (const Json& item : input) add(item, row.created_at);
-  add(reply, end->at);
+  for (const Json& item : output) add(item, end->at);
 }
 
 // Writes the end, retrying a busy database; a last failure is logged (the reaper of a later
@@ -215,21 +172,27 @@ ResponseRow Ended(ResponseRow row, const ResponseEnd& end) {
   return row;
 }
 
-// A generation's end: what is stored (the reply, and the turn for a conversation), the reply
-// item, and the Response object as it ended.
+// A generation's end: what is stored (the output, and the turn for a conversation), the output
+// items (the reply message, when it has text, was shown or made no call; then its calls), and
+// the Response object as it ended.
 struct Concluded {
   ResponseEnd end;
-  Json message;
+  Json output = Json::array();
   Json object;
 };
 
-Concluded Conclude(const Prepared& p, const std::string& message_id, const Generated& g) {
+Concluded Conclude(const Prepared& p, const std::string& message_id, const Generated& g, bool shown) {
   Concluded c;
   c.end = EndOf(p.row, p.request, g);
-  c.message = OutputMessage(message_id, c.end.status == "completed" ? "completed" : "incomplete", g.text);
-  c.end.output.push_back(OutputRow(p.row, c.message, c.end.at));
-  IntoConversation(p.row, p.request.input, c.message, &c.end);
-  c.object = ResponseObject(Ended(p.row, c.end), Json::array({c.message}));
+  const ParsedReply reply = g.status.ok() ? SplitReply(p.tools, g.text) : ParsedReply{g.text, {}};
+  if (reply.calls.empty() || shown || !reply.content.empty()) {
+    c.output.push_back(
+        OutputMessage(message_id, c.end.status == "completed" ? "completed" : "incomplete", reply.content));
+  }
+  for (const ToolCall& call : reply.calls) c.output.push_back(FunctionCallItem(call.name, call.arguments));
+  for (const Json& item : c.output) c.end.output.push_back(OutputRow(p.row, item, c.end.at));
+  IntoConversation(p.row, p.request.input, c.output, &c.end);
+  c.object = ResponseObject(Ended(p.row, c.end), c.output);
   return c;
 }
 
@@ -252,9 +215,11 @@ void RunInBackground(const ResponseContext& ctx, Prepared& p, const std::atomic<
   CallRecord record("", "CreateResponse", ctx.core->metrics());
   auto stop = [&] { return cancel.load() || ctx.stopping->load(); };
   record.SetAbandonedCheck(stop);
+  const std::string message_id = RandomId("msg_");
+  ResponseStream shown(nullptr, p.tools, message_id);
   Generated g = GenerateCounted(
-      ctx, p, record, [](const std::string&) {}, stop);
-  StoreEnd(*ctx.store, Conclude(p, RandomId("msg_"), g).end);
+      ctx, p, record, [&](const std::string& text) { shown.OnText(text); }, stop);
+  StoreEnd(*ctx.store, Conclude(p, message_id, g, shown.message_shown()).end);
 }
 
 // Answers a stored background create at once (in_progress, no output) and hands its
@@ -269,7 +234,7 @@ void StartInBackground(const ResponseContext& ctx, Prepared p, CallRecord& recor
   if (!started) {  // the server began to stop, or the others took the last place meanwhile
     Generated none;
     none.status = absl::UnavailableError("the server could not start this background response; retry");
-    StoreEnd(*ctx.store, Conclude(*shared, RandomId("msg_"), none).end);
+    StoreEnd(*ctx.store, Conclude(*shared, RandomId("msg_"), none, false).end);
     exchange.Send(openai::ErrorReply(ErrorOf(record.Finish(none.status))));
     return;
   }
@@ -281,20 +246,14 @@ void StartInBackground(const ResponseContext& ctx, Prepared p, CallRecord& recor
 void RunInForeground(const ResponseContext& ctx, Prepared& p, CallRecord& record, HttpExchange& exchange) {
   auto gone = [&] { return exchange.ClientGone() || ctx.stopping->load(); };
   const std::string message_id = RandomId("msg_");
-  ResponseEvents events(p.request.stream ? &exchange : nullptr);
-  if (p.request.stream) StartStream(exchange, events, p.row, message_id);
-  auto on_text = [&](const std::string& text) {
-    events.Send("response.output_text.delta", {{"item_id", message_id},
-                                               {"output_index", 0},
-                                               {"content_index", 0},
-                                               {"delta", text},
-                                               {"logprobs", Json::array()}});
-  };
-  Generated g = GenerateCounted(ctx, p, record, on_text, gone);
-  const Concluded c = Conclude(p, message_id, g);
+  ResponseStream stream(p.request.stream ? &exchange : nullptr, p.tools, message_id);
+  stream.Start(ResponseObject(p.row, Json::array()));
+  Generated g = GenerateCounted(
+      ctx, p, record, [&](const std::string& text) { stream.OnText(text); }, gone);
+  const Concluded c = Conclude(p, message_id, g, stream.message_shown());
   if (p.request.store) StoreEnd(*ctx.store, c.end);
   if (p.request.stream) {
-    FinishStream(exchange, events, c.message, c.object);
+    stream.Finish(c.output, c.object);
   } else {
     exchange.Send(g.status.ok() ? openai::JsonReply(c.object) : openai::ErrorReply(ErrorOf(g.status)));
   }

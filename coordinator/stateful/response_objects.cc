@@ -31,8 +31,8 @@ Json ResponseObject(const ResponseRow& row, const Json& output) {
   o["store"] = from_config("store", true);
   o["temperature"] = from_config("temperature", 1.0);
   o["text"] = from_config("text", Json{{"format", {{"type", "text"}}}});
-  o["tool_choice"] = "auto";
-  o["tools"] = Json::array();
+  o["tool_choice"] = from_config("tool_choice", "auto");
+  o["tools"] = from_config("tools", Json::array());
   o["top_logprobs"] = 0;
   o["top_p"] = from_config("top_p", 1.0);
   o["truncation"] = from_config("truncation", "disabled");

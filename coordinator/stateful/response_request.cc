@@ -8,6 +8,8 @@
 #include "common/random_token.h"
 #include "common/status.h"
 #include "coordinator/openai_wire/response_format.h"
+#include "coordinator/stateful/function_tools.h"
+#include "coordinator/stateful/response_items.h"
 #include "coordinator/stateful/stateful_params.h"
 
 namespace shardlm {
@@ -46,14 +48,14 @@ absl::Status InputInto(const Json& body, ResponseRequest* r) {
   if (!body.contains("input")) return BadParam("input", "input is required (a string or a list of items)");
   const Json& input = body["input"];
   if (input.is_string()) {
-    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(Json{{"role", "user"}, {"content", input}}, "input"));
+    SHARDLM_ASSIGN_OR_RETURN(Json item, InputItem(Json{{"role", "user"}, {"content", input}}, "input"));
     r->input.push_back(std::move(item));
     return absl::OkStatus();
   }
   if (!input.is_array() || input.empty())
     return BadParam("input", "input must be a string or a non-empty list of items");
   for (size_t i = 0; i < input.size(); ++i) {
-    SHARDLM_ASSIGN_OR_RETURN(Json item, MessageItem(input[i], absl::StrCat("input[", i, "]")));
+    SHARDLM_ASSIGN_OR_RETURN(Json item, InputItem(input[i], absl::StrCat("input[", i, "]")));
     r->input.push_back(std::move(item));
   }
   return absl::OkStatus();
@@ -105,67 +107,15 @@ absl::Status RefusedFields(const Json& body) {
     return body.contains(key) && !body[key].is_null() && !(body[key].is_structured() && body[key].empty()) &&
            body[key] != false && body[key] != 0;
   };
-  if (given("tools"))
-    return BadParam("tools", "tools are not supported yet by the Responses API of this server");
   if (given("include")) return BadParam("include", "include is not supported by this server");
   if (given("reasoning")) return BadParam("reasoning", "the model does not reason");
   if (given("prompt")) return BadParam("prompt", "stored prompts are not supported by this server");
   if (given("top_logprobs"))
     return BadParam("top_logprobs", "top_logprobs is not supported yet by the Responses API");
-  if (body.contains("tool_choice") && body["tool_choice"] != "none" && body["tool_choice"] != "auto") {
-    return BadParam("tool_choice", "tool_choice must be \"none\" or \"auto\" without tools");
-  }
   return absl::OkStatus();
 }
 
 }  // namespace
-
-absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param) {
-  if (!item.is_object()) return BadParam(param, absl::StrCat(param, " must be an object"));
-  if (item.contains("type") && !item["type"].is_string())
-    return BadParam(param + ".type", param + ".type must be a string");
-  const std::string type = item.contains("type") ? item["type"].get<std::string>() : "message";
-  if (type != "message") {
-    return BadParam(param + ".type", absl::StrCat(param, ".type '", type.substr(0, 64),
-                                                  "' is not supported by this server: messages only"));
-  }
-  const std::string role =
-      item.contains("role") && item["role"].is_string() ? item["role"].get<std::string>() : "";
-  if (role != "user" && role != "assistant" && role != "system" && role != "developer") {
-    return BadParam(param + ".role",
-                    absl::StrCat(param, ".role must be user, assistant, system or developer"));
-  }
-  const char* part_type = role == "assistant" ? "output_text" : "input_text";
-  Json parts = Json::array();
-  const Json& content = item.contains("content") ? item["content"] : Json();
-  if (content.is_string()) {
-    parts.push_back(Json{{"type", part_type}, {"text", content}});
-  } else if (content.is_array() && !content.empty()) {
-    for (size_t i = 0; i < content.size(); ++i) {
-      const Json& p = content[i];
-      const std::string pt =
-          p.is_object() && p.contains("type") && p["type"].is_string() ? p["type"].get<std::string>() : "";
-      if ((pt != "input_text" && pt != "output_text" && pt != "text") || !p.contains("text") ||
-          !p["text"].is_string()) {
-        return BadParam(param + ".content", absl::StrCat(param, ".content[", i,
-                                                         "] must be {\"type\": \"input_text\", "
-                                                         "\"text\": \"...\"} (text only on this server)"));
-      }
-      parts.push_back(Json{{"type", part_type}, {"text", p["text"]}});
-    }
-  } else {
-    return BadParam(param + ".content",
-                    absl::StrCat(param, ".content must be a string or a list of text parts"));
-  }
-  if (role == "assistant") {
-    for (Json& p : parts) p["annotations"] = Json::array();
-  }
-  return Json{{"id", RandomId("msg_")},
-              {"type", "message"},
-              {"role", role},
-              {"status", "completed"},
-              {"content", std::move(parts)}};
-}
 
 absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                                      const std::vector<std::string>& model_names) {
@@ -222,6 +172,9 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
     return BadParam("truncation", "truncation must be \"auto\" or \"disabled\"");
   r.truncation_auto = truncation == "auto";
   SHARDLM_RETURN_IF_ERROR(TextInto(body, &r));
+  Json echoed_tools;
+  SHARDLM_ASSIGN_OR_RETURN(r.chat_tools, ResponseToolsOf(body, &echoed_tools));
+  SHARDLM_ASSIGN_OR_RETURN(r.tool_choice, ToolChoiceOf(body));
   SHARDLM_ASSIGN_OR_RETURN(std::string metadata, MetadataOf(body));
   Json& c = r.config;
   c["model"] = r.model;
@@ -237,15 +190,9 @@ absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                  ? body["parallel_tool_calls"]
                                  : Json(true);
   c["user"] = body.contains("user") && body["user"].is_string() ? body["user"] : Json();
+  c["tools"] = std::move(echoed_tools);
+  c["tool_choice"] = r.tool_choice;
   return r;
-}
-
-Json TurnOf(const Json& item) {
-  std::string text;
-  for (const Json& part : item["content"]) absl::StrAppend(&text, part.value("text", ""));
-  std::string role = item.value("role", "user");
-  if (role == "developer") role = "system";
-  return Json{{"role", role}, {"content", text}};
 }
 
 }  // namespace stateful

@@ -16,28 +16,23 @@ namespace stateful {
 struct ResponseRequest {
   std::string model;
   std::string instructions;  // empty: none
-  std::vector<Json> input;   // message items: {id, type: "message", role, status, content: [...]}
+  std::vector<Json> input;   // items as stored (response_items.h): messages, function calls, outputs
   std::optional<std::string> previous_response_id;
   std::optional<std::string> conversation_id;  // its items come first, and it takes this turn's
   bool store = true;
   bool stream = false;
-  bool background = false;       // generate after the create answers (store required; not streamed)
-  bool truncation_auto = false;  // "auto": drop the oldest turns to fit; "disabled": a 400
-  ReplySettings settings;        // temperature, top_p, max_output_tokens, text.format
-  Json config;                   // what the Response object echoes (model, instructions, text, ...)
+  bool background = false;          // generate after the create answers (store required; not streamed)
+  bool truncation_auto = false;     // "auto": drop the oldest turns to fit; "disabled": a 400
+  ReplySettings settings;           // temperature, top_p, max_output_tokens, text.format
+  Json chat_tools = Json::array();  // the function tools, in chat's form
+  Json tool_choice = "auto";        // as given (checked)
+  Json config;                      // what the Response object echoes (model, instructions, text, ...)
 };
 
-// Errors name the field and the limit; tools, include,
-// reasoning and prompt are refused by name (not supported yet).
+// Errors name the field and the limit; tools other than functions, include,
+// reasoning and prompt are refused by name.
 absl::StatusOr<ResponseRequest> ParseResponseRequest(const Json& body,
                                                      const std::vector<std::string>& model_names);
-
-// One input item as stored: a message with its text parts (input_text, or output_text for the
-// assistant) and a new id. `param` names it in errors ("input[2]", "items[0]").
-absl::StatusOr<Json> MessageItem(const Json& item, const std::string& param);
-
-// A stored item as a chat turn: {role, content: its text}; "developer" is the system role.
-Json TurnOf(const Json& item);
 
 }  // namespace stateful
 }  // namespace shardlm

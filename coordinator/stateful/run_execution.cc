@@ -1,4 +1,4 @@
-// RunExecutor::Execute: one run from queued to its end (docs/stateful_apis.md sections 4 and 6).
+// RunExecutor::Execute: one run from queued to its end (docs/stateful_apis.md sections 4, 6, 7).
 #include <algorithm>
 #include <chrono>
 #include <climits>
@@ -6,12 +6,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
-#include "absl/time/time.h"
 #include "common/logging.h"
 #include "common/random_token.h"
 #include "common/status.h"
 #include "coordinator/serving/call_record.h"
+#include "coordinator/stateful/function_tools.h"
 #include "coordinator/stateful/objects.h"
 #include "coordinator/stateful/reply_generation.h"
 #include "coordinator/stateful/run_executor.h"
@@ -21,14 +20,24 @@ namespace shardlm {
 namespace stateful {
 namespace {
 
-// A run's sampling, budget and format, from its config.
-ReplySettings SettingsOf(const Json& config) {
+constexpr int64_t kToolOutputsWithinS = 600;  // a run waiting for tool outputs expires then (OpenAI: 10 min)
+
+int64_t UsedTokens(const std::optional<std::string>& usage, const char* key) {
+  if (!usage) return 0;
+  const Json u = Json::parse(*usage);
+  return u.contains(key) && u[key].is_number_integer() ? u[key].get<int64_t>() : 0;
+}
+
+// A run's sampling, budget and format, from its config; max_completion_tokens counts what the
+// run's earlier generations (before its tool calls) used.
+ReplySettings SettingsOf(const Json& config, const RunRow& run) {
   ReplySettings s;
   if (config.contains("temperature") && config["temperature"].is_number())
     s.temperature = config["temperature"];
   if (config.contains("top_p") && config["top_p"].is_number()) s.top_p = config["top_p"];
   if (config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number_integer()) {
-    s.max_tokens = config["max_completion_tokens"].get<int64_t>();
+    s.max_tokens = std::max<int64_t>(
+        1, config["max_completion_tokens"].get<int64_t>() - UsedTokens(run.usage, "completion_tokens"));
   }
   if (config.contains("response_format")) s.format = config["response_format"];
   s.format_param = "response_format";
@@ -40,52 +49,103 @@ Json TextContent(const std::string& text) {
       {Json{{"type", "text"}, {"text", Json{{"value", text}, {"annotations", Json::array()}}}}});
 }
 
-// The run's end as the store writes it: its status, the reply and its step.
-RunEnd EndOf(const RunRow& run, const Json& config, const Generated& g, MessageRow message, RunStepRow step) {
-  RunEnd end;
-  end.owner = run.owner;
-  end.run_id = run.id;
-  end.at = NowSeconds();
-  const bool budgeted =
-      config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number();
-  if (g.status.ok()) {
-    end.status = g.finish_reason == "length" && budgeted ? "incomplete" : "completed";
-    if (end.status == "incomplete") end.incomplete_reason = "max_completion_tokens";
-  } else if (absl::IsCancelled(g.status)) {
-    end.status = "cancelled";
-  } else {
-    end.status = "failed";
-    const char* code = absl::IsInvalidArgument(g.status) ? "invalid_prompt" : "server_error";
-    end.last_error = Json{{"code", code}, {"message", std::string(g.status.message())}}.dump(
-        -1, ' ', false, Json::error_handler_t::replace);
+// This generation's usage added to the run's earlier generations'.
+std::string RunUsage(const RunRow& run, const GenerateUsage& u) {
+  const int64_t prompt = UsedTokens(run.usage, "prompt_tokens") + u.prompt_tokens;
+  const int64_t completion = UsedTokens(run.usage, "completion_tokens") + u.generated_tokens;
+  int64_t cached = u.cached_tokens;
+  if (run.usage) {
+    const Json old = Json::parse(*run.usage);
+    if (old.contains("prompt_tokens_details"))
+      cached += old["prompt_tokens_details"].value("cached_tokens", 0);
   }
-  const Json usage = {{"prompt_tokens", g.usage.prompt_tokens},
-                      {"completion_tokens", g.usage.generated_tokens},
-                      {"total_tokens", g.usage.prompt_tokens + g.usage.generated_tokens},
-                      {"prompt_tokens_details", {{"cached_tokens", g.usage.cached_tokens}}}};
-  end.usage = usage.dump();
-  message.content = TextContent(g.text).dump();
-  message.status = end.status == "completed" ? "completed" : "incomplete";
-  if (end.status == "completed") message.completed_at = end.at;
-  if (end.status != "completed") {
-    message.incomplete_at = end.at;
-    message.incomplete_reason = end.status == "incomplete"  ? "max_tokens"
-                                : end.status == "cancelled" ? "run_cancelled"
-                                                            : "run_failed";
-  }
-  step.status = end.status == "incomplete" ? "completed" : end.status;
-  step.usage = end.usage;
-  step.last_error = end.last_error;
-  (step.status == "completed"   ? step.completed_at
-   : step.status == "cancelled" ? step.cancelled_at
-                                : step.failed_at) = end.at;
-  end.message = std::move(message);
-  end.step = std::move(step);
-  return end;
+  return Json{{"prompt_tokens", prompt},
+              {"completion_tokens", completion},
+              {"total_tokens", prompt + completion},
+              {"prompt_tokens_details", {{"cached_tokens", cached}}}}
+      .dump();
 }
 
-// The reply a run makes (in progress, no text yet) and its message_creation step.
-MessageRow ReplyOf(const RunRow& run) {
+// The run's status from how the generation went (calls: requires_action).
+void StatusInto(const Json& config, const Generated& g, bool calls, RunEnd* end) {
+  const bool budgeted =
+      config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number();
+  if (g.status.ok() && calls) {
+    end->status = "requires_action";
+  } else if (g.status.ok()) {
+    end->status = g.finish_reason == "length" && budgeted ? "incomplete" : "completed";
+    if (end->status == "incomplete") end->incomplete_reason = "max_completion_tokens";
+  } else if (absl::IsCancelled(g.status)) {
+    end->status = "cancelled";
+  } else {
+    end->status = "failed";
+    const char* code = absl::IsInvalidArgument(g.status) ? "invalid_prompt" : "server_error";
+    end->last_error = Json{{"code", code}, {"message", std::string(g.status.message())}}.dump(
+        -1, ' ', false, Json::error_handler_t::replace);
+  }
+}
+
+void CloseStep(const RunEnd& end, RunStepRow* step) {
+  step->status = end.status == "incomplete" || end.status == "requires_action" ? "completed" : end.status;
+  step->usage = end.usage;
+  step->last_error = end.last_error;
+  (step->status == "completed"   ? step->completed_at
+   : step->status == "cancelled" ? step->cancelled_at
+                                 : step->failed_at) = end.at;
+}
+
+// The reply message as it ended.
+void CloseMessage(const RunEnd& end, const std::string& text, MessageRow* message) {
+  message->content = TextContent(text).dump();
+  const bool whole = end.status == "completed" || end.status == "requires_action";
+  message->status = whole ? "completed" : "incomplete";
+  (whole ? message->completed_at : message->incomplete_at) = end.at;
+  if (!whole) {
+    message->incomplete_reason = end.status == "incomplete"  ? "max_tokens"
+                                 : end.status == "cancelled" ? "run_cancelled"
+                                                             : "run_failed";
+  }
+}
+
+// The calls as a tool_calls step's details and as the run's required_action.
+void CallsInto(const std::vector<ToolCall>& calls, RunEnd* end, RunStepRow* tool_step) {
+  Json step_calls = Json::array(), asked = Json::array();
+  for (const ToolCall& c : calls) {
+    const std::string id = RandomId("call_");
+    step_calls.push_back(
+        Json{{"id", id},
+             {"type", "function"},
+             {"function", {{"name", c.name}, {"arguments", c.arguments}, {"output", nullptr}}}});
+    asked.push_back(
+        Json{{"id", id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  tool_step->type = "tool_calls";
+  tool_step->status = "in_progress";
+  tool_step->usage = end->usage;
+  tool_step->step_details = Json{{"type", "tool_calls"}, {"tool_calls", std::move(step_calls)}}.dump();
+  end->required_action =
+      Json{{"type", "submit_tool_outputs"}, {"submit_tool_outputs", {{"tool_calls", std::move(asked)}}}}
+          .dump();
+  end->expires_at = end->at + kToolOutputsWithinS;
+}
+
+// A step of the run (in progress), for its message or its calls.
+RunStepRow NewStep(const RunRow& run, const std::string& message_id) {
+  RunStepRow step;
+  step.id = RandomId("step_");
+  step.owner = run.owner;
+  step.created_at = NowSeconds();
+  step.run_id = run.id;
+  step.thread_id = run.thread_id;
+  step.assistant_id = run.assistant_id;
+  step.status = "in_progress";
+  step.step_details =
+      Json{{"type", "message_creation"}, {"message_creation", {{"message_id", message_id}}}}.dump();
+  return step;
+}
+
+// The reply a run makes (in progress, no text yet).
+MessageRow NewReply(const RunRow& run) {
   MessageRow message;
   message.id = RandomId("msg_");
   message.owner = run.owner;
@@ -96,20 +156,6 @@ MessageRow ReplyOf(const RunRow& run) {
   message.assistant_id = run.assistant_id;
   message.run_id = run.id;
   return message;
-}
-
-RunStepRow StepOf(const RunRow& run, const MessageRow& message) {
-  RunStepRow step;
-  step.id = RandomId("step_");
-  step.owner = run.owner;
-  step.created_at = message.created_at;
-  step.run_id = run.id;
-  step.thread_id = run.thread_id;
-  step.assistant_id = run.assistant_id;
-  step.status = "in_progress";
-  step.step_details =
-      Json{{"type", "message_creation"}, {"message_creation", {{"message_id", message.id}}}}.dump();
-  return step;
 }
 
 // A run that failed before it generated: no reply, no step.
@@ -127,6 +173,103 @@ RunEnd FailedEnd(const RunRow& run, const std::string& why) {
 void Tell(RunEventSink* events, const std::string& name, const Json& data) {
   if (events != nullptr) events->Send(name, data);
 }
+
+// One generation of a run and its events: the reply message is announced with its first text
+// no call can start in (a reply of calls only makes none), and the calls, at the end, as a
+// tool_calls step.
+class RunTurn {
+ public:
+  RunTurn(const RunRow& run, const FunctionTools& tools, RunEventSink* events)
+      : run_(run),
+        tools_(tools),
+        events_(events),
+        streamed_(tools),
+        message_(NewReply(run)),
+        step_(NewStep(run, message_.id)) {}
+
+  void OnText(const std::string& piece) {
+    const std::string text = streamed_.Take(piece);
+    if (text.empty()) return;
+    Announce();
+    Tell(events_, "thread.message.delta",
+         Json{{"id", message_.id},
+              {"object", "thread.message.delta"},
+              {"delta",
+               {{"content",
+                 Json::array({Json{{"index", 0},
+                                   {"type", "text"},
+                                   {"text", {{"value", text}, {"annotations", Json::array()}}}}})}}}});
+  }
+
+  // The end as the store writes it, from how the generation went.
+  RunEnd EndOf(const Json& config, const Generated& g) {
+    RunEnd end;
+    end.owner = run_.owner;
+    end.run_id = run_.id;
+    end.at = NowSeconds();
+    const ParsedReply reply = g.status.ok() ? SplitReply(tools_, g.text) : ParsedReply{g.text, {}};
+    StatusInto(config, g, !reply.calls.empty(), &end);
+    end.usage = RunUsage(run_, g.usage);
+    if (reply.calls.empty() || announced_ || !reply.content.empty()) {
+      CloseMessage(end, reply.content, &message_);
+      CloseStep(end, &step_);
+      if (!reply.calls.empty()) step_.usage.reset();  // counted on the tool step
+      end.message = message_;
+      end.step = step_;
+    }
+    if (!reply.calls.empty()) {
+      RunStepRow tool_step = NewStep(run_, "");
+      CallsInto(reply.calls, &end, &tool_step);
+      end.tool_step = std::move(tool_step);
+    }
+    return end;
+  }
+
+  // The events of the stored end.
+  void TellEnd(const RunEnd& end) {
+    if (end.message) {
+      Announce();
+      Tell(events_,
+           "thread.message." + std::string(end.message->status == "completed" ? "completed" : "incomplete"),
+           MessageObject(*end.message));
+      Tell(events_, "thread.run.step." + end.step->status, RunStepObject(*end.step));
+    }
+    if (end.tool_step) {
+      RunStepRow shown = *end.tool_step;
+      const Json details = Json::parse(shown.step_details);
+      shown.step_details = Json{{"type", "tool_calls"}, {"tool_calls", Json::array()}}.dump();
+      Tell(events_, "thread.run.step.created", RunStepObject(shown));
+      Tell(events_, "thread.run.step.in_progress", RunStepObject(shown));
+      int index = 0;
+      for (Json call : details["tool_calls"]) {
+        call["index"] = index++;
+        Tell(events_, "thread.run.step.delta",
+             Json{{"id", shown.id},
+                  {"object", "thread.run.step.delta"},
+                  {"delta",
+                   {{"step_details", {{"type", "tool_calls"}, {"tool_calls", Json::array({call})}}}}}});
+      }
+    }
+  }
+
+ private:
+  void Announce() {
+    if (announced_) return;
+    announced_ = true;
+    Tell(events_, "thread.run.step.created", RunStepObject(step_));
+    Tell(events_, "thread.run.step.in_progress", RunStepObject(step_));
+    Tell(events_, "thread.message.created", MessageObject(message_));
+    Tell(events_, "thread.message.in_progress", MessageObject(message_));
+  }
+
+  const RunRow& run_;
+  const FunctionTools& tools_;
+  RunEventSink* events_;
+  StreamedText streamed_;
+  MessageRow message_;
+  RunStepRow step_;
+  bool announced_ = false;
+};
 
 }  // namespace
 
@@ -155,6 +298,18 @@ void RunExecutor::WriteEnd(const RunEnd& end) {
   LOG(WARNING) << "run " << end.run_id << ": its end was not stored: " << st;
 }
 
+absl::StatusOr<GenerateJob> RunExecutor::JobOf(const RunRow& run, const Json& config,
+                                               const FunctionTools& tools, const CallRecord& call) {
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<MessageRow> history, store_->ThreadHistory(run.owner, run.thread_id));
+  SHARDLM_ASSIGN_OR_RETURN(std::vector<RunStepRow> steps, store_->ThreadToolSteps(run.owner, run.thread_id));
+  SHARDLM_ASSIGN_OR_RETURN(BuiltPrompt prompt, BuildThreadPrompt(*core_, options_.model, config, history,
+                                                                 steps, tools.chat_tools, call));
+  SHARDLM_ASSIGN_OR_RETURN(GenerateJob job,
+                           ReplyJob(options_.model, SettingsOf(config, run), std::move(prompt.ids)));
+  SHARDLM_RETURN_IF_ERROR(ConstrainCalls(tools, &job));
+  return job;
+}
+
 bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atomic<bool>> cancel,
                                  RunEventSink* events) {
   absl::StatusOr<bool> claimed = store_->ClaimRun(queued.id, instance_, NowSeconds());
@@ -178,53 +333,34 @@ bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atom
   const Json config = Json::parse(run->config);
   CallRecord call("", "ThreadRun", core_->metrics());
   call.SetAbandonedCheck([cancel] { return cancel->load(); });
+  absl::StatusOr<FunctionTools> tools =
+      FunctionToolsOf(options_.model, config.value("tools", Json::array()),
+                      config.value("tool_choice", Json("auto")), config.value("parallel_tool_calls", true));
+  // "required" or a named function: the run's first generation calls; after the outputs the
+  // model answers freely (else it could only call again).
+  if (tools.ok() && run->usage) tools->forced.clear();
+  absl::StatusOr<GenerateJob> job = tools.ok() ? JobOf(*run, config, *tools, call) : tools.status();
   Generated g;
-  absl::StatusOr<GenerateJob> job = [&]() -> absl::StatusOr<GenerateJob> {
-    SHARDLM_ASSIGN_OR_RETURN(std::vector<MessageRow> history,
-                             store_->ThreadHistory(run->owner, run->thread_id));
-    SHARDLM_ASSIGN_OR_RETURN(BuiltPrompt prompt,
-                             BuildThreadPrompt(*core_, options_.model, config, history, call));
-    return ReplyJob(options_.model, SettingsOf(config), std::move(prompt.ids));
-  }();
-  MessageRow message = ReplyOf(*run);
-  RunStepRow step = StepOf(*run, message);
-  if (!job.ok()) {
+  RunEnd end;
+  if (!job.ok()) {  // no prompt (too long, the template refused it): no reply, no step
     g.status = job.status();
+    end = FailedEnd(*run, "");
+    StatusInto(config, g, false, &end);
+    WriteEnd(end);
   } else {
-    Tell(events, "thread.run.step.created", RunStepObject(step));
-    Tell(events, "thread.run.step.in_progress", RunStepObject(step));
-    Tell(events, "thread.message.created", MessageObject(message));
-    Tell(events, "thread.message.in_progress", MessageObject(message));
-    auto on_text = [&](const std::string& text) {
-      Tell(events, "thread.message.delta",
-           Json{{"id", message.id},
-                {"object", "thread.message.delta"},
-                {"delta",
-                 {{"content",
-                   Json::array({Json{{"index", 0},
-                                     {"type", "text"},
-                                     {"text", {{"value", text}, {"annotations", Json::array()}}}}})}}}});
-    };
-    g = GenerateReply(*core_, std::move(*job), run->owner, call, on_text,
-                      [cancel] { return cancel->load(); });
+    RunTurn turn(*run, *tools, events);
+    g = GenerateReply(
+        *core_, std::move(*job), run->owner, call, [&](const std::string& t) { turn.OnText(t); },
+        [cancel] { return cancel->load(); });
+    // Stopped by the server's shutdown, not by a cancel: the run failed.
+    if (absl::IsCancelled(g.status) && shutting_down_.load())
+      g.status = absl::UnavailableError("server shutting down");
+    end = turn.EndOf(config, g);
+    WriteEnd(end);
+    turn.TellEnd(end);
   }
-  // Stopped by the server's shutdown, not by a cancel: the run failed.
-  if (absl::IsCancelled(g.status) && shutting_down_.load())
-    g.status = absl::UnavailableError("server shutting down");
   call.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);
   call.Finish(g.status).IgnoreError();
-  const bool made_reply = job.ok();
-  RunEnd end = EndOf(*run, config, g, message, step);
-  if (!made_reply) {
-    end.message.reset();
-    end.step.reset();
-  }
-  WriteEnd(end);
-  if (made_reply) {
-    const std::string kind = end.message->status == "completed" ? "completed" : "incomplete";
-    Tell(events, "thread.message." + kind, MessageObject(*end.message));
-    Tell(events, "thread.run.step." + end.step->status, RunStepObject(*end.step));
-  }
   absl::StatusOr<RunRow> final_run = store_->GetRun(run->owner, run->thread_id, run->id);
   if (final_run.ok()) Tell(events, "thread.run." + final_run->status, RunObject(*final_run));
   return true;

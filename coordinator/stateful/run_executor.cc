@@ -120,6 +120,9 @@ void RunExecutor::Reap() {
     return;
   }
   for (const RunRow& run : *queued) Enqueue(run);
+  // Queued or waiting for tool outputs past expires_at (10 minutes, as OpenAI): expired.
+  absl::StatusOr<int64_t> expired = store_->ExpireRuns(now);
+  if (!expired.ok()) LOG(WARNING) << "state: expiring runs failed: " << expired.status();
 }
 
 std::shared_ptr<std::atomic<bool>> RunExecutor::Track(const std::string& id) {

@@ -25,6 +25,8 @@
 #include "absl/status/status.h"
 #include "coordinator/openai_wire/api_error.h"
 #include "coordinator/openai_wire/model_context.h"
+#include "coordinator/serving/call_record.h"
+#include "coordinator/serving/generate_job.h"
 #include "coordinator/serving/serving_core.h"
 #include "state/store.h"
 
@@ -35,6 +37,7 @@ namespace stateful {
 int64_t NowSeconds();
 
 using openai::Json;
+struct FunctionTools;
 
 // Hears a streamed run's events (OpenAI's names: thread.run.in_progress, thread.message.delta, ...).
 class RunEventSink {
@@ -77,6 +80,9 @@ class RunExecutor {
   void Work();
   // Execute's body; exceptions (a stored column that does not parse, memory) are Execute's.
   bool ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atomic<bool>> cancel, RunEventSink* events);
+  // The engine job of a run's next generation: its thread rendered with its tools.
+  absl::StatusOr<GenerateJob> JobOf(const RunRow& run, const Json& config, const FunctionTools& tools,
+                                    const CallRecord& call);
   // Writes the end of run `run_id`, retrying a busy database; a last failure is logged.
   void WriteEnd(const RunEnd& end);
   void Heartbeats();

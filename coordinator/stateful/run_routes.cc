@@ -4,6 +4,7 @@
 #include "absl/strings/str_join.h"
 #include "common/random_token.h"
 #include "common/status.h"
+#include "coordinator/stateful/function_tools.h"
 #include "coordinator/stateful/objects.h"
 #include "coordinator/stateful/run_executor.h"
 #include "coordinator/stateful/stateful_params.h"
@@ -77,17 +78,7 @@ absl::StatusOr<Json> ConfigOf(const StatefulContext& ctx, const Json& body, cons
   if (extra) c["additional_instructions"] = *extra;
   SHARDLM_ASSIGN_OR_RETURN(std::string tools, ToolsOf(body));
   c["tools"] = body.contains("tools") && !body["tools"].is_null() ? Json::parse(tools) : Json::parse(a.tools);
-  if (!c["tools"].empty()) {
-    return BadParam("tools",
-                    "function tools in runs are not supported yet by this server: give a run no tools "
-                    "(tools: []) or use chat completions");
-  }
-  if (body.contains("tool_choice") && !body["tool_choice"].is_null() && body["tool_choice"] != "none" &&
-      body["tool_choice"] != "auto") {
-    return BadParam("tool_choice", "tool_choice must be \"none\" or \"auto\" for a run without tools");
-  }
-  c["tool_choice"] =
-      body.contains("tool_choice") && !body["tool_choice"].is_null() ? body["tool_choice"] : "auto";
+  SHARDLM_ASSIGN_OR_RETURN(c["tool_choice"], ToolChoiceOf(body));
   SHARDLM_ASSIGN_OR_RETURN(std::optional<double> temperature, OptionalNumber(body, "temperature", 0, 2));
   c["temperature"] = temperature ? Json(*temperature) : a.temperature ? Json(*a.temperature) : Json(1.0);
   SHARDLM_ASSIGN_OR_RETURN(std::optional<double> top_p, OptionalNumber(body, "top_p", 0, 1));
@@ -107,6 +98,13 @@ absl::StatusOr<Json> ConfigOf(const StatefulContext& ctx, const Json& body, cons
   c["parallel_tool_calls"] = body.contains("parallel_tool_calls") && body["parallel_tool_calls"].is_boolean()
                                  ? body["parallel_tool_calls"]
                                  : Json(true);
+  // tool_choice checked against the tools and the format now, not when the run starts.
+  SHARDLM_ASSIGN_OR_RETURN(FunctionTools checked,
+                           FunctionToolsOf(ctx.runs->model(), c["tools"], c["tool_choice"], true));
+  if (!checked.forced.empty() && c["response_format"].is_object() &&
+      c["response_format"].value("type", "text") != "text") {
+    return BadParam("tool_choice", "response_format and tool_choice each constrain the output; give one");
+  }
   return c;
 }
 
@@ -174,6 +172,72 @@ absl::StatusOr<RunRow> CreateWithThread(const StatefulContext& ctx, const Statef
   return run;
 }
 
+// Each output of a submit_tool_outputs body by the call it answers; one for every call the run
+// asked for, no more.
+absl::StatusOr<std::map<std::string, std::string>> ToolOutputsOf(const Json& body) {
+  if (!body.contains("tool_outputs") || !body["tool_outputs"].is_array()) {
+    return BadParam("tool_outputs", "tool_outputs is required: a list of {tool_call_id, output}");
+  }
+  std::map<std::string, std::string> outputs;
+  const Json& list = body["tool_outputs"];
+  for (size_t i = 0; i < list.size(); ++i) {
+    const Json& o = list[i];
+    if (!o.is_object() || !o.contains("tool_call_id") || !o["tool_call_id"].is_string() ||
+        (o.contains("output") && !o["output"].is_string() && !o["output"].is_null())) {
+      return BadParam("tool_outputs", absl::StrCat("tool_outputs[", i,
+                                                   "] must be {\"tool_call_id\": \"call_...\", \"output\": "
+                                                   "\"...\"}"));
+    }
+    const std::string id = o["tool_call_id"];
+    const std::string output =
+        o.contains("output") && o["output"].is_string() ? o["output"].get<std::string>() : "";
+    if (output.size() > kMaxInstructionsChars) {
+      return BadParam("tool_outputs", absl::StrCat("tool_outputs[", i, "].output is longer than ",
+                                                   kMaxInstructionsChars, " characters"));
+    }
+    if (!outputs.emplace(id, output).second) {
+      return BadParam("tool_outputs", absl::StrCat("tool_outputs[", i, "]: a second output for tool call '",
+                                                   id.substr(0, 64), "'"));
+    }
+  }
+  return outputs;
+}
+
+// The open tool step's details with each call's output filled in.
+absl::StatusOr<std::string> FilledDetails(const RunStepRow& step,
+                                          const std::map<std::string, std::string>& outputs) {
+  Json details = Json::parse(step.step_details);
+  size_t answered = 0;
+  for (Json& call : details["tool_calls"]) {
+    auto it = outputs.find(call["id"].get<std::string>());
+    if (it == outputs.end()) {
+      return BadParam("tool_outputs", absl::StrCat("Expected tool outputs for call_ids ", call["id"].dump(),
+                                                   ", got none for it."));
+    }
+    call["function"]["output"] = it->second;
+    ++answered;
+  }
+  if (answered != outputs.size()) {
+    return BadParam("tool_outputs", "tool_outputs names a tool call the run did not ask for");
+  }
+  return details.dump();
+}
+
+absl::StatusOr<QueuedRun> SubmitToolOutputs(const StatefulContext& ctx, const StatefulCall& call) {
+  SHARDLM_RETURN_IF_ERROR(OnlyKnown(call.body, {"tool_outputs", "stream"}));
+  if (call.body.contains("stream") && !call.body["stream"].is_null() && !call.body["stream"].is_boolean()) {
+    return BadParam("stream", "stream must be true or false");
+  }
+  SHARDLM_ASSIGN_OR_RETURN(auto outputs, ToolOutputsOf(call.body));
+  ToolOutputsSubmit submit{call.owner,           call.path[1], call.path[3],
+                           ctx.runs->instance(), call.now_s,   call.now_s + kRunExpiresAfterS};
+  SHARDLM_ASSIGN_OR_RETURN(auto done,
+                           ctx.store->SubmitToolOutputs(submit, [&](const RunRow&, const RunStepRow& step) {
+                             return FilledDetails(step, outputs);
+                           }));
+  return QueuedRun{std::move(done.first), std::move(done.second)};
+}
+
 // /v1/threads/{thread_id}/runs/{run_id}[/cancel | /steps[/{step_id}]]
 absl::StatusOr<Json> OneRun(const StatefulContext& ctx, const StatefulCall& call) {
   const auto& path = call.path;
@@ -213,19 +277,23 @@ absl::StatusOr<Json> OneRun(const StatefulContext& ctx, const StatefulCall& call
 bool CreatesRun(const StatefulCall& call) {
   const auto& path = call.path;
   return call.method == "POST" &&
-         ((path.size() == 2 && path[1] == "runs") || (path.size() == 3 && path[2] == "runs"));
+         ((path.size() == 2 && path[1] == "runs") || (path.size() == 3 && path[2] == "runs") ||
+          (path.size() == 5 && path[2] == "runs" && path[4] == "submit_tool_outputs"));
 }
 
-absl::StatusOr<RunRow> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call) {
-  return call.path.size() == 2 ? CreateWithThread(ctx, call) : CreateOnThread(ctx, call);
+absl::StatusOr<QueuedRun> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call) {
+  if (call.path.size() == 5) return SubmitToolOutputs(ctx, call);
+  SHARDLM_ASSIGN_OR_RETURN(RunRow run,
+                           call.path.size() == 2 ? CreateWithThread(ctx, call) : CreateOnThread(ctx, call));
+  return QueuedRun{std::move(run), std::nullopt};
 }
 
 absl::StatusOr<Json> RunsRoute(const StatefulContext& ctx, const StatefulCall& call) {
   const auto& path = call.path;
   if (CreatesRun(call)) {
-    SHARDLM_ASSIGN_OR_RETURN(RunRow run, CreateRunFrom(ctx, call));
-    ctx.runs->Enqueue(run);
-    return RunObject(run);
+    SHARDLM_ASSIGN_OR_RETURN(QueuedRun queued, CreateRunFrom(ctx, call));
+    ctx.runs->Enqueue(queued.run);
+    return RunObject(queued.run);
   }
   if (path.size() == 3 && call.method == "GET") {
     SHARDLM_ASSIGN_OR_RETURN(ListQuery q, ListQueryOf(call.query));

@@ -106,18 +106,22 @@ class SseRunEvents : public stateful::RunEventSink {
 }  // namespace
 
 void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
-  absl::StatusOr<RunRow> run = stateful::CreateRunFrom(ctx_, call);
-  if (!run.ok()) {
-    exchange.Send(openai::ErrorReply(stateful::ErrorOf(run.status())));
+  absl::StatusOr<stateful::QueuedRun> queued = stateful::CreateRunFrom(ctx_, call);
+  if (!queued.ok()) {
+    exchange.Send(openai::ErrorReply(stateful::ErrorOf(queued.status())));
     return;
   }
+  const RunRow* run = &queued->run;
   SseRunEvents events(exchange);
   if (exchange.BeginStream(200, "text/event-stream", {{"Cache-Control", "no-cache"}})) {
     if (call.path.size() == 2) {  // create-and-run: the thread first
       absl::StatusOr<ThreadRow> thread = ctx_.store->GetThread(call.owner, run->thread_id);
       if (thread.ok()) events.Send("thread.created", stateful::ThreadObject(*thread));
     }
-    events.Send("thread.run.created", stateful::RunObject(*run));
+    if (queued->completed_step) {  // submit_tool_outputs: the tool step, its outputs filled
+      events.Send("thread.run.step.completed", stateful::RunStepObject(*queued->completed_step));
+    }
+    if (!queued->completed_step) events.Send("thread.run.created", stateful::RunObject(*run));
     events.Send("thread.run.queued", stateful::RunObject(*run));
   }
   if (!runs_->Execute(*run, &events)) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,14 +55,20 @@ absl::StatusOr<Json> AssistantsRoute(const StatefulContext& ctx, const StatefulC
 absl::StatusOr<Json> ThreadsRoute(const StatefulContext& ctx, const StatefulCall& call);
 // /v1/threads/runs and /v1/threads/{id}/runs...: runs (created queued, for the executor) and steps.
 absl::StatusOr<Json> RunsRoute(const StatefulContext& ctx, const StatefulCall& call);
-// A run create's run, stored and queued (not handed to the executor): for a streamed run,
-// which its request's thread executes.
-absl::StatusOr<RunRow> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call);
+// A run queued by a create, a create-and-run or a submit_tool_outputs (with the tool step the
+// outputs completed), stored but not handed to the executor: for a streamed run, which its
+// request's thread executes.
+struct QueuedRun {
+  RunRow run;
+  std::optional<RunStepRow> completed_step;
+};
+absl::StatusOr<QueuedRun> CreateRunFrom(const StatefulContext& ctx, const StatefulCall& call);
 // /v1/responses/{id}...: retrieve, delete, input items, cancel.
 absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCall& call);
 // /v1/conversations...: conversations and their items.
 absl::StatusOr<Json> ConversationsRoute(const StatefulContext& ctx, const StatefulCall& call);
-// Whether `call` creates a run (POST /v1/threads/runs or /v1/threads/{id}/runs).
+// Whether `call` queues a run (POST /v1/threads/runs, /v1/threads/{id}/runs or
+// /v1/threads/{id}/runs/{run_id}/submit_tool_outputs).
 bool CreatesRun(const StatefulCall& call);
 
 }  // namespace stateful

@@ -25,6 +25,16 @@ Cases:
   stream      runs.stream with an AssistantEventHandler: OpenAI's event names in order, the
               deltas join to the stored reply, the final run is the stored run; a streamed
               create-and-run starts with thread.created
+  tools       function tools: a run with tool_choice required ends requires_action with the call
+              chat completions makes for the same messages (an open tool_calls step, no
+              message); outputs missing, unknown or repeated are 400 naming tool_outputs; once
+              submitted the run answers chat's text for the call and its output, its steps
+              the tool step (output filled) then the message; streamed: OpenAI's events for a
+              call (step.delta, requires_action) and for a submit (step.completed, queued, ...);
+              a run waiting for outputs cancelled takes its step; a bad tool_choice, or one
+              with a response format, is 400. Responses: tool_choice required gives chat's call
+              as a function_call item, its output sent back gives chat's text, a streamed
+              call sends the function_call events; a conversation keeps calls and outputs
   cancel      a long run cancelled while generating ends cancelled (its reply incomplete,
               run_cancelled) and nothing keeps running (/metrics: no request running, no call
               in flight); while a run is active a second run and a new message are 400;
@@ -324,8 +334,8 @@ def case_errors(ctx, c):
     c.check(status == 405, "PUT is 405 (%d)" % status)
 
 
-def chat_text(oa, messages, n):
-    r = oa.chat.completions.create(model="tiny", messages=messages, max_tokens=n, temperature=0)
+def chat_text(oa, messages, n, **kw):
+    r = oa.chat.completions.create(model="tiny", messages=messages, max_tokens=n, temperature=0, **kw)
     return r.choices[0].message.content, r.usage
 
 
@@ -653,8 +663,6 @@ def case_responses(ctx, c):
             events[-1].response.incomplete_details.reason == "max_output_tokens",
             "a stream cut by max_output_tokens: response.incomplete, chat's text")
 
-    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", tools=[
-        {"type": "function", "name": "f", "parameters": {"type": "object"}}]), 400, "tools", "tools refused")
     expect_error(c, lambda: oa.responses.create(model="gpt-4o", input="x"), 400, "model", "an unknown model")
     expect_error(c, lambda: oa.responses.create(model="tiny", input=[{"role": "user", "content": [
         {"type": "input_image", "image_url": "http://x/y.png"}]}]), 400, "input[0].content", "an image part")
@@ -765,7 +773,7 @@ def case_conversations(ctx, c):
     expect_error(c, lambda: ob.responses.create(model="tiny", input="x", conversation=conv.id), 404,
                  "conversation", "nor answer in it")
     expect_error(c, lambda: oa.conversations.items.create(conv.id, items=[
-        {"type": "function_call_output", "call_id": "c", "output": "x"}]), 400, "items[0].type",
+        {"type": "reasoning", "summary": []}]), 400, "items[0].type",
         "an item type this server does not keep")
     expect_error(c, lambda: oa.conversations.create(items=[{"role": "user", "content": "x"}] * 21), 400, "items",
                  "21 items", "at most 20")
@@ -944,9 +952,173 @@ def case_flags(ctx, c):
     c.check(p.returncode == 1 and "--state-dir" in p.stderr,
             "an unusable --state-dir exits 1 naming it: rc %d %s" % (p.returncode, p.stderr.strip()[-200:]))
 
+# A function whose arguments the grammar bounds: the tiny model's forced call always ends.
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+                   "required": ["city"], "additionalProperties": False}}}
+FLAT_WEATHER = dict(WEATHER["function"], type="function")  # the Responses API's form
+CALL_OUTPUT = "22 C and sunny"
+
+
+def chat_calls(oa, messages, **kw):
+    r = oa.chat.completions.create(model="tiny", messages=messages, tools=[WEATHER], temperature=0, **kw)
+    return [(t.function.name, t.function.arguments) for t in (r.choices[0].message.tool_calls or [])]
+
+
+def after_call(name, arguments):
+    """Chat's messages for a call and its output (what a run or a response is prompted with next)."""
+    return [{"role": "assistant", "content": None,
+             "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_1", "content": CALL_OUTPUT}]
+
+
+class ToolRecorder(Recorder):
+    def on_event(self, event):
+        super().on_event(event)
+        if event.event == "thread.run.step.delta":
+            self.deltas.append(event.data.delta.step_details.tool_calls[0].function.name)
+
+
+def run_tools(ctx, c, oa):
+    """A run that calls get_weather, its outputs submitted, then its reply."""
+    system = {"role": "system", "content": "You call tools."}
+    user = {"role": "user", "content": "Weather in Paris?"}
+    a = oa.beta.assistants.create(model="tiny", instructions="You call tools.", tools=[WEATHER], temperature=0)
+    t = oa.beta.threads.create(messages=[user])
+    run = poll(oa, oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id, tool_choice="required",
+                                               max_completion_tokens=60),
+               statuses=("requires_action", "completed", "incomplete", "failed", "cancelled"))
+    want = chat_calls(oa, [system, user], tool_choice="required")
+    calls = run.required_action.submit_tool_outputs.tool_calls if run.required_action else []
+    c.check(run.status == "requires_action" and [(x.function.name, x.function.arguments) for x in calls] == want
+            and calls[0].id.startswith("call_") and run.expires_at is not None,
+            "tool_choice required: requires_action with chat's call %s (got %s %s)" % (want, run.status, calls))
+    steps = oa.beta.threads.runs.steps.list(run.id, thread_id=t.id).data
+    c.check([(s.type, s.status) for s in steps] == [("tool_calls", "in_progress")] and
+            steps[0].step_details.tool_calls[0].function.output is None and
+            [m.role for m in oa.beta.threads.messages.list(t.id).data] == ["user"],
+            "an open tool_calls step and no message for a reply of calls only")
+    submit = oa.beta.threads.runs.submit_tool_outputs
+    expect_error(c, lambda: submit(run.id, thread_id=t.id, tool_outputs=[]), 400, "tool_outputs", "no outputs")
+    expect_error(c, lambda: submit(run.id, thread_id=t.id, tool_outputs=[{"tool_call_id": "call_x", "output": "1"}]),
+                 400, "tool_outputs", "an output for an unknown call")
+    two = [{"tool_call_id": calls[0].id, "output": "1"}] * 2
+    expect_error(c, lambda: submit(run.id, thread_id=t.id, tool_outputs=two), 400, "tool_outputs", "two outputs")
+    done = oa.beta.threads.runs.submit_tool_outputs_and_poll(
+        run_id=run.id, thread_id=t.id, tool_outputs=[{"tool_call_id": calls[0].id, "output": CALL_OUTPUT}],
+        poll_interval_ms=50)
+    reply = oa.beta.threads.messages.list(t.id, limit=1).data[0]
+    n = done.usage.completion_tokens - run.usage.completion_tokens
+    want_text, _ = chat_text(oa, [system, user] + after_call(*want[0]), n, tools=[WEATHER])
+    c.check(done.status in ("completed", "incomplete") and reply.run_id == run.id and
+            reply.content[0].text.value == want_text and done.usage.prompt_tokens > run.usage.prompt_tokens,
+            "after the outputs: chat's text for the call and its output (%r vs %r), usage summed" %
+            (reply.content[0].text.value[:60], want_text[:60]))
+    steps = oa.beta.threads.runs.steps.list(run.id, thread_id=t.id, order="asc").data
+    c.check([(s.type, s.status) for s in steps] == [("tool_calls", "completed"), ("message_creation", "completed")]
+            and steps[0].step_details.tool_calls[0].function.output == CALL_OUTPUT,
+            "the tool step completed with its output, then the message step: %s" % [(s.type, s.status) for s in steps])
+    expect_error(c, lambda: submit(run.id, thread_id=t.id, tool_outputs=[{"tool_call_id": calls[0].id, "output": "x"}]),
+                 400, None, "outputs to a run that requires no action")
+    return a, t
+
+
+def run_tools_stream(ctx, c, oa, a, t):
+    oa.beta.threads.messages.create(t.id, role="user", content="And in Oslo?")
+    rec = ToolRecorder()
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    with oa.beta.threads.runs.stream(thread_id=t.id, assistant_id=a.id, tool_choice=named,
+                                     max_completion_tokens=40, event_handler=rec) as stream:
+        stream.until_done()
+        run = stream.get_final_run()
+    c.check(rec.names == ["thread.run.created", "thread.run.queued", "thread.run.in_progress",
+                          "thread.run.step.created", "thread.run.step.in_progress", "thread.run.step.delta",
+                          "thread.run.requires_action"] and rec.deltas == ["get_weather"] and
+            run.status == "requires_action", "a streamed run of one call: %s" % rec.names)
+    call = run.required_action.submit_tool_outputs.tool_calls[0]
+    rec2 = Recorder()
+    with oa.beta.threads.runs.submit_tool_outputs_stream(
+            run_id=run.id, thread_id=t.id, tool_outputs=[{"tool_call_id": call.id, "output": CALL_OUTPUT}],
+            event_handler=rec2) as stream:
+        stream.until_done()
+    names = [n for n in rec2.names if n != "thread.message.delta"]
+    c.check(names[:3] == ["thread.run.step.completed", "thread.run.queued", "thread.run.in_progress"] and
+            names[-1] in ("thread.run.completed", "thread.run.incomplete") and
+            "thread.message.created" in names, "a streamed submit_tool_outputs: %s" % names)
+    third = poll(oa, oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id, tool_choice="required"),
+                 statuses=("requires_action", "failed"))
+    cancelled = oa.beta.threads.runs.cancel(third.id, thread_id=t.id)
+    steps = oa.beta.threads.runs.steps.list(third.id, thread_id=t.id).data
+    c.check(cancelled.status == "cancelled" and [s.status for s in steps] == ["cancelled"],
+            "a run cancelled while it waits for outputs: cancelled, its tool step too")
+    expect_error(c, lambda: oa.beta.threads.runs.create(thread_id=t.id, assistant_id=a.id,
+                                                        tool_choice={"type": "function", "function": {"name": "nope"}}),
+                 400, "tool_choice", "tool_choice naming a function not among tools")
+    expect_error(c, lambda: oa.beta.threads.runs.create(
+        thread_id=t.id, assistant_id=a.id, tool_choice="required",
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object"}}}),
+        400, "tool_choice", "tool_choice required with a response format")
+
+
+def response_tools(ctx, c, oa):
+    user = {"role": "user", "content": "Weather in Paris?"}
+    r = oa.responses.create(model="tiny", input=user["content"], tools=[FLAT_WEATHER], tool_choice="required",
+                            temperature=0)
+    want = chat_calls(oa, [user], tool_choice="required")
+    calls = [o for o in r.output if o.type == "function_call"]
+    c.check(r.status == "completed" and [(x.name, x.arguments) for x in calls] == want and
+            calls[0].call_id.startswith("call_") and calls[0].id.startswith("fc_") and
+            r.tools[0].name == "get_weather" and r.tool_choice == "required",
+            "responses: tool_choice required gives chat's call as a function_call item (%s vs %s)" % (calls, want))
+    r2 = oa.responses.create(model="tiny", previous_response_id=r.id, tools=[FLAT_WEATHER], temperature=0,
+                             max_output_tokens=12, input=[{"type": "function_call_output", "call_id": calls[0].call_id,
+                                                           "output": CALL_OUTPUT}])
+    want_text, _ = chat_text(oa, [user] + after_call(*want[0]), 12, tools=[WEATHER])
+    items = oa.responses.input_items.list(r2.id).data
+    c.check(r2.output_text == want_text and items[0].type == "function_call_output",
+            "the output sent back: chat's text for the call and its output (%r vs %r)" % (r2.output_text, want_text))
+    names = []
+    with oa.responses.stream(model="tiny", input=user["content"], tools=[FLAT_WEATHER],
+                             tool_choice={"type": "function", "name": "get_weather"}) as stream:
+        for event in stream:
+            names.append(event.type)
+        final = stream.get_final_response()
+    c.check(names == ["response.created", "response.in_progress", "response.output_item.added",
+                      "response.function_call_arguments.delta", "response.function_call_arguments.done",
+                      "response.output_item.done", "response.completed"] and
+            final.output[0].type == "function_call" and oa.responses.retrieve(final.id).output[0].arguments ==
+            final.output[0].arguments, "a streamed call: OpenAI's function_call events: %s" % names)
+    conv = oa.conversations.create(items=[
+        {"type": "message", "role": "user", "content": user["content"]},
+        {"type": "function_call", "call_id": "call_1", "name": want[0][0], "arguments": want[0][1]},
+        {"type": "function_call_output", "call_id": "call_1", "output": CALL_OUTPUT}])
+    r3 = oa.responses.create(model="tiny", conversation=conv.id, input="Thanks.", tools=[FLAT_WEATHER],
+                             temperature=0, max_output_tokens=12)
+    want3, _ = chat_text(oa, [user] + after_call(*want[0]) + [{"role": "user", "content": "Thanks."}], 12,
+                         tools=[WEATHER])
+    kinds = [i.type for i in oa.conversations.items.list(conv.id, order="asc").data]
+    c.check(kinds == ["message", "function_call", "function_call_output", "message", "message"] and
+            r3.output_text == want3,
+            "a conversation keeps function calls and their outputs, and is prompted with them: %s (%r vs %r)" %
+            (kinds, r3.output_text, want3))
+    expect_error(c, lambda: oa.responses.create(model="tiny", input="x", tools=[{"type": "web_search"}]),
+                 400, "tools[0].type", "a web_search tool")
+    expect_error(c, lambda: oa.responses.create(model="tiny", input=[{"type": "function_call_output", "output": "1"}]),
+                 400, "input[0].call_id", "an output without call_id")
+
+
+def case_tools(ctx, c):
+    srv = ctx.shared()
+    oa = client(srv)
+    a, t = run_tools(ctx, c, oa)
+    run_tools_stream(ctx, c, oa, a, t)
+    response_tools(ctx, c, oa)
+    c.check(settled(srv), "nothing left running")
+
 
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
-         ("stream", case_stream), ("cancel", case_cancel), ("concurrent", case_concurrent),
+         ("stream", case_stream), ("tools", case_tools), ("cancel", case_cancel), ("concurrent", case_concurrent),
          ("responses", case_responses), ("background", case_background),
          ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
          ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]

@@ -1,7 +1,7 @@
-// coordinator/openai/tool_calls.h: the syntax read from a template, replies parsed
+// coordinator/openai_wire/tool_calls.h: the syntax read from a template, replies parsed
 // into calls (known functions only, malformed calls left as text), the
 // streamed text held back only where a call may start, and the forcing grammar.
-#include "coordinator/openai/tool_calls.h"
+#include "coordinator/openai_wire/tool_calls.h"
 
 #include <gtest/gtest.h>
 

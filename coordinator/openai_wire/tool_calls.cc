@@ -1,4 +1,4 @@
-#include "coordinator/openai/tool_calls.h"
+#include "coordinator/openai_wire/tool_calls.h"
 
 #include <algorithm>
 #include <string_view>

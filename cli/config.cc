@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/url_password.h"
 
 extern char** environ;
 
@@ -196,7 +197,8 @@ std::string RenderConfig(const FlagSet& flags) {
   std::vector<std::pair<std::string, std::string>> rows;  // (line, where it came from)
   for (const FlagSpec& s : flags.specs()) {
     if (flags.Has(s.name)) {
-      rows.emplace_back(absl::StrCat(s.name, ": ", Scalar(s, flags.GetString(s.name))),
+      // A URL's password is never printed (give it in PGPASSWORD or ~/.pgpass instead).
+      rows.emplace_back(absl::StrCat(s.name, ": ", Scalar(s, WithoutUrlPassword(flags.GetString(s.name)))),
                         flags.SourceLabel(s.name));
     } else if (s.required) {
       rows.emplace_back(absl::StrCat("# ", s.name, ":"), "required, not set");

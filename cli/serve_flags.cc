@@ -65,8 +65,9 @@ void DeclareKvEventsFlags(FlagSet& f, ServeFlags* o) {
 // The stateful APIs' database (docs/stateful_apis.md section 8), read with --http-port only.
 void DeclareStateFlags(FlagSet& f, ServeFlags* o) {
   f.String("state-db",
-           "where the Assistants API keeps its objects: sqlite:///ABS/PATH or none (default: "
-           "sqlite:///<--state-dir>/state.db)")
+           "where the Assistants API keeps its objects: sqlite:///ABS/PATH, a PostgreSQL URI "
+           "(postgresql://user@host:port/db; replicas may share one; give the password in PGPASSWORD or "
+           "~/.pgpass), or none (default: sqlite:///<--state-dir>/state.db)")
       .To(&o->state_db);
   f.String("state-dir",
            "directory of the default state database (default: $XDG_STATE_HOME/shardlm, else "

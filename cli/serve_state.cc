@@ -38,13 +38,13 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenServeState(const ServeFlags& f, 
       std::fprintf(
           stderr,
           "shardlm: state: cannot open %s (%s); the Assistants API is off (give --state-dir or --state-db)\n",
-          url.c_str(), std::string(store.status().message()).c_str());
+          ShownStateDbUrl(url).c_str(), std::string(store.status().message()).c_str());
       return std::unique_ptr<StateStore>();
     }
     return absl::Status(store.status().code() == absl::StatusCode::kInvalidArgument
                             ? absl::StatusCode::kUnavailable
                             : store.status().code(),
-                        absl::StrCat(flag, ": ", url, ": ", store.status().message()));
+                        absl::StrCat(flag, ": ", ShownStateDbUrl(url), ": ", store.status().message()));
   }
   std::printf("state in %s (schema %lld)\n", (*store)->Describe().c_str(),
               static_cast<long long>((*store)->schema_version()));

@@ -13,7 +13,8 @@ PACKAGES=(
   libtorch-dev libgloo-dev libgoogle-glog-dev libgflags-dev
   libgtest-dev libgmock-dev libabsl-dev
   nlohmann-json3-dev libpcre2-dev libboost-dev libssl-dev libcli11-dev libyaml-cpp-dev
-  libzmq3-dev libmsgpack-dev libsqlite3-dev
+  libzmq3-dev libmsgpack-dev libsqlite3-dev libpq-dev
+  postgresql
   libopenblas0-openmp
   python3 python3-venv python3-numpy python3-grpcio python3-grpc-tools python3-jinja2 python3-zmq
   python3-msgpack curl

@@ -2,6 +2,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/url_password.h"
+#include "state/postgres_db.h"
 #include "state/sqlite_db.h"
 
 namespace shardlm {
@@ -42,6 +44,8 @@ std::optional<double> SqlOptDouble(const SqlValue& v) {
   return SqlDouble(v);
 }
 
+std::string ShownStateDbUrl(const std::string& url) { return WithoutUrlPassword(url); }
+
 absl::StatusOr<StateDbUrl> ParseStateDbUrl(const std::string& url, const std::string& flag) {
   StateDbUrl out;
   if (url == "none") return out;
@@ -55,13 +59,19 @@ absl::StatusOr<StateDbUrl> ParseStateDbUrl(const std::string& url, const std::st
     }
     return out;
   }
+  if (absl::StartsWith(url, "postgresql://") || absl::StartsWith(url, "postgres://")) {
+    out.kind = StateDbUrl::Kind::kPostgres;
+    out.path = url;
+    return out;
+  }
   return absl::InvalidArgumentError(
       absl::StrCat(flag, ": '", url.substr(0, url.find(':')),
-                   "' is not a state database (expected none or sqlite:///ABS/PATH)"));
+                   "' is not a state database (expected none, sqlite:///ABS/PATH or postgresql://...)"));
 }
 
 absl::StatusOr<std::unique_ptr<SqlDb>> OpenSqlDb(const StateDbUrl& url) {
   if (url.kind == StateDbUrl::Kind::kSqlite) return OpenSqliteDb(url.path);
+  if (url.kind == StateDbUrl::Kind::kPostgres) return OpenPostgresDb(url.path);
   return absl::InvalidArgumentError("no state database (--state-db none)");
 }
 

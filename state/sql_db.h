@@ -68,16 +68,20 @@ class SqlDb {
   virtual std::string Describe() const = 0;
 };
 
-// Where the state lives, from --state-db: "none", or "sqlite:///ABSOLUTE/PATH".
+// Where the state lives, from --state-db: "none", "sqlite:///ABSOLUTE/PATH", or a PostgreSQL
+// URI ("postgresql://user:password@host:port/dbname?...", libpq's; "postgres://" too).
 struct StateDbUrl {
-  enum class Kind { kNone, kSqlite };
+  enum class Kind { kNone, kSqlite, kPostgres };
   Kind kind = Kind::kNone;
-  std::string path;  // kSqlite: the file
+  std::string path;  // kSqlite: the file; kPostgres: the URI
 };
+// `url` as it may be printed: without a password.
+std::string ShownStateDbUrl(const std::string& url);
 // INVALID_ARGUMENT naming `flag` for another scheme or a relative path.
 absl::StatusOr<StateDbUrl> ParseStateDbUrl(const std::string& url, const std::string& flag);
 
-// Opens (creating when missing, mode 0600 in a 0700 directory) the database `url` names.
+// Opens the database `url` names: a SQLite file is created when missing (mode 0600 in a 0700
+// directory); a PostgreSQL server is connected to (UNAVAILABLE naming it, without its password).
 absl::StatusOr<std::unique_ptr<SqlDb>> OpenSqlDb(const StateDbUrl& url);
 
 }  // namespace shardlm

@@ -91,6 +91,10 @@ class StateStore {
   // its outputs, in order among the messages).
   absl::StatusOr<std::vector<RunStepRow>> ThreadToolSteps(const std::string& owner,
                                                           const std::string& thread_id);
+  // The runs `runner` generates that a cancel through another serve marked cancelling.
+  absl::StatusOr<std::vector<std::string>> RunsToStop(const std::string& runner);
+  // Of the responses `ids`, those a cancel (through any serve) ended.
+  absl::StatusOr<std::vector<std::string>> CancelledResponses(const std::vector<std::string>& ids);
   // Runs queued or requiring action past their expires_at: expired, with their open steps.
   // Returns how many.
   absl::StatusOr<int64_t> ExpireRuns(int64_t now_s);

@@ -186,4 +186,25 @@ absl::StatusOr<std::vector<ResponseItemRow>> StateStore::ResponseChain(const std
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> StateStore::CancelledResponses(const std::vector<std::string>& ids) {
+  std::vector<std::string> out;
+  if (ids.empty()) return out;
+  std::string marks;
+  std::vector<SqlValue> params;
+  for (const std::string& id : ids) {
+    absl::StrAppend(&marks, marks.empty() ? "?" : ", ?");
+    params.emplace_back(id);
+  }
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    out.clear();
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query(absl::StrCat("SELECT id FROM responses WHERE status = 'cancelled' AND id IN (", marks, ")"),
+                 params));
+    for (const SqlRow& r : rows) out.push_back(SqlText(r[0]));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 }  // namespace shardlm

@@ -305,6 +305,19 @@ absl::StatusOr<std::vector<RunStepRow>> StateStore::ThreadToolSteps(const std::s
   return out;
 }
 
+absl::StatusOr<std::vector<std::string>> StateStore::RunsToStop(const std::string& runner) {
+  std::vector<std::string> out;
+  SHARDLM_RETURN_IF_ERROR(db_->Read([&](SqlTx& tx) -> absl::Status {
+    out.clear();
+    SHARDLM_ASSIGN_OR_RETURN(
+        std::vector<SqlRow> rows,
+        tx.Query("SELECT id FROM runs WHERE runner = ? AND status = 'cancelling'", {runner}));
+    for (const SqlRow& r : rows) out.push_back(SqlText(r[0]));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
 absl::StatusOr<int64_t> StateStore::ExpireRuns(int64_t now_s) {
   int64_t expired = 0;
   SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {

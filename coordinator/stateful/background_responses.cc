@@ -48,6 +48,13 @@ bool BackgroundResponses::Cancel(const std::string& id, std::chrono::millisecond
   return true;
 }
 
+std::vector<std::string> BackgroundResponses::Running() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> ids;
+  for (const auto& [id, cancel] : running_) ids.push_back(id);
+  return ids;
+}
+
 void BackgroundResponses::Stop() {
   std::unique_lock<std::mutex> lock(mu_);
   stopping_ = true;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace shardlm {
 namespace stateful {
@@ -34,6 +35,8 @@ class BackgroundResponses {
   // Asks response `id` to stop and waits up to `wait` for its job to end (its end stored); false
   // when it does not run here.
   bool Cancel(const std::string& id, std::chrono::milliseconds wait);
+  // The responses generating here.
+  std::vector<std::string> Running();
   // Cancels every job, takes no more, and waits until each has ended.
   void Stop();
 

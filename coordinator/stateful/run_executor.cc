@@ -102,13 +102,27 @@ void RunExecutor::Work() {
 
 void RunExecutor::Heartbeats() {
   std::unique_lock<std::mutex> lock(mu_);
-  while (!beat_.wait_for(lock, std::chrono::seconds(kHeartbeatS), [this] { return stopping_; })) {
+  for (int tick = 1; !beat_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }); ++tick) {
     lock.unlock();
-    absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowSeconds());
-    if (!st.ok()) LOG(WARNING) << "state: heartbeat not stored: " << st;
-    Reap();
+    StopCancelledElsewhere();
+    if (options_.each_second) options_.each_second();
+    if (tick % kHeartbeatS == 0) {
+      absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowSeconds());
+      if (!st.ok()) LOG(WARNING) << "state: heartbeat not stored: " << st;
+      Reap();
+    }
     lock.lock();
   }
+}
+
+void RunExecutor::StopCancelledElsewhere() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (running_.empty()) return;
+  }
+  absl::StatusOr<std::vector<std::string>> ids = store_->RunsToStop(instance_);
+  if (!ids.ok()) return;  // the next second asks again
+  for (const std::string& id : *ids) Cancel(id);
 }
 
 void RunExecutor::Reap() {

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -49,6 +50,7 @@ class RunEventSink {
 struct RunExecutorOptions {
   int threads = 16;  // runs generating at once (--state-runs)
   openai::ModelContext model;
+  std::function<void()> each_second;  // also called on the heartbeat thread each second (may be empty)
 };
 
 class RunExecutor {
@@ -85,7 +87,10 @@ class RunExecutor {
                                     const CallRecord& call);
   // Writes the end of run `run_id`, retrying a busy database; a last failure is logged.
   void WriteEnd(const RunEnd& end);
+  // Each second: the runs here a cancel through another serve marked; every 5 s the heartbeat
+  // and the reaper.
   void Heartbeats();
+  void StopCancelledElsewhere();
   void Reap();
   std::shared_ptr<std::atomic<bool>> Track(const std::string& id);
   void Untrack(const std::string& id);

@@ -46,13 +46,20 @@ StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions o
   ctx_.store = store;
   ctx_.model_names = std::move(options.model_names);
   model_ = options.model;
-  if (store != nullptr) {
-    runs_ = std::make_unique<stateful::RunExecutor>(
-        core, store, stateful::RunExecutorOptions{options.run_threads, options.model});
-    ctx_.runs = runs_.get();
-  }
   background_ = std::make_unique<stateful::BackgroundResponses>(options.run_threads);
   ctx_.background = background_.get();
+  if (store != nullptr) {
+    // A background response generating here that a cancel through another serve ended stops too.
+    auto stop_cancelled = [store, background = background_.get()] {
+      std::vector<std::string> running = background->Running();
+      absl::StatusOr<std::vector<std::string>> cancelled = store->CancelledResponses(running);
+      if (!cancelled.ok()) return;
+      for (const std::string& id : *cancelled) background->Cancel(id, std::chrono::milliseconds(0));
+    };
+    runs_ = std::make_unique<stateful::RunExecutor>(
+        core, store, stateful::RunExecutorOptions{options.run_threads, options.model, stop_cancelled});
+    ctx_.runs = runs_.get();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<StatefulApi>> StatefulApi::Start(ServingCore* core, StateStore* store,

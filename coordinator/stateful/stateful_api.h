@@ -60,10 +60,11 @@ class StatefulApi {
   ServingCore* core_;
   openai::ModelContext model_;
   std::atomic<bool> stopping_{false};
-  std::unique_ptr<stateful::RunExecutor> runs_;
   stateful::StatefulContext ctx_;
-  // Last: its jobs use the members above, and its destructor waits for them.
+  // Its jobs use the members above, and its destructor waits for them.
   std::unique_ptr<stateful::BackgroundResponses> background_;
+  // Last (destroyed first): its heartbeat thread asks background_ which responses to stop.
+  std::unique_ptr<stateful::RunExecutor> runs_;
 };
 
 // The hex SHA-256 of an API key: the owner column (the key itself is never stored).

@@ -69,6 +69,12 @@ Cases:
               lists in the same order, and new objects list after the old ones; a run in
               progress when serve is killed (SIGKILL) reads failed with last_error after the
               restart, and its thread's next run completes
+  replicas    two serves on one PostgreSQL database (a throwaway server, tests/testing/postgres_server.py):
+              a thread made through one runs through the other and both read its reply
+              (chat's text); a response chain goes on across them; a run and a background
+              response generating on one, cancelled through the other, stop within seconds;
+              a run asking for tool outputs on one takes them through the other; the
+              password in --state-db is never printed
   npm         the official `openai` npm package: assistants create, retrieve, update, list
               (auto-paging two at a time), delete; a thread with messages paged one at a time;
               a deleted thread is NotFoundError; file_search is a 400 naming tools[0].type;
@@ -76,6 +82,10 @@ Cases:
   flags       --state-db none: the routes answer 404 naming --state-db, chat still works; a
               bad --state-db exits 2 naming the flag before any worker starts, with no
               password printed; a --state-dir that cannot be made exits 1 naming it
+
+With SHARDLM_TEST_POSTGRES_URL set every case keeps its state on that PostgreSQL server
+(a database per state) instead of SQLite files:
+  python3 tests/testing/postgres_server.py -- .venv/bin/python tests/integration/stateful_test.py ...
 
 Usage:
   .venv/bin/python tests/integration/stateful_test.py --shardlm build/shardlm --workdir DIR
@@ -96,6 +106,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(HERE, "..", "testing"))
 import harness  # noqa: E402
+import postgres_server  # noqa: E402
 from harness import Ctx, Failure, LoggedProcess  # noqa: E402
 import jsonschema  # noqa: E402
 import openai  # noqa: E402
@@ -124,6 +135,10 @@ class Ctx2(Ctx):
             f.write(KEY_A + "\n" + KEY_B + "\n")
         self.state_dir = self.dir("state")
         shutil.rmtree(self.state_dir, ignore_errors=True)  # each run starts from an empty database
+        # Set (tests/testing/postgres_server.py): every case's state on that PostgreSQL server.
+        self.postgres = os.environ.get("SHARDLM_TEST_POSTGRES_URL") or None
+        if self.postgres:
+            self.state_flags("state", fresh=True)
         self.server = None
         self.started = []  # every serve, stopped at the end even when its case failed midway
 
@@ -138,10 +153,20 @@ class Ctx2(Ctx):
         p.base = "http://127.0.0.1:%d/v1" % p.http
         return p
 
+    def state_flags(self, name, fresh=False):
+        """serve's flags for the state called `name`: a --state-dir, or a database on the
+        PostgreSQL server; emptied first when fresh."""
+        if self.postgres:
+            return ["--state-db", postgres_server.database_url(self.postgres, name.replace("-", "_"), fresh)]
+        d = self.dir(name)
+        if fresh:
+            shutil.rmtree(d, ignore_errors=True)
+        return ["--state-dir", d]
+
     def shared(self):
         """The server most cases share, on the case's state directory."""
         if self.server is None:
-            self.server = self.serve("serve", "--state-dir", self.state_dir)
+            self.server = self.serve("serve", *self.state_flags("state"))
         return self.server
 
     def stop_shared(self):
@@ -806,7 +831,7 @@ def healthy(srv, timeout):
 
 
 def case_worker_killed(ctx, c):
-    srv = ctx.serve("serve-kill", "--state-dir", ctx.dir("state-kill"), "--collective-timeout-ms", "3000")
+    srv = ctx.serve("serve-kill", *ctx.state_flags("state-kill", fresh=True), "--collective-timeout-ms", "3000")
     try:
         oa = client(srv)
         a = oa.beta.assistants.create(model="tiny", temperature=0)
@@ -833,9 +858,8 @@ def case_worker_killed(ctx, c):
 
 
 def case_drain(ctx, c):
-    state = ctx.dir("state-drain")
-    shutil.rmtree(state, ignore_errors=True)
-    srv = ctx.serve("serve-drain", "--state-dir", state, "--shutdown-grace-s", "1")
+    state = ctx.state_flags("state-drain", fresh=True)
+    srv = ctx.serve("serve-drain", *state, "--shutdown-grace-s", "1")
     oa = client(srv)
     a = oa.beta.assistants.create(model="tiny", temperature=0)
     t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
@@ -846,7 +870,7 @@ def case_drain(ctx, c):
     rc = srv.stop()
     took = time.monotonic() - t0
     c.check(rc == 0 and took < 10, "serve exits 0 on SIGTERM within 10 s (rc %s, %.1f s)" % (rc, took))
-    srv = ctx.serve("serve-drain-2", "--state-dir", state)
+    srv = ctx.serve("serve-drain-2", *state)
     try:
         ended = client(srv).beta.threads.runs.retrieve(run.id, thread_id=t.id)
         c.check(ended.status == "failed" and "shutting down" in ended.last_error.message,
@@ -874,9 +898,12 @@ def case_restart(ctx, c):
     c.check([x.id for x in oa.beta.assistants.list(limit=100)] == before, "the list is the same")
     n = oa.beta.assistants.create(model="tiny", name="after")
     c.check(oa.beta.assistants.list(limit=1).data[0].id == n.id, "a new object lists first (newest)")
-    c.check("state in sqlite://%s/state.db (schema " % ctx.state_dir in srv.text(), "serve printed its state")
-    mode = os.stat(os.path.join(ctx.state_dir, "state.db")).st_mode & 0o777
-    c.check(mode == 0o600, "the database file is 0600 (%o)" % mode)
+    if ctx.postgres:
+        c.check("state in %s (schema " % ctx.state_flags("state")[1] in srv.text(), "serve printed its state")
+    else:
+        c.check("state in sqlite://%s/state.db (schema " % ctx.state_dir in srv.text(), "serve printed its state")
+        mode = os.stat(os.path.join(ctx.state_dir, "state.db")).st_mode & 0o777
+        c.check(mode == 0o600, "the database file is 0600 (%o)" % mode)
 
     a = oa.beta.assistants.create(model="tiny", temperature=0)
     t = oa.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
@@ -940,11 +967,17 @@ def case_flags(ctx, c):
     finally:
         srv.stop()
     base = [ctx.binary, "serve", "--model", ctx.model, "--tp", "2", "--port", "0", "--http-port", "0"]
-    p = subprocess.run(base + ["--state-db", "postgres://app:hunter2@db/x"], capture_output=True, text=True,
+    p = subprocess.run(base + ["--state-db", "mysql://app:hunter2@db/x"], capture_output=True, text=True,
                        timeout=60)
     c.check(p.returncode == 2 and "--state-db" in p.stderr and "hunter2" not in p.stderr + p.stdout,
             "a bad --state-db exits 2 naming it, no password: rc %d %s" % (p.returncode, p.stderr.strip()[-200:]))
     c.check("worker" not in p.stdout, "before any worker starts")
+    p = subprocess.run(base + ["--state-db", "postgresql://app:hunter2@/x?host=%s" % ctx.dir("no-server")],
+                       capture_output=True, text=True, timeout=60)
+    c.check(p.returncode == 1 and "--state-db" in p.stderr and "cannot connect" in p.stderr and
+            "hunter2" not in p.stderr + p.stdout and "worker" not in p.stdout,
+            "a PostgreSQL server that is not there exits 1 naming --state-db, no password, before any worker: "
+            "rc %d %s" % (p.returncode, p.stderr.strip()[-240:]))
     blocker = ctx.dir("not-a-dir")
     with open(blocker, "w") as f:
         f.write("x")
@@ -1117,11 +1150,73 @@ def case_tools(ctx, c):
     c.check(settled(srv), "nothing left running")
 
 
+def replicas_on(ctx, c, url):
+    a_srv = ctx.serve("serve-replica-a", "--state-db", url)
+    b_srv = ctx.serve("serve-replica-b", "--state-db", url)
+    try:
+        oa, ob = client(a_srv), client(b_srv)
+        a = oa.beta.assistants.create(model="tiny", temperature=0)
+        t = oa.beta.threads.create(messages=[{"role": "user", "content": "The lighthouse keeper"}])
+        run = ob.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=8,
+                                                   poll_interval_ms=50)
+        want, _ = chat_text(oa, [{"role": "user", "content": "The lighthouse keeper"}], 8)
+        reply = oa.beta.threads.messages.list(t.id, limit=1).data[0]
+        c.check(run.status == "incomplete" and reply.content[0].text.value == want and
+                oa.beta.threads.runs.retrieve(run.id, thread_id=t.id).status == "incomplete",
+                "a thread made on A runs on B; A reads B's reply (chat's text): %r vs %r" %
+                (reply.content[0].text.value, want))
+        r1 = oa.responses.create(model="tiny", input="The lighthouse keeper", temperature=0, max_output_tokens=6)
+        r2 = ob.responses.create(model="tiny", input="and then?", previous_response_id=r1.id, temperature=0,
+                                 max_output_tokens=6)
+        want2, _ = chat_text(oa, [{"role": "user", "content": "The lighthouse keeper"},
+                                  {"role": "assistant", "content": r1.output_text},
+                                  {"role": "user", "content": "and then?"}], 6)
+        c.check(r2.output_text == want2, "a chain begun on A goes on on B (chat's text for the whole history)")
+        # A cancel through A reaches the run generating on B (its executor polls the store).
+        long_t = ob.beta.threads.create(messages=[{"role": "user", "content": "Go on and on"}])
+        long_r = long_run(ob, a, long_t)
+        t0 = time.monotonic()
+        oa.beta.threads.runs.cancel(long_r.id, thread_id=long_t.id)
+        ended = poll(oa, oa.beta.threads.runs.retrieve(long_r.id, thread_id=long_t.id), timeout=20)
+        c.check(ended.status == "cancelled" and time.monotonic() - t0 < 10 and settled(b_srv),
+                "a run on B cancelled through A stops on B within seconds (%s, %.1f s)" %
+                (ended.status, time.monotonic() - t0))
+        bg = ob.responses.create(model="tiny", input="Go on and on", max_output_tokens=3000, background=True)
+        oa.responses.cancel(bg.id)
+        c.check(settled(b_srv), "a background response on B cancelled through A stops on B")
+        # Tools across replicas: the run asks on A, the outputs come through B, which runs it.
+        ta = oa.beta.assistants.create(model="tiny", tools=[WEATHER], temperature=0)
+        tt = oa.beta.threads.create(messages=[{"role": "user", "content": "Weather in Oslo?"}])
+        asked = poll(oa, oa.beta.threads.runs.create(thread_id=tt.id, assistant_id=ta.id, tool_choice="required",
+                                                     max_completion_tokens=40),
+                     statuses=("requires_action", "completed", "incomplete", "failed"))
+        call = asked.required_action.submit_tool_outputs.tool_calls[0]
+        done = ob.beta.threads.runs.submit_tool_outputs_and_poll(
+            run_id=asked.id, thread_id=tt.id, tool_outputs=[{"tool_call_id": call.id, "output": CALL_OUTPUT}],
+            poll_interval_ms=50)
+        c.check(done.status in ("completed", "incomplete"), "outputs submitted through B end the run (%s)" %
+                done.status)
+        c.check("hunter2" not in a_srv.text() and "state in postgresql://" in a_srv.text(),
+                "serve printed the database without its password")
+    finally:
+        for srv in (a_srv, b_srv):
+            c.check(srv.stop() == 0, "serve exits 0 on SIGTERM")
+
+
+def case_replicas(ctx, c):
+    if ctx.postgres:
+        url = postgres_server.database_url(ctx.postgres, "replicas", fresh=True)
+        return replicas_on(ctx, c, url.replace("shardlm@", "shardlm:hunter2@"))
+    with postgres_server.PostgresServer() as pg:
+        # trust authentication: the password is not checked, only kept out of what serve prints
+        return replicas_on(ctx, c, pg.url.replace("shardlm@", "shardlm:hunter2@"))
+
+
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
          ("stream", case_stream), ("tools", case_tools), ("cancel", case_cancel), ("concurrent", case_concurrent),
          ("responses", case_responses), ("background", case_background),
          ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
-         ("restart", case_restart), ("npm", case_npm), ("flags", case_flags)]
+         ("restart", case_restart), ("replicas", case_replicas), ("npm", case_npm), ("flags", case_flags)]
 
 
 def main():

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 
 #include "gtest/gtest.h"
+#include "state/postgres_db.h"
 #include "tests/state/state_test_db.h"
 
 namespace shardlm {
@@ -29,6 +30,28 @@ TEST(StateDbUrlTest, RefusesRelativePathsAndOtherSchemesNamingTheFlag) {
   }
 }
 
+TEST(StateDbUrlTest, AcceptsPostgresUrisAndNeverShowsTheirPassword) {
+  for (const char* uri : {"postgresql://app:secret@db:5432/shardlm", "postgres://app@db/x?password=secret"}) {
+    auto url = ParseStateDbUrl(uri, "--state-db");
+    ASSERT_TRUE(url.ok()) << url.status();
+    EXPECT_EQ(url->kind, StateDbUrl::Kind::kPostgres);
+    EXPECT_EQ(url->path, uri);
+    EXPECT_EQ(ShownStateDbUrl(uri).find("secret"), std::string::npos) << ShownStateDbUrl(uri);
+  }
+  EXPECT_EQ(
+      ShownStateDbUrl("postgresql://app:secret@db:5432/x?sslmode=require&password=s2&connect_timeout=3"),
+      "postgresql://app@db:5432/x?sslmode=require&connect_timeout=3");
+  EXPECT_EQ(ShownStateDbUrl("postgresql://db/x?host=/run/pg"), "postgresql://db/x?host=/run/pg");
+  EXPECT_EQ(ShownStateDbUrl("sqlite:///var/lib/state.db"), "sqlite:///var/lib/state.db");
+}
+
+TEST(PostgresDbTest, NumbersTheParametersOutsideQuotedText) {
+  EXPECT_EQ(NumberedParameters("SELECT id FROM t WHERE a = ? AND b IN (?, ?)"),
+            "SELECT id FROM t WHERE a = $1 AND b IN ($2, $3)");
+  EXPECT_EQ(NumberedParameters("SELECT '?', \"a?\" FROM t WHERE s = 'it''s ?' AND x = ?"),
+            "SELECT '?', \"a?\" FROM t WHERE s = 'it''s ?' AND x = $1");
+}
+
 TEST(MigrationsTest, MigratesAnEmptyDatabaseOnceAndKeepsTheFilePrivate) {
   TempStateDir dir;
   {
@@ -39,6 +62,7 @@ TEST(MigrationsTest, MigratesAnEmptyDatabaseOnceAndKeepsTheFilePrivate) {
   auto again = OpenStore(dir, 2000);  // already at the latest: nothing to apply, nothing fails
   ASSERT_NE(again, nullptr);
   EXPECT_EQ(again->schema_version(), StateMigrations().back().version);
+  if (dir.postgres()) return;  // the rest is the SQLite file's
   struct stat st;
   ASSERT_EQ(stat(dir.path().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);

@@ -58,6 +58,7 @@ absl::Status Engine::Validate(const EngineRequest& r) const {
   if (!r.prefix_handle.empty()) {
     SHARDLM_ASSIGN_OR_RETURN(bounds.prefix_length,
                              kv_.HandleLength(r.prefix_handle, r.owner, "prefix handle"));
+    if (r.prefix_length > 0) bounds.prefix_length = std::min<int64_t>(bounds.prefix_length, r.prefix_length);
   }
   return ValidateRequest(r, bounds);
 }
@@ -69,7 +70,9 @@ absl::StatusOr<int64_t> Engine::Submit(EngineRequest request) {
   auto seq = std::make_unique<Sequence>();
   seq->id = next_id_++;
   if (!request.has_seed) request.sampling.seed = seed_rng_();
-  if (!request.prefix_handle.empty()) seq->tokens = kv_.Attach(*seq, request.prefix_handle);
+  if (!request.prefix_handle.empty()) {
+    seq->tokens = kv_.Attach(*seq, request.prefix_handle, request.prefix_length);
+  }
   seq->prompt_offset = static_cast<int32_t>(seq->tokens.size());
   seq->result.prefix_tokens = seq->prompt_offset;
   seq->tokens.insert(seq->tokens.end(), request.prompt.begin(), request.prompt.end());

@@ -32,6 +32,10 @@ struct EngineRequest {
   // KV handle of an earlier result whose tokens come before `prompt` (empty:
   // none). Its blocks are shared, the partly filled last one copied.
   std::string prefix_handle;
+  // With prefix_handle: attach only its first tokens (0: all of them). A
+  // conversation whose history re-renders differently from what was generated
+  // (a template that trims a reply) reuses the handle up to the first difference.
+  int32_t prefix_length = 0;
   std::vector<int32_t> prompt;  // may be empty when a prefix handle is given
   SamplingParams sampling;
   bool has_seed = false;  // otherwise a random seed is drawn
@@ -41,6 +45,10 @@ struct EngineRequest {
   bool score_prompt = false;  // fill EngineResult::prompt_scores (and prompt_top)
   bool next_top = false;      // fill EngineResult::next_top after the prompt
   bool keep_handle = false;   // keep the KV as a handle (EngineResult::handle)
+  // With keep_handle: keep it only while kept handles stay within their share
+  // of the cache; past it the blocks are freed and the request still succeeds
+  // (EngineResult::handle empty) instead of failing RESOURCE_EXHAUSTED.
+  bool keep_handle_if_room = false;
   // The handle is the service's own and lives briefly (n > 1 samples'
   // shared prompt): not counted against Options::max_handle_share.
   bool transient_handle = false;

@@ -192,12 +192,16 @@ absl::Status KvManager::OverShareCap(const std::string& holding) const {
 }
 
 absl::Status KvManager::CheckShare(const EngineRequest& request) const {
-  if (!request.keep_handle || request.transient_handle) return absl::OkStatus();
+  if (!request.keep_handle || request.transient_handle || request.keep_handle_if_room)
+    return absl::OkStatus();
   // Kept handles may pin only a share of the cache, so that they cannot
   // starve the requests that run.
   const int32_t bs = options_.block_size;
   int64_t prefix_len = 0;
-  if (!request.prefix_handle.empty()) prefix_len = handles_.at(request.prefix_handle).tokens.size();
+  if (!request.prefix_handle.empty()) {
+    prefix_len = static_cast<int64_t>(handles_.at(request.prefix_handle).tokens.size());
+    if (request.prefix_length > 0) prefix_len = std::min<int64_t>(prefix_len, request.prefix_length);
+  }
   const int64_t total = prefix_len + static_cast<int64_t>(request.prompt.size()) + request.max_new_tokens;
   const int64_t adds = BlocksFor(total, bs) - prefix_len / bs;  // full blocks are shared
   const int64_t held = static_cast<int64_t>(HandleBlockSet().size());
@@ -208,12 +212,13 @@ absl::Status KvManager::CheckShare(const EngineRequest& request) const {
   return absl::OkStatus();
 }
 
-std::vector<int32_t> KvManager::Attach(Sequence& seq, const std::string& id) {
+std::vector<int32_t> KvManager::Attach(Sequence& seq, const std::string& id, int32_t length) {
   const Handle& handle = handles_.at(id);
   const int32_t bs = options_.block_size;
   // Start at the handle's last computed token, or one before the end when all
   // were computed (a prefill): the step then yields the next-token logits.
-  const int32_t len = static_cast<int32_t>(handle.tokens.size());
+  const int32_t all = static_cast<int32_t>(handle.tokens.size());
+  const int32_t len = length > 0 ? std::min(length, all) : all;
   const int32_t start = std::min(handle.num_computed, len - 1);
   const int32_t shared = start / bs;
   for (int32_t i = 0; i < shared; ++i) {
@@ -229,7 +234,7 @@ std::vector<int32_t> KvManager::Attach(Sequence& seq, const std::string& id) {
   }
   seq.num_computed = start;
   seq.kv.cached_tokens = start;
-  return handle.tokens;
+  return std::vector<int32_t>(handle.tokens.begin(), handle.tokens.begin() + len);
 }
 
 absl::Status KvManager::Retire(Sequence& seq, absl::Status status) {
@@ -247,6 +252,11 @@ absl::Status KvManager::Retire(Sequence& seq, absl::Status status) {
     std::unordered_set<int32_t> held = HandleBlockSet();
     const size_t before = held.size();
     held.insert(seq.kv.blocks.begin(), seq.kv.blocks.end());
+    if (static_cast<int64_t>(held.size()) > ShareCap() && seq.request.keep_handle_if_room) {
+      allocator_.Release(seq.kv.blocks);  // no room: freed, and the request still succeeds
+      seq.kv.blocks.clear();
+      return status;
+    }
     if (static_cast<int64_t>(held.size()) > ShareCap()) {
       status = OverShareCap(absl::StrCat("kept ChunkResult handles would hold ", held.size(), " KV blocks (",
                                          before, " before this one)"));

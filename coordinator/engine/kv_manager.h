@@ -65,7 +65,8 @@ class KvManager : public KvSpace {
   absl::Status CheckShare(const EngineRequest& request) const;
   // Shares the live handle's blocks with `seq` (copying the partly filled
   // last one when the sequence first grows); returns the handle's tokens.
-  std::vector<int32_t> Attach(Sequence& seq, const std::string& handle);
+  // With `length` (0: all), only the handle's first `length` tokens.
+  std::vector<int32_t> Attach(Sequence& seq, const std::string& handle, int32_t length = 0);
   // What a step needs of `seq`'s hold besides its blocks: whether it starts
   // (its first step since arrival or preemption), and the copy-on-write
   // copies due before it, handed over (ReleaseCopied once the step ran).

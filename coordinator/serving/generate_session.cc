@@ -87,6 +87,7 @@ absl::Status GenerateSession::PrefillShared() {
   pre.request_id = call_->id();
   pre.arrival = call_->start();
   pre.prefix_handle = base_.prefix_handle;
+  pre.prefix_length = base_.prefix_length;
   pre.prompt = base_.prompt;
   pre.max_new_tokens = 0;
   pre.keep_handle = true;

@@ -124,6 +124,7 @@ absl::StatusOr<Json> ConversationsRoute(const StatefulContext& ctx, const Statef
   if (call.method == "POST") return UpdateConversation(ctx, call, id);
   if (call.method == "DELETE") {
     SHARDLM_RETURN_IF_ERROR(ctx.store->DeleteConversation(call.owner, id));
+    ctx.turns->Drop(id);
     return DeletedObject(id, "conversation");
   }
   return InvalidUrl(call);

@@ -17,6 +17,7 @@
 #include "coordinator/serving/generate_job.h"
 #include "coordinator/serving/generate_update.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/kv_turns.h"
 
 namespace shardlm {
 namespace stateful {
@@ -36,6 +37,14 @@ struct Generated {
   std::string text;
   std::string finish_reason;  // "stop", "length"
   GenerateUsage usage;
+  std::optional<EngineResult> kept;  // the request kept its KV as a handle
+};
+
+// Where a turn finds its conversation's KV and where it files its own (kv_turns.h).
+struct TurnKv {
+  KvTurnCache* cache = nullptr;  // null: no handles kept
+  std::string from;              // the entry the turn starts from ("": none)
+  std::string into;              // where its KV is filed ("": not kept)
 };
 
 absl::StatusOr<GenerateJob> ReplyJob(const openai::ModelContext& model, const ReplySettings& settings,
@@ -46,6 +55,15 @@ absl::StatusOr<GenerateJob> ReplyJob(const openai::ModelContext& model, const Re
 Generated GenerateReply(ServingCore& core, GenerateJob job, const std::string& owner, CallRecord& call,
                         const std::function<void(const std::string&)>& on_text,
                         const std::function<bool()>& cancelled);
+
+// GenerateReply for a conversation's turn: `job`'s prompt is the whole history rendered; the
+// part `kv.from`'s handle holds is attached instead of prefilled, and the turn's KV (prompt
+// and reply) is filed under `kv.into` when there is room for it (else the oldest entry is
+// released for the next turn). A handle the engine lost is forgotten and the turn prefilled
+// whole, once.
+Generated GenerateTurn(ServingCore& core, const TurnKv& kv, GenerateJob job, const std::string& owner,
+                       CallRecord& call, const std::function<void(const std::string&)>& on_text,
+                       const std::function<bool()>& cancelled);
 
 }  // namespace stateful
 }  // namespace shardlm

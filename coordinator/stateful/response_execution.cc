@@ -201,7 +201,14 @@ Concluded Conclude(const Prepared& p, const std::string& message_id, const Gener
 Generated GenerateCounted(const ResponseContext& ctx, Prepared& p, CallRecord& record,
                           const std::function<void(const std::string&)>& on_text,
                           const std::function<bool()>& stop) {
-  Generated g = GenerateReply(*ctx.core, std::move(p.job), p.row.owner, record, on_text, stop);
+  // The KV of the chain or conversation it continues; its own filed under the conversation, or
+  // under this response when it is stored (a chain may fork: each response keeps its entry).
+  const ResponseRequest& r = p.request;
+  TurnKv kv{ctx.turns, r.previous_response_id.value_or(r.conversation_id.value_or("")),
+            r.conversation_id ? *r.conversation_id
+            : r.store         ? p.row.id
+                              : ""};
+  Generated g = GenerateTurn(*ctx.core, kv, std::move(p.job), p.row.owner, record, on_text, stop);
   if (absl::IsCancelled(g.status) && ctx.stopping->load())
     g.status = absl::UnavailableError("server shutting down");
   record.SetTokens(g.usage.prompt_tokens, g.usage.cached_tokens, g.usage.generated_tokens);

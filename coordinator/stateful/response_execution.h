@@ -16,6 +16,7 @@
 #include "coordinator/openai_wire/model_context.h"
 #include "coordinator/serving/serving_core.h"
 #include "coordinator/stateful/background_responses.h"
+#include "coordinator/stateful/kv_turns.h"
 #include "coordinator/stateful/stateful_routes.h"
 #include "state/store.h"
 
@@ -29,6 +30,7 @@ struct ResponseContext {
   std::string runner;  // this serve's instance id in the store
   const std::atomic<bool>* stopping = nullptr;
   BackgroundResponses* background = nullptr;  // where background: true generates
+  KvTurnCache* turns = nullptr;               // the KV of chains and conversations between turns
 };
 
 void CreateResponse(const ResponseContext& ctx, const StatefulCall& call, const HttpRequest& req,

@@ -56,6 +56,7 @@ absl::StatusOr<Json> ResponsesRoute(const StatefulContext& ctx, const StatefulCa
   if (path.size() == 2 && call.method == "GET") return Retrieve(ctx, call, id);
   if (path.size() == 2 && call.method == "DELETE") {
     SHARDLM_RETURN_IF_ERROR(ctx.store->DeleteResponse(call.owner, id));
+    ctx.turns->Drop(id);
     return Json{{"id", id}, {"object", "response"}, {"deleted", true}};
   }
   if (path.size() == 3 && path[2] == "input_items" && call.method == "GET") {

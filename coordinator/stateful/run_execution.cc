@@ -349,9 +349,10 @@ bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atom
     WriteEnd(end);
   } else {
     RunTurn turn(*run, *tools, events);
-    g = GenerateReply(
-        *core_, std::move(*job), run->owner, call, [&](const std::string& t) { turn.OnText(t); },
-        [cancel] { return cancel->load(); });
+    // The thread's KV from its last turn, and this turn's filed in its place.
+    g = GenerateTurn(
+        *core_, TurnKv{options_.turns, run->thread_id, run->thread_id}, std::move(*job), run->owner, call,
+        [&](const std::string& t) { turn.OnText(t); }, [cancel] { return cancel->load(); });
     // Stopped by the server's shutdown, not by a cancel: the run failed.
     if (absl::IsCancelled(g.status) && shutting_down_.load())
       g.status = absl::UnavailableError("server shutting down");

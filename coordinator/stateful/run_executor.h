@@ -29,6 +29,7 @@
 #include "coordinator/serving/call_record.h"
 #include "coordinator/serving/generate_job.h"
 #include "coordinator/serving/serving_core.h"
+#include "coordinator/stateful/kv_turns.h"
 #include "state/store.h"
 
 namespace shardlm {
@@ -51,6 +52,7 @@ struct RunExecutorOptions {
   int threads = 16;  // runs generating at once (--state-runs)
   openai::ModelContext model;
   std::function<void()> each_second;  // also called on the heartbeat thread each second (may be empty)
+  KvTurnCache* turns = nullptr;       // each thread's KV between its runs (null: none kept)
 };
 
 class RunExecutor {

@@ -46,6 +46,8 @@ StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions o
   ctx_.store = store;
   ctx_.model_names = std::move(options.model_names);
   model_ = options.model;
+  turns_ = std::make_unique<stateful::KvTurnCache>(core->loop());
+  ctx_.turns = turns_.get();
   background_ = std::make_unique<stateful::BackgroundResponses>(options.run_threads);
   ctx_.background = background_.get();
   if (store != nullptr) {
@@ -57,7 +59,8 @@ StatefulApi::StatefulApi(ServingCore* core, StateStore* store, StatefulOptions o
       for (const std::string& id : *cancelled) background->Cancel(id, std::chrono::milliseconds(0));
     };
     runs_ = std::make_unique<stateful::RunExecutor>(
-        core, store, stateful::RunExecutorOptions{options.run_threads, options.model, stop_cancelled});
+        core, store,
+        stateful::RunExecutorOptions{options.run_threads, options.model, stop_cancelled, turns_.get()});
     ctx_.runs = runs_.get();
   }
 }
@@ -87,6 +90,7 @@ stateful::ResponseContext StatefulApi::ResponseContextOf() const {
   r.runner = runs_ != nullptr ? runs_->instance() : "";
   r.stopping = &stopping_;
   r.background = background_.get();
+  r.turns = turns_.get();
   return r;
 }
 

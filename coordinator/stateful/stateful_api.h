@@ -61,6 +61,8 @@ class StatefulApi {
   openai::ModelContext model_;
   std::atomic<bool> stopping_{false};
   stateful::StatefulContext ctx_;
+  // Each thread's, conversation's and stored response's KV between turns (runs and responses use it).
+  std::unique_ptr<stateful::KvTurnCache> turns_;
   // Its jobs use the members above, and its destructor waits for them.
   std::unique_ptr<stateful::BackgroundResponses> background_;
   // Last (destroyed first): its heartbeat thread asks background_ which responses to stop.

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/openai_wire/api_error.h"
+#include "coordinator/stateful/kv_turns.h"
 #include "state/store.h"
 
 namespace shardlm {
@@ -35,6 +36,7 @@ struct StatefulContext {
   StateStore* store = nullptr;
   RunExecutor* runs = nullptr;
   BackgroundResponses* background = nullptr;
+  KvTurnCache* turns = nullptr;          // deleting a thread, response or conversation releases its KV
   std::vector<std::string> model_names;  // what "model" may name
 };
 

@@ -162,6 +162,7 @@ absl::StatusOr<Json> ThreadsRoute(const StatefulContext& ctx, const StatefulCall
     // A run still generating for it is stopped: nobody can read what it would write.
     SHARDLM_ASSIGN_OR_RETURN(std::optional<std::string> active, ctx.store->ActiveRun(call.owner, id));
     SHARDLM_RETURN_IF_ERROR(ctx.store->DeleteThread(call.owner, id));
+    ctx.turns->Drop(id);
     if (active) ctx.runs->Cancel(*active);
     return DeletedObject(id, "thread");
   }

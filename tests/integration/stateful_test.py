@@ -35,6 +35,11 @@ Cases:
               with a response format, is 400. Responses: tool_choice required gives chat's call
               as a function_call item, its output sent back gives chat's text, a streamed
               call sends the function_call events; a conversation keeps calls and outputs
+  kv          the KV kept between turns (a serve with --no-prefix-caching, so that nothing else can
+              reuse it): a thread's second run, a chain's next response and a fork from the
+              same response, and a conversation's next turn each report the previous turn's
+              prompt as cached_tokens (chat resending the history: 0) and answer chat's text;
+              deleting the thread, the responses and the conversation releases every handle
   cancel      a long run cancelled while generating ends cancelled (its reply incomplete,
               run_cancelled) and nothing keeps running (/metrics: no request running, no call
               in flight); while a run is active a second run and a new message are 400;
@@ -536,6 +541,75 @@ def case_stream(ctx, c):
     c.check(rec2.names[:3] == ["thread.created", "thread.run.created", "thread.run.queued"] and
             rec2.names[-1] == "thread.run.incomplete", "create-and-run streamed starts with thread.created: %s" %
             rec2.names[:3])
+
+
+def handles(srv, want, seconds=10):
+    """shardlm_chunk_handles once it reads `want` (the gauge follows the engine), else its last value."""
+    deadline = time.monotonic() + seconds
+    while True:
+        got = metric(srv, "shardlm_chunk_handles")
+        if got == want or time.monotonic() > deadline:
+            return got
+        time.sleep(0.1)
+
+
+def case_kv(ctx, c):
+    """With the prefix cache off, only a kept handle can reuse a turn's KV."""
+    srv = ctx.serve("serve-kv", *ctx.state_flags("state-kv", fresh=True), "--no-prefix-caching")
+    try:
+        oa = client(srv)
+        first = "The harbour committee met on a grey Tuesday morning to discuss the state of the piers. " * 3
+        msgs = [{"role": "user", "content": first}]
+        a = oa.beta.assistants.create(model="tiny", temperature=0)
+        t = oa.beta.threads.create(messages=msgs)
+        r1 = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=6,
+                                                  poll_interval_ms=50)
+        reply1 = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+        oa.beta.threads.messages.create(t.id, role="user", content="and then?")
+        r2 = oa.beta.threads.runs.create_and_poll(thread_id=t.id, assistant_id=a.id, max_completion_tokens=6,
+                                                  poll_interval_ms=50)
+        reply2 = oa.beta.threads.messages.list(t.id, limit=1).data[0].content[0].text.value
+        history = msgs + [{"role": "assistant", "content": reply1}, {"role": "user", "content": "and then?"}]
+        want2, chat_usage = chat_text(oa, history, 6)
+        cached = r2.usage.prompt_tokens_details["cached_tokens"]
+        c.check(reply2 == want2 and cached >= r1.usage.prompt_tokens - 1 and
+                chat_usage.prompt_tokens_details.cached_tokens == 0,
+                "a thread's second turn attaches its first turn's KV: cached_tokens %d of %d (first turn's prompt "
+                "%d; chat resending the history: %d), chat's text" %
+                (cached, r2.usage.prompt_tokens, r1.usage.prompt_tokens,
+                 chat_usage.prompt_tokens_details.cached_tokens))
+
+        p1 = oa.responses.create(model="tiny", input=first, temperature=0, max_output_tokens=6)
+        p2 = oa.responses.create(model="tiny", input="and then?", previous_response_id=p1.id, temperature=0,
+                                 max_output_tokens=6)
+        fork = oa.responses.create(model="tiny", input="and before?", previous_response_id=p1.id, temperature=0,
+                                   max_output_tokens=6)
+        want_p2, _ = chat_text(oa, msgs + [{"role": "assistant", "content": p1.output_text},
+                                           {"role": "user", "content": "and then?"}], 6)
+        c.check(p2.output_text == want_p2 and
+                p2.usage.input_tokens_details.cached_tokens >= p1.usage.input_tokens - 1 and
+                fork.usage.input_tokens_details.cached_tokens >= p1.usage.input_tokens - 1,
+                "a chain's next response, and a fork from the same one, attach its KV: cached %d and %d of %d" %
+                (p2.usage.input_tokens_details.cached_tokens, fork.usage.input_tokens_details.cached_tokens,
+                 p1.usage.input_tokens))
+
+        conv = oa.conversations.create()
+        q1 = oa.responses.create(model="tiny", input=first, conversation=conv.id, temperature=0, max_output_tokens=6)
+        q2 = oa.responses.create(model="tiny", input="and then?", conversation=conv.id, temperature=0,
+                                 max_output_tokens=6)
+        c.check(q2.usage.input_tokens_details.cached_tokens >= q1.usage.input_tokens - 1,
+                "a conversation's next turn attaches its KV: cached %d of %d" %
+                (q2.usage.input_tokens_details.cached_tokens, q2.usage.input_tokens))
+        held = handles(srv, 5)
+        c.check(held == 5, "five handles kept: the thread's, three responses', the conversation's (%s)" % held)
+        oa.beta.threads.delete(t.id)
+        for r in (p1, p2, fork):
+            oa.responses.delete(r.id)
+        oa.conversations.delete(conv.id)
+        c.check(handles(srv, 0) == 0, "deleting them releases every handle")
+        c.check(settled(srv), "nothing left running")
+    finally:
+        c.check(srv.stop() == 0, "serve exits 0 on SIGTERM")
 
 
 def long_run(oa, a, t):
@@ -1213,7 +1287,7 @@ def case_replicas(ctx, c):
 
 
 CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors), ("runs", case_runs),
-         ("stream", case_stream), ("tools", case_tools), ("cancel", case_cancel), ("concurrent", case_concurrent),
+         ("stream", case_stream), ("tools", case_tools), ("kv", case_kv), ("cancel", case_cancel), ("concurrent", case_concurrent),
          ("responses", case_responses), ("background", case_background),
          ("conversations", case_conversations), ("worker_killed", case_worker_killed), ("drain", case_drain),
          ("restart", case_restart), ("replicas", case_replicas), ("npm", case_npm), ("flags", case_flags)]

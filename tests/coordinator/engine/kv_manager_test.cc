@@ -165,6 +165,53 @@ TEST(KvManagerTest, KeptHandlesMayPinOnlyTheirShare) {
   EXPECT_EQ(kv.allocator().num_referenced(), 0);
 }
 
+TEST(KvManagerTest, AHandleAttachedInPartSharesOnlyItsFirstTokens) {
+  KvManager kv = Manager(16);
+  Sequence prefill = Seq(Tokens(10), /*keep_handle=*/true, "alice");
+  RunWholePrompt(kv, prefill);
+  ASSERT_THAT(kv.Retire(prefill, absl::OkStatus()), IsOk());
+  const std::string handle = prefill.kv.kept_handle;
+
+  Sequence next = Seq({});
+  next.request.prefix_handle = handle;
+  next.request.prefix_length = 6;  // a history that differs from the handle after 6 tokens
+  next.request.owner = "alice";
+  next.tokens = kv.Attach(next, handle, next.request.prefix_length);
+  EXPECT_EQ(next.tokens, Tokens(6));
+  EXPECT_EQ(next.num_computed, 5) << "the 6th is computed again: the prompt follows it";
+  ASSERT_EQ(next.kv.blocks.size(), 1u);  // the first full block, shared
+  EXPECT_GE(next.kv.cow_src, 0) << "the block holding tokens 4 and 5 is copied, not shared";
+  EngineRequest share = next.request;
+  share.prompt = Tokens(2, /*salt=*/50);
+  share.max_new_tokens = 0;
+  share.keep_handle = true;
+  EXPECT_THAT(kv.CheckShare(share), IsOk()) << "counted from the 6 tokens attached";
+  kv.Evict(next);
+  EXPECT_THAT(kv.ReleaseHandle(handle, "alice"), IsOk());
+  EXPECT_EQ(kv.allocator().num_referenced(), 0);
+}
+
+TEST(KvManagerTest, AHandleKeptIfRoomIsDroppedPastTheShareAndTheSequenceSucceeds) {
+  KvManager kv = Manager(8, /*max_handle_share=*/0.5);  // handles may pin 4 blocks
+  EngineRequest big;
+  big.prompt = Tokens(20);
+  big.keep_handle = true;
+  big.keep_handle_if_room = true;
+  EXPECT_THAT(kv.CheckShare(big), IsOk()) << "not refused up front";
+  std::vector<std::string> handles;
+  for (int i = 0; i < 3; ++i) {
+    Sequence s = Seq(Tokens(8, /*salt=*/i), /*keep_handle=*/true);
+    s.request.keep_handle_if_room = true;
+    RunWholePrompt(kv, s);
+    ASSERT_THAT(kv.Retire(s, absl::OkStatus()), IsOk()) << "sequence " << i;
+    EXPECT_EQ(s.kv.kept_handle.empty(), i == 2) << "the third finds no room";
+    if (!s.kv.kept_handle.empty()) handles.push_back(s.kv.kept_handle);
+  }
+  EXPECT_EQ(kv.num_handles(), 2);
+  for (const std::string& h : handles) EXPECT_THAT(kv.ReleaseHandle(h, ""), IsOk());
+  EXPECT_EQ(kv.allocator().num_referenced(), 0);
+}
+
 TEST(KvManagerTest, AFailedSequenceKeepsNoHandleAndFreesItsBlocks) {
   KvManager kv = Manager(8);
   Sequence s = Seq(Tokens(6), /*keep_handle=*/true);

@@ -181,7 +181,11 @@ class PostgresDb : public SqlDb {
   }
   absl::Status Write(const TxFn& fn) override { return Retrying("BEGIN", "", fn); }
   absl::Status Exclusive(const TxFn& fn) override {
-    return Retrying("BEGIN", absl::StrCat("SELECT pg_advisory_xact_lock(", kMigrationLock, ")"), fn);
+    // Another serve migrating may hold the lock for longer than statement_timeout: wait for it.
+    return Retrying(
+        "BEGIN",
+        absl::StrCat("SET LOCAL statement_timeout = 0; SELECT pg_advisory_xact_lock(", kMigrationLock, ")"),
+        fn);
   }
   std::string Describe() const override { return WithoutUrlPassword(url_); }
 
@@ -190,7 +194,13 @@ class PostgresDb : public SqlDb {
     absl::Status st;
     for (int i = 0; i < kTries; ++i) {
       SHARDLM_ASSIGN_OR_RETURN(std::unique_ptr<Connection> c, Take());
-      st = InTransaction(*c, begin, lock, fn);
+      try {
+        st = InTransaction(*c, begin, lock, fn);
+      } catch (...) {  // a row that did not parse, memory: the connection goes, its place in the pool too
+        c.reset();
+        GiveBack(nullptr);
+        throw;
+      }
       GiveBack(std::move(c));
       if (!absl::IsUnavailable(st) || !absl::StrContains(st.message(), "busy")) return st;
     }
@@ -226,10 +236,10 @@ class PostgresDb : public SqlDb {
     }
     return c;
   }
-  // A broken connection is closed: the next call opens another.
+  // A broken connection is closed (null: already closed): the next call opens another.
   void GiveBack(std::unique_ptr<Connection> c) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (c->broken()) {
+    if (c == nullptr || c->broken()) {
       --open_;
     } else {
       idle_.push_back(std::move(c));

@@ -111,6 +111,18 @@ absl::StatusOr<RunRow> QueryRun(SqlTx& tx, const std::string& owner, const std::
   return RunOf(rows[0]);
 }
 
+// The run as it is now, its row locked until the transaction ends (a no-op UPDATE: PostgreSQL's
+// READ COMMITTED writers would otherwise decide on a status another one changes meanwhile;
+// SQLite's writers run one at a time anyway). NOT_FOUND as QueryRun.
+absl::StatusOr<RunRow> LockRun(SqlTx& tx, const std::string& owner, const std::string& thread_id,
+                               const std::string& id) {
+  SHARDLM_ASSIGN_OR_RETURN(
+      int64_t locked, tx.Exec("UPDATE runs SET status = status WHERE owner = ? AND thread_id = ? AND id = ?",
+                              {owner, thread_id, id}));
+  if (locked == 0) return NotFoundObject("run", id);
+  return QueryRun(tx, owner, thread_id, id);
+}
+
 }  // namespace
 
 absl::Status StateStore::CreateRun(RunRow* run, std::vector<MessageRow>* additional) {
@@ -188,7 +200,7 @@ absl::StatusOr<RunRow> StateStore::CancelRun(const std::string& owner, const std
                                              const std::string& id, int64_t now_s) {
   RunRow out;
   SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
-    SHARDLM_ASSIGN_OR_RETURN(RunRow run, QueryRun(tx, owner, thread_id, id));
+    SHARDLM_ASSIGN_OR_RETURN(RunRow run, LockRun(tx, owner, thread_id, id));
     if (run.status == "queued" || run.status == "requires_action") {
       SHARDLM_RETURN_IF_ERROR(
           tx.Exec(
@@ -214,7 +226,8 @@ absl::Status StateStore::FinishRun(const RunEnd& end) {
   return db_->Write([&](SqlTx& tx) -> absl::Status {
     SHARDLM_ASSIGN_OR_RETURN(
         std::vector<SqlRow> found,
-        tx.Query("SELECT status FROM runs WHERE owner = ? AND id = ?", {end.owner, end.run_id}));
+        tx.Query("UPDATE runs SET status = status WHERE owner = ? AND id = ? RETURNING status",  // locks it
+                 {end.owner, end.run_id}));
     if (found.empty()) return NotFoundObject("run", end.run_id);
     const std::string status = SqlText(found[0][0]);
     // Ended elsewhere meanwhile (reaped as its runner's instance looked dead): that end stands.
@@ -258,7 +271,7 @@ absl::StatusOr<std::pair<RunRow, RunStepRow>> StateStore::SubmitToolOutputs(
   std::pair<RunRow, RunStepRow> out;
   SHARDLM_RETURN_IF_ERROR(db_->Write([&](SqlTx& tx) -> absl::Status {
     SHARDLM_RETURN_IF_ERROR(BumpThread(tx, in.owner, in.thread_id));
-    SHARDLM_ASSIGN_OR_RETURN(RunRow run, QueryRun(tx, in.owner, in.thread_id, in.run_id));
+    SHARDLM_ASSIGN_OR_RETURN(RunRow run, LockRun(tx, in.owner, in.thread_id, in.run_id));
     if (run.status != "requires_action") {
       return absl::FailedPreconditionError(
           absl::StrCat("Runs in status \"", run.status, "\" do not accept tool outputs."));

@@ -45,9 +45,10 @@ struct EngineRequest {
   bool score_prompt = false;  // fill EngineResult::prompt_scores (and prompt_top)
   bool next_top = false;      // fill EngineResult::next_top after the prompt
   bool keep_handle = false;   // keep the KV as a handle (EngineResult::handle)
-  // With keep_handle: keep it only while kept handles stay within their share
-  // of the cache; past it the blocks are freed and the request still succeeds
-  // (EngineResult::handle empty) instead of failing RESOURCE_EXHAUSTED.
+  // With keep_handle: keep it only while kept handles stay within half their
+  // share of the cache (the rest is for the handles clients ask for); past it
+  // the blocks are freed and the request still succeeds (EngineResult::handle
+  // empty) instead of failing RESOURCE_EXHAUSTED.
   bool keep_handle_if_room = false;
   // The handle is the service's own and lives briefly (n > 1 samples'
   // shared prompt): not counted against Options::max_handle_share.

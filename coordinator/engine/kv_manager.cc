@@ -252,7 +252,9 @@ absl::Status KvManager::Retire(Sequence& seq, absl::Status status) {
     std::unordered_set<int32_t> held = HandleBlockSet();
     const size_t before = held.size();
     held.insert(seq.kv.blocks.begin(), seq.kv.blocks.end());
-    if (static_cast<int64_t>(held.size()) > ShareCap() && seq.request.keep_handle_if_room) {
+    // Handles kept only if there is room (a conversation's between its turns) may fill half the
+    // share: the other half stays for the handles clients ask for.
+    if (seq.request.keep_handle_if_room && static_cast<int64_t>(held.size()) > ShareCap() / 2) {
       allocator_.Release(seq.kv.blocks);  // no room: freed, and the request still succeeds
       seq.kv.blocks.clear();
       return status;

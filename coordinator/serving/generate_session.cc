@@ -122,7 +122,8 @@ absl::Status GenerateSession::SubmitSamples() {
   for (int s = 0; s < n_; ++s) {
     EngineRequest r = base_;
     if (n_ > 1) {
-      r.prefix_handle = shared_handle_;
+      r.prefix_handle = shared_handle_;  // it holds the prefix and the prompt: attach all of it
+      r.prefix_length = 0;
       r.prompt.clear();
       if (base_.has_seed) r.sampling.seed = base_.sampling.seed + s;  // distinct, reproducible
     }

@@ -102,11 +102,14 @@ void RunExecutor::Work() {
 
 void RunExecutor::Heartbeats() {
   std::unique_lock<std::mutex> lock(mu_);
-  for (int tick = 1; !beat_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; }); ++tick) {
+  auto next_beat = std::chrono::steady_clock::now() + std::chrono::seconds(kHeartbeatS);
+  while (!beat_.wait_for(lock, std::chrono::seconds(1), [this] { return stopping_; })) {
     lock.unlock();
     StopCancelledElsewhere();
     if (options_.each_second) options_.each_second();
-    if (tick % kHeartbeatS == 0) {
+    // By the clock, not by ticks: slow polls above must not space the heartbeats out.
+    if (std::chrono::steady_clock::now() >= next_beat) {
+      next_beat = std::chrono::steady_clock::now() + std::chrono::seconds(kHeartbeatS);
       absl::Status st = store_->Heartbeat(instance_, host_, getpid(), NowSeconds());
       if (!st.ok()) LOG(WARNING) << "state: heartbeat not stored: " << st;
       Reap();

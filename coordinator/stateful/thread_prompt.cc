@@ -94,6 +94,8 @@ absl::StatusOr<BuiltPrompt> BuildThreadPrompt(const ServingCore& core, const ope
       truncation["last_messages"].is_number_integer()) {
     const size_t keep = truncation["last_messages"].get<size_t>();
     spec.first = spec.turns.size() > keep ? spec.turns.size() - keep : 0;
+    // A tool output shows with the call it answers: the window starts at the assistant's calls.
+    while (spec.first > 0 && spec.turns[spec.first].value("role", "") == "tool") --spec.first;
     spec.may_drop = false;
   }
   const Json& max_prompt = config.contains("max_prompt_tokens") ? config["max_prompt_tokens"] : Json();

@@ -80,10 +80,15 @@ Cases:
               response generating on one, cancelled through the other, stop within seconds;
               a run asking for tool outputs on one takes them through the other; the
               password in --state-db is never printed
-  npm         the official `openai` npm package: assistants create, retrieve, update, list
-              (auto-paging two at a time), delete; a thread with messages paged one at a time;
-              a deleted thread is NotFoundError; file_search is a 400 naming tools[0].type;
-              responses create (chat's text), a chain, retrieve, and a stream's events
+  npm         the official `openai` npm package through every endpoint: assistants create,
+              retrieve, update, list (auto-paging two at a time), delete; a thread with messages
+              paged one at a time; a deleted thread is NotFoundError; file_search is a 400
+              naming tools[0].type; responses create (chat's text), a chain, retrieve, a stream's
+              events, input items, delete, a background one cancelled; messages retrieve,
+              update, delete; thread update; runs createAndPoll, list, retrieve, update, steps
+              list and retrieve, stream, createAndRunPoll, cancel; a forced call answered with
+              submitToolOutputsAndPoll; a response's function_call; conversations create,
+              retrieve, update, items create, list, retrieve, delete, and delete
   flags       --state-db none: the routes answer 404 naming --state-db, chat still works; a
               bad --state-db exits 2 naming the flag before any worker starts, with no
               password printed; a --state-dir that cannot be made exits 1 naming it
@@ -1028,6 +1033,26 @@ def case_npm(ctx, c):
     c.check(out["stream_types"][0] == "response.created" and out["stream_types"][-1] == "response.incomplete" and
             out["stream_text"] == want, "responses.stream: %s ... %s" % (out["stream_types"][:2],
                                                                           out["stream_types"][-1:]))
+    c.check(out["input_items"] == ["message"] and out["response_deleted"] and
+            out["background"] == {"status": "in_progress", "cancelled": "cancelled"},
+            "responses input items, delete, a background one cancelled: %s %s %s" %
+            (out["input_items"], out["response_deleted"], out["background"]))
+    c.check(out["message"] == {"retrieved": "one", "updated": {"m": "1"}} and out["thread_updated"] == {"k": "w"}
+            and out["message_deleted"] is True, "messages retrieve, update, delete; thread update: %s" %
+            out["message"])
+    r = out["run"]
+    c.check(r["status"] == "incomplete" and r["listed"] and r["retrieved"] == "incomplete" and
+            r["updated"] == {"r": "1"} and r["step"] == "message_creation", "runs: %s" % r)
+    c.check(out["run_stream"][:3] == ["thread.run.created", "thread.run.queued", "thread.run.in_progress"] and
+            out["run_stream"][-1] == "thread.run.incomplete", "runs.stream: %s" % out["run_stream"])
+    c.check(out["create_and_run"] == "incomplete" and out["run_cancelled"] in ("cancelling", "cancelled"),
+            "createAndRunPoll, and a cancel: %s %s" % (out["create_and_run"], out["run_cancelled"]))
+    c.check(out["tools"] == {"asked": "requires_action", "name": "get_weather", "answered": "incomplete"} and
+            out["function_call"] == ["function_call"], "function tools: %s %s" % (out["tools"], out["function_call"]))
+    c.check(out["conversation"] == {"retrieved": {"c": "1"}, "updated": {"c": "2"}} and
+            out["items"]["listed"] == 2 and out["items"]["retrieved"] == "message" and
+            out["items"]["after_delete"].startswith("conv_") and out["conversation_deleted"] is True,
+            "conversations and their items: %s %s" % (out["conversation"], out["items"]))
 
 
 def case_flags(ctx, c):

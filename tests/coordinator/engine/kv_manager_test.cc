@@ -191,22 +191,27 @@ TEST(KvManagerTest, AHandleAttachedInPartSharesOnlyItsFirstTokens) {
   EXPECT_EQ(kv.allocator().num_referenced(), 0);
 }
 
-TEST(KvManagerTest, AHandleKeptIfRoomIsDroppedPastTheShareAndTheSequenceSucceeds) {
-  KvManager kv = Manager(8, /*max_handle_share=*/0.5);  // handles may pin 4 blocks
+TEST(KvManagerTest, AHandleKeptIfRoomUsesHalfTheShareAndPastItTheSequenceStillSucceeds) {
+  KvManager kv = Manager(8, /*max_handle_share=*/0.5);  // handles may pin 4 blocks; these, 2
   EngineRequest big;
   big.prompt = Tokens(20);
   big.keep_handle = true;
   big.keep_handle_if_room = true;
   EXPECT_THAT(kv.CheckShare(big), IsOk()) << "not refused up front";
   std::vector<std::string> handles;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 2; ++i) {
     Sequence s = Seq(Tokens(8, /*salt=*/i), /*keep_handle=*/true);
     s.request.keep_handle_if_room = true;
     RunWholePrompt(kv, s);
     ASSERT_THAT(kv.Retire(s, absl::OkStatus()), IsOk()) << "sequence " << i;
-    EXPECT_EQ(s.kv.kept_handle.empty(), i == 2) << "the third finds no room";
+    EXPECT_EQ(s.kv.kept_handle.empty(), i == 1) << "the second finds its half full";
     if (!s.kv.kept_handle.empty()) handles.push_back(s.kv.kept_handle);
   }
+  // The other half is still there for a handle a client asks for.
+  Sequence asked = Seq(Tokens(8, /*salt=*/9), /*keep_handle=*/true);
+  RunWholePrompt(kv, asked);
+  ASSERT_THAT(kv.Retire(asked, absl::OkStatus()), IsOk());
+  handles.push_back(asked.kv.kept_handle);
   EXPECT_EQ(kv.num_handles(), 2);
   for (const std::string& h : handles) EXPECT_THAT(kv.ReleaseHandle(h, ""), IsOk());
   EXPECT_EQ(kv.allocator().num_referenced(), 0);

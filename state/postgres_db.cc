@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status.h"
 #include "common/url_password.h"
+#include "state/step_tx.h"
 
 namespace shardlm {
 // Named apart from sqlite_db.cc's file-local classes (a unity build compiles both at once).
@@ -153,22 +154,7 @@ class Connection {
   std::map<std::string, std::string> statements_;  // the store's text -> its prepared name
 };
 
-class Tx : public SqlTx {
- public:
-  explicit Tx(Connection& c) : c_(c) {}
-  absl::StatusOr<int64_t> Exec(const std::string& sql, const std::vector<SqlValue>& params) override {
-    return c_.Step(sql, params, nullptr);
-  }
-  absl::StatusOr<std::vector<SqlRow>> Query(const std::string& sql,
-                                            const std::vector<SqlValue>& params) override {
-    std::vector<SqlRow> rows;
-    SHARDLM_RETURN_IF_ERROR(c_.Step(sql, params, &rows).status());
-    return rows;
-  }
-
- private:
-  Connection& c_;
-};
+using Tx = StepTx<Connection>;
 
 class PostgresDb : public SqlDb {
  public:

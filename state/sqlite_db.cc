@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "state/step_tx.h"
 
 namespace shardlm {
 namespace {
@@ -144,22 +145,7 @@ class Connection {
   std::map<std::string, sqlite3_stmt*> statements_;
 };
 
-class Tx : public SqlTx {
- public:
-  explicit Tx(Connection& c) : c_(c) {}
-  absl::StatusOr<int64_t> Exec(const std::string& sql, const std::vector<SqlValue>& params) override {
-    return c_.Step(sql, params, nullptr);
-  }
-  absl::StatusOr<std::vector<SqlRow>> Query(const std::string& sql,
-                                            const std::vector<SqlValue>& params) override {
-    std::vector<SqlRow> rows;
-    SHARDLM_RETURN_IF_ERROR(c_.Step(sql, params, &rows).status());
-    return rows;
-  }
-
- private:
-  Connection& c_;
-};
+using Tx = StepTx<Connection>;
 
 class SqliteDb : public SqlDb {
  public:

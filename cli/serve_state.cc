@@ -6,6 +6,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status.h"
+#include "common/url_password.h"
 
 namespace shardlm {
 
@@ -38,13 +39,13 @@ absl::StatusOr<std::unique_ptr<StateStore>> OpenServeState(const ServeFlags& f, 
       std::fprintf(
           stderr,
           "shardlm: state: cannot open %s (%s); the Assistants API is off (give --state-dir or --state-db)\n",
-          ShownStateDbUrl(url).c_str(), std::string(store.status().message()).c_str());
+          WithoutUrlPassword(url).c_str(), std::string(store.status().message()).c_str());
       return std::unique_ptr<StateStore>();
     }
     return absl::Status(store.status().code() == absl::StatusCode::kInvalidArgument
                             ? absl::StatusCode::kUnavailable
                             : store.status().code(),
-                        absl::StrCat(flag, ": ", ShownStateDbUrl(url), ": ", store.status().message()));
+                        absl::StrCat(flag, ": ", WithoutUrlPassword(url), ": ", store.status().message()));
   }
   std::printf("state in %s (schema %lld)\n", (*store)->Describe().c_str(),
               static_cast<long long>((*store)->schema_version()));

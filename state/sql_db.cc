@@ -2,7 +2,6 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/url_password.h"
 #include "state/postgres_db.h"
 #include "state/sqlite_db.h"
 
@@ -43,8 +42,6 @@ std::optional<double> SqlOptDouble(const SqlValue& v) {
   if (std::holds_alternative<std::monostate>(v)) return std::nullopt;
   return SqlDouble(v);
 }
-
-std::string ShownStateDbUrl(const std::string& url) { return WithoutUrlPassword(url); }
 
 absl::StatusOr<StateDbUrl> ParseStateDbUrl(const std::string& url, const std::string& flag) {
   StateDbUrl out;

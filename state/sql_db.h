@@ -75,8 +75,6 @@ struct StateDbUrl {
   Kind kind = Kind::kNone;
   std::string path;  // kSqlite: the file; kPostgres: the URI
 };
-// `url` as it may be printed: without a password.
-std::string ShownStateDbUrl(const std::string& url);
 // INVALID_ARGUMENT naming `flag` for another scheme or a relative path.
 absl::StatusOr<StateDbUrl> ParseStateDbUrl(const std::string& url, const std::string& flag);
 

@@ -62,12 +62,16 @@ absl::Status ConstrainCalls(const FunctionTools& tools, GenerateJob* job) {
   return absl::OkStatus();
 }
 
-ParsedReply SplitReply(const FunctionTools& tools, const std::string& text) {
-  if (!tools.offered()) return ParsedReply{text, {}};
+ParsedReply SplitReply(const FunctionTools& tools, const std::string& text, const absl::Status& ended) {
+  if (!ended.ok() || !tools.offered()) return ParsedReply{text, {}};
   ParsedReply reply = ParseToolCalls(tools.format, text, tools.names);
   if (reply.calls.empty()) return ParsedReply{text, {}};  // as chat completions answers it: untouched
   if (!tools.parallel && reply.calls.size() > 1) reply.calls.resize(1);
   return reply;
+}
+
+bool MakesMessage(const ParsedReply& reply, bool shown) {
+  return reply.calls.empty() || !reply.content.empty() || shown;
 }
 
 std::string StreamedText::Take(const std::string& piece) {

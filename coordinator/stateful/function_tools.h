@@ -44,8 +44,12 @@ absl::StatusOr<Json> ToolChoiceOf(const Json& body);
 // constrains it already.
 absl::Status ConstrainCalls(const FunctionTools& tools, GenerateJob* job);
 
-// The reply's content and calls (only the first without parallel calls).
-ParsedReply SplitReply(const FunctionTools& tools, const std::string& text);
+// A generation's reply as content and calls (only the first without parallel calls); a
+// generation that did not end well keeps all its text as content (a call cut short is no call).
+ParsedReply SplitReply(const FunctionTools& tools, const std::string& text, const absl::Status& ended);
+
+// Whether a reply makes a message: it made no call, it has text, or some of it was shown.
+bool MakesMessage(const ParsedReply& reply, bool shown);
 
 // A reply's text as it streams: Take gives the text no call can start in that was not given
 // yet; with no tools offered, all of it.

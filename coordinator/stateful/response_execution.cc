@@ -184,8 +184,8 @@ struct Concluded {
 Concluded Conclude(const Prepared& p, const std::string& message_id, const Generated& g, bool shown) {
   Concluded c;
   c.end = EndOf(p.row, p.request, g);
-  const ParsedReply reply = g.status.ok() ? SplitReply(p.tools, g.text) : ParsedReply{g.text, {}};
-  if (reply.calls.empty() || shown || !reply.content.empty()) {
+  const ParsedReply reply = SplitReply(p.tools, g.text, g.status);
+  if (MakesMessage(reply, shown)) {
     c.output.push_back(
         OutputMessage(message_id, c.end.status == "completed" ? "completed" : "incomplete", reply.content));
   }

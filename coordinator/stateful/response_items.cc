@@ -140,12 +140,9 @@ std::vector<Json> TurnsOf(const std::vector<Json>& items) {
 absl::StatusOr<Json> ResponseToolsOf(const Json& body, Json* echoed) {
   Json chat = Json::array();
   *echoed = Json::array();
-  if (!body.contains("tools") || body["tools"].is_null()) return chat;
-  const Json& tools = body["tools"];
-  if (!tools.is_array()) return BadParam("tools", "tools must be a list");
-  if (tools.size() > static_cast<size_t>(kMaxTools)) {
-    return BadParam("tools", absl::StrCat("tools has ", tools.size(), " entries; at most ", kMaxTools));
-  }
+  SHARDLM_ASSIGN_OR_RETURN(const Json* list, ToolList(body));
+  if (list == nullptr) return chat;
+  const Json& tools = *list;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string at = absl::StrCat("tools[", i, "]");
     const Json& t = tools[i];
@@ -155,13 +152,7 @@ absl::StatusOr<Json> ResponseToolsOf(const Json& body, Json* echoed) {
       return BadParam(at + ".type", absl::StrCat(at, ".type '", type.substr(0, 64),
                                                  "' is not supported by this server: only function tools"));
     }
-    if (!t.contains("name") || !t["name"].is_string() || t["name"].get<std::string>().empty() ||
-        t["name"].get<std::string>().size() > 64) {
-      return BadParam(at + ".name", absl::StrCat(at, ".name is required (a string of 1 to 64 characters)"));
-    }
-    if (t.contains("parameters") && !t["parameters"].is_null() && !t["parameters"].is_object()) {
-      return BadParam(at + ".parameters", absl::StrCat(at, ".parameters must be a JSON schema object"));
-    }
+    SHARDLM_RETURN_IF_ERROR(CheckFunction(t, at));
     Json fn = {{"name", t["name"]}};
     if (t.contains("description") && t["description"].is_string()) fn["description"] = t["description"];
     fn["parameters"] = t.contains("parameters") && t["parameters"].is_object()

@@ -22,10 +22,11 @@ namespace {
 
 constexpr int64_t kToolOutputsWithinS = 600;  // a run waiting for tool outputs expires then (OpenAI: 10 min)
 
-int64_t UsedTokens(const std::optional<std::string>& usage, const char* key) {
-  if (!usage) return 0;
-  const Json u = Json::parse(*usage);
-  return u.contains(key) && u[key].is_number_integer() ? u[key].get<int64_t>() : 0;
+// What the run's earlier generations (before its tool calls) used: its stored usage, or {}.
+Json UsageSoFar(const RunRow& run) { return run.usage ? Json::parse(*run.usage) : Json::object(); }
+
+int64_t UsedTokens(const Json& usage, const char* key) {
+  return usage.contains(key) && usage[key].is_number_integer() ? usage[key].get<int64_t>() : 0;
 }
 
 // A run's sampling, budget and format, from its config; max_completion_tokens counts what the
@@ -37,7 +38,7 @@ ReplySettings SettingsOf(const Json& config, const RunRow& run) {
   if (config.contains("top_p") && config["top_p"].is_number()) s.top_p = config["top_p"];
   if (config.contains("max_completion_tokens") && config["max_completion_tokens"].is_number_integer()) {
     s.max_tokens = std::max<int64_t>(
-        1, config["max_completion_tokens"].get<int64_t>() - UsedTokens(run.usage, "completion_tokens"));
+        1, config["max_completion_tokens"].get<int64_t>() - UsedTokens(UsageSoFar(run), "completion_tokens"));
   }
   if (config.contains("response_format")) s.format = config["response_format"];
   s.format_param = "response_format";
@@ -51,14 +52,12 @@ Json TextContent(const std::string& text) {
 
 // This generation's usage added to the run's earlier generations'.
 std::string RunUsage(const RunRow& run, const GenerateUsage& u) {
-  const int64_t prompt = UsedTokens(run.usage, "prompt_tokens") + u.prompt_tokens;
-  const int64_t completion = UsedTokens(run.usage, "completion_tokens") + u.generated_tokens;
-  int64_t cached = u.cached_tokens;
-  if (run.usage) {
-    const Json old = Json::parse(*run.usage);
-    if (old.contains("prompt_tokens_details"))
-      cached += old["prompt_tokens_details"].value("cached_tokens", 0);
-  }
+  const Json old = UsageSoFar(run);
+  const int64_t prompt = UsedTokens(old, "prompt_tokens") + u.prompt_tokens;
+  const int64_t completion = UsedTokens(old, "completion_tokens") + u.generated_tokens;
+  const int64_t cached =
+      u.cached_tokens +
+      (old.contains("prompt_tokens_details") ? UsedTokens(old["prompt_tokens_details"], "cached_tokens") : 0);
   return Json{{"prompt_tokens", prompt},
               {"completion_tokens", completion},
               {"total_tokens", prompt + completion},
@@ -158,13 +157,19 @@ MessageRow NewReply(const RunRow& run) {
   return message;
 }
 
-// A run that failed before it generated: no reply, no step.
-RunEnd FailedEnd(const RunRow& run, const std::string& why) {
+// An end of `run` now, its status and what it made still to say.
+RunEnd EndNow(const RunRow& run) {
   RunEnd end;
   end.owner = run.owner;
   end.run_id = run.id;
-  end.status = "failed";
   end.at = NowSeconds();
+  return end;
+}
+
+// A run that failed before it generated: no reply, no step.
+RunEnd FailedEnd(const RunRow& run, const std::string& why) {
+  RunEnd end = EndNow(run);
+  end.status = "failed";
   end.last_error =
       Json{{"code", "server_error"}, {"message", why}}.dump(-1, ' ', false, Json::error_handler_t::replace);
   return end;
@@ -203,14 +208,11 @@ class RunTurn {
 
   // The end as the store writes it, from how the generation went.
   RunEnd EndOf(const Json& config, const Generated& g) {
-    RunEnd end;
-    end.owner = run_.owner;
-    end.run_id = run_.id;
-    end.at = NowSeconds();
-    const ParsedReply reply = g.status.ok() ? SplitReply(tools_, g.text) : ParsedReply{g.text, {}};
+    RunEnd end = EndNow(run_);
+    const ParsedReply reply = SplitReply(tools_, g.text, g.status);
     StatusInto(config, g, !reply.calls.empty(), &end);
     end.usage = RunUsage(run_, g.usage);
-    if (reply.calls.empty() || announced_ || !reply.content.empty()) {
+    if (MakesMessage(reply, announced_)) {
       CloseMessage(end, reply.content, &message_);
       CloseStep(end, &step_);
       if (!reply.calls.empty()) step_.usage.reset();  // counted on the tool step
@@ -344,7 +346,7 @@ bool RunExecutor::ExecuteClaimed(const RunRow& queued, std::shared_ptr<std::atom
   RunEnd end;
   if (!job.ok()) {  // no prompt (too long, the template refused it): no reply, no step
     g.status = job.status();
-    end = FailedEnd(*run, "");
+    end = EndNow(*run);
     StatusInto(config, g, false, &end);
     WriteEnd(end);
   } else {

@@ -131,8 +131,9 @@ void StatefulApi::StreamRun(const StatefulCall& call, HttpExchange& exchange) {
     }
     if (queued->completed_step) {  // submit_tool_outputs: the tool step, its outputs filled
       events.Send("thread.run.step.completed", stateful::RunStepObject(*queued->completed_step));
+    } else {
+      events.Send("thread.run.created", stateful::RunObject(*run));
     }
-    if (!queued->completed_step) events.Send("thread.run.created", stateful::RunObject(*run));
     events.Send("thread.run.queued", stateful::RunObject(*run));
   }
   if (!runs_->Execute(*run, &events)) {

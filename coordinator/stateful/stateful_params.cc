@@ -53,16 +53,7 @@ absl::Status CheckFunctionTool(const Json& tool, const std::string& where) {
   if (!tool.contains("function") || !tool["function"].is_object()) {
     return BadParam(where, absl::StrCat(where, ".function is required (an object) for a function tool"));
   }
-  const Json& f = tool["function"];
-  if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty() ||
-      f["name"].get<std::string>().size() > 64) {
-    return BadParam(where,
-                    absl::StrCat(where, ".function.name is required (a string of 1 to 64 characters)"));
-  }
-  if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object()) {
-    return BadParam(where, absl::StrCat(where, ".function.parameters must be a JSON Schema object"));
-  }
-  return absl::OkStatus();
+  return CheckFunction(tool["function"], where + ".function", where);
 }
 
 }  // namespace
@@ -179,13 +170,33 @@ absl::StatusOr<std::optional<double>> OptionalNumber(const Json& body, const std
   return std::optional<double>(v.get<double>());
 }
 
-absl::StatusOr<std::string> ToolsOf(const Json& body) {
-  if (!body.contains("tools") || body["tools"].is_null()) return std::string("[]");
+absl::StatusOr<const Json*> ToolList(const Json& body) {
+  if (!body.contains("tools") || body["tools"].is_null()) return nullptr;
   const Json& tools = body["tools"];
   if (!tools.is_array()) return BadParam("tools", "tools must be a list");
-  if (tools.size() > kMaxTools) {
+  if (tools.size() > static_cast<size_t>(kMaxTools)) {
     return BadParam("tools", absl::StrCat("tools has ", tools.size(), " entries; at most ", kMaxTools));
   }
+  return &tools;
+}
+
+absl::Status CheckFunction(const Json& f, const std::string& where, const std::string& param) {
+  if (!f.contains("name") || !f["name"].is_string() || f["name"].get<std::string>().empty() ||
+      f["name"].get<std::string>().size() > 64) {
+    return BadParam(param.empty() ? where + ".name" : param,
+                    absl::StrCat(where, ".name is required (a string of 1 to 64 characters)"));
+  }
+  if (f.contains("parameters") && !f["parameters"].is_null() && !f["parameters"].is_object()) {
+    return BadParam(param.empty() ? where + ".parameters" : param,
+                    absl::StrCat(where, ".parameters must be a JSON Schema object"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ToolsOf(const Json& body) {
+  SHARDLM_ASSIGN_OR_RETURN(const Json* list, ToolList(body));
+  if (list == nullptr) return std::string("[]");
+  const Json& tools = *list;
   for (size_t i = 0; i < tools.size(); ++i) {
     const std::string where = absl::StrCat("tools[", i, "]");
     const Json& t = tools[i];

@@ -59,6 +59,12 @@ absl::StatusOr<std::optional<double>> OptionalNumber(const Json& body, const std
 // tools: function tools only (file_search and code_interpreter are refused by
 // name), at most 128. The JSON text of the list.
 absl::StatusOr<std::string> ToolsOf(const Json& body);
+// The body's `tools` when given (null when absent or null): a list of at most kMaxTools.
+absl::StatusOr<const Json*> ToolList(const Json& body);
+// A function's name (1 to 64 characters) and parameters (absent or a JSON Schema object), `f`
+// being `where` in the body. Errors name `param`, or `where`.name and `where`.parameters when
+// `param` is empty.
+absl::Status CheckFunction(const Json& f, const std::string& where, const std::string& param = "");
 // response_format: "auto" (nothing), or {type: text | json_object | json_schema{name, schema}}.
 absl::StatusOr<std::optional<std::string>> ResponseFormatOf(const Json& body);
 // A message's content, a string or a list of text parts, as stored: a JSON

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include "common/url_password.h"
 #include "gtest/gtest.h"
 #include "state/postgres_db.h"
 #include "tests/state/state_test_db.h"
@@ -36,13 +37,13 @@ TEST(StateDbUrlTest, AcceptsPostgresUrisAndNeverShowsTheirPassword) {
     ASSERT_TRUE(url.ok()) << url.status();
     EXPECT_EQ(url->kind, StateDbUrl::Kind::kPostgres);
     EXPECT_EQ(url->path, uri);
-    EXPECT_EQ(ShownStateDbUrl(uri).find("secret"), std::string::npos) << ShownStateDbUrl(uri);
+    EXPECT_EQ(WithoutUrlPassword(uri).find("secret"), std::string::npos) << WithoutUrlPassword(uri);
   }
   EXPECT_EQ(
-      ShownStateDbUrl("postgresql://app:secret@db:5432/x?sslmode=require&password=s2&connect_timeout=3"),
+      WithoutUrlPassword("postgresql://app:secret@db:5432/x?sslmode=require&password=s2&connect_timeout=3"),
       "postgresql://app@db:5432/x?sslmode=require&connect_timeout=3");
-  EXPECT_EQ(ShownStateDbUrl("postgresql://db/x?host=/run/pg"), "postgresql://db/x?host=/run/pg");
-  EXPECT_EQ(ShownStateDbUrl("sqlite:///var/lib/state.db"), "sqlite:///var/lib/state.db");
+  EXPECT_EQ(WithoutUrlPassword("postgresql://db/x?host=/run/pg"), "postgresql://db/x?host=/run/pg");
+  EXPECT_EQ(WithoutUrlPassword("sqlite:///var/lib/state.db"), "sqlite:///var/lib/state.db");
 }
 
 TEST(PostgresDbTest, NumbersTheParametersOutsideQuotedText) {

@@ -26,9 +26,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "chat/chat_template.h"
+#include "chat/fill_in_middle.h"
 #include "cli/commands.h"
 #include "cli/flags.h"
 #include "cli/serve_flags.h"
+#include "cli/serve_ollama.h"
 #include "cli/serve_state.h"
 #include "common/grpc_security.h"
 #include "common/health_service.h"
@@ -152,6 +154,7 @@ struct ServeInputs {
   std::vector<std::string> api_keys;
   std::string http_host;
   std::unique_ptr<ChatTemplate> chat_template;  // null: /v1/chat/completions is off
+  std::optional<FimTokens> fim;                 // none: suffix is refused
 };
 
 absl::StatusOr<ServeInputs> CheckServeInputs(const ServeFlags& f) {
@@ -165,6 +168,7 @@ absl::StatusOr<ServeInputs> CheckServeInputs(const ServeFlags& f) {
   }
   if (auto tok = Tokenizer::ForModel(in.dir); tok.ok()) {
     in.tokenizer = std::move(*tok);
+    in.fim = FindFimTokens(*in.tokenizer);
   } else if (!absl::IsNotFound(tok.status())) {
     return tok.status();
   }
@@ -337,6 +341,7 @@ openai::ModelContext ModelContextOf(const ServeFlags& f, const ServeInputs& in, 
   m.max_context = MaxContext(in, initial);
   m.vocab_size = static_cast<int32_t>(in.cfg.vocab_size);
   m.max_queued_sequences = f.max_queued_requests;
+  m.fim = in.fim ? &*in.fim : nullptr;
   return m;
 }
 
@@ -362,6 +367,8 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
   SHARDLM_ASSIGN_OR_RETURN(auto http, OpenAiHttpServer::Start(core, std::move(ho)));
   std::printf("OpenAI API on http%s://%s:%d/v1\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
               http->port());
+  std::printf("Ollama API on http%s://%s:%d/api\n", in.public_tls.enabled() ? "s" : "", in.http_host.c_str(),
+              http->port());
   return http;
 }
 
@@ -370,7 +377,7 @@ absl::StatusOr<std::unique_ptr<OpenAiHttpServer>> StartHttp(const ServeFlags& f,
 // finish, then whatever is left is cancelled.
 void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, ServingCore& core,
            WorkerGroup& group, grpc::Server& server, std::unique_ptr<OpenAiHttpServer>& http,
-           StatefulApi* stateful) {
+           StatefulApi* stateful, OllamaApi* ollama) {
   std::fprintf(stderr, "shardlm: draining (%d call(s) in flight, %d engine request(s))\n",
                metrics.calls_in_flight(), loop.pending());
   core.StartDraining();
@@ -389,6 +396,7 @@ void Drain(const ServeFlags& f, ServiceMetrics& metrics, EngineLoop& loop, Servi
   server.Shutdown(std::chrono::system_clock::now());
   if (stateful != nullptr)
     stateful->Stop();  // runs still generating end failed; streamed ones free their threads
+  if (ollama != nullptr) ollama->Stop();  // its requests still running are cancelled
   http.reset();
 }
 
@@ -445,8 +453,17 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   auto stateful = StatefulApi::Start(&core, state->get(),
                                      {ServedNames(f, *in), ModelContextOf(f, *in, initial), f.state_runs});
   if (!stateful.ok()) return Fail(stateful.status());
-  auto http = StartHttp(f, *in, initial, &core, ready, registry,
-                        f.http_port ? (*stateful)->Routes() : std::vector<HttpRoute>());
+  // Ollama's API shares it too (docs/ollama.md).
+  auto ollama_options = OllamaOptionsOf(f.model, in->cfg, ModelContextOf(f, *in, initial),
+                                        ResolveDevice(go->device, 0).value_or(c10::Device("cpu")).is_cuda());
+  if (!ollama_options.ok()) return Fail(ollama_options.status());
+  std::unique_ptr<OllamaApi> ollama = OllamaApi::Start(&core, std::move(*ollama_options));
+  std::vector<HttpRoute> extra_routes;
+  if (f.http_port) {
+    extra_routes = (*stateful)->Routes();
+    for (HttpRoute& r : ollama->Routes()) extra_routes.push_back(std::move(r));
+  }
+  auto http = StartHttp(f, *in, initial, &core, ready, registry, std::move(extra_routes));
   if (!http.ok()) return Fail(http.status());
   listening = true;  // the gRPC, HTTP and metrics ports all listen by now
   std::printf("shardlm serving %s (%s, tp=%d, %d KV blocks of %lld tokens) on %s:%d%s%s\n", in->dir.c_str(),
@@ -456,7 +473,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   std::fflush(stdout);
   while (!env.stop->load()) std::this_thread::sleep_for(std::chrono::milliseconds(100));
   draining = true;
-  Drain(f, metrics, loop, core, *g, **server, *http, stateful->get());
+  Drain(f, metrics, loop, core, *g, **server, *http, stateful->get(), ollama.get());
   return 0;  // loop, then group (stopping the workers), are destroyed on return
 }
 

@@ -40,10 +40,13 @@ at::Tensor ApplyEdits(const at::Tensor& logits, const std::vector<SampleRow>& ro
     for (const auto& [id, b] : p.logit_bias) {
       if (id >= 0 && id < vocab) bias.Add(r, id, b);
     }
+    const PenaltyWindow window = PenaltyWindowOf(row);
     if (p.repetition_penalty != 1.0f) {
       std::vector<int32_t> seen;
-      for (const auto* ids : {row.prompt, row.generated}) {
-        if (ids != nullptr) seen.insert(seen.end(), ids->begin(), ids->end());
+      for (const auto& [ids, from] : {std::make_pair(row.prompt, window.prompt_from),
+                                      std::make_pair(row.generated, window.generated_from)}) {
+        if (ids != nullptr)
+          seen.insert(seen.end(), ids->begin() + static_cast<std::ptrdiff_t>(from), ids->end());
       }
       std::sort(seen.begin(), seen.end());
       seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
@@ -51,7 +54,7 @@ at::Tensor ApplyEdits(const at::Tensor& logits, const std::vector<SampleRow>& ro
     }
     if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && row.generated != nullptr) {
       std::unordered_map<int32_t, int32_t> counts;
-      for (int32_t id : *row.generated) ++counts[id];
+      for (size_t k = window.generated_from; k < row.generated->size(); ++k) ++counts[(*row.generated)[k]];
       for (const auto& [id, n] : counts) {
         counted.Add(r, id, -(p.presence_penalty + p.frequency_penalty * static_cast<float>(n)));
       }

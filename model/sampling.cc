@@ -26,11 +26,13 @@ float LogSumExp(const float* x, int64_t n) {
 
 void ApplyPenalties(std::vector<float>& logits, const SampleRow& row) {
   const SamplingParams& p = *row.params;
+  const PenaltyWindow window = PenaltyWindowOf(row);
   if (p.repetition_penalty != 1.0f) {
     std::vector<bool> seen(logits.size(), false);
-    for (const auto* ids : {row.prompt, row.generated}) {
+    for (const auto& [ids, from] : {std::make_pair(row.prompt, window.prompt_from),
+                                    std::make_pair(row.generated, window.generated_from)}) {
       if (ids == nullptr) continue;
-      for (int32_t id : *ids) seen[id] = true;
+      for (size_t k = from; k < ids->size(); ++k) seen[(*ids)[k]] = true;
     }
     for (size_t i = 0; i < logits.size(); ++i) {
       if (!seen[i]) continue;
@@ -39,7 +41,7 @@ void ApplyPenalties(std::vector<float>& logits, const SampleRow& row) {
   }
   if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && row.generated != nullptr) {
     std::unordered_map<int32_t, int32_t> counts;
-    for (int32_t id : *row.generated) ++counts[id];
+    for (size_t k = window.generated_from; k < row.generated->size(); ++k) ++counts[(*row.generated)[k]];
     for (const auto& [id, n] : counts) {
       logits[id] -= p.presence_penalty + p.frequency_penalty * static_cast<float>(n);
     }

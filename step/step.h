@@ -33,6 +33,9 @@ struct SamplingParams {
   float repetition_penalty = 1.0f;  // HF: divide positive logits, multiply negative ones
   float presence_penalty = 0.0f;    // OpenAI: minus this once per token seen in the output
   float frequency_penalty = 0.0f;   // OpenAI: minus this per occurrence in the output
+  // > 0: the penalties see only the sequence's last n tokens (llama.cpp's
+  // penalty_last_n, Ollama's repeat_last_n); 0: all of them.
+  int32_t penalty_last_n = 0;
   uint64_t seed = 0;
   int32_t num_top_logprobs = 0;                       // top-n alternatives reported per token
   std::vector<std::pair<int32_t, float>> logit_bias;  // (token id, added to its logit)
@@ -69,6 +72,24 @@ struct RowMask {
 inline bool Allowed(const SampleRow& row, int64_t id) {
   if (row.allowed == nullptr) return true;
   return id >= 0 && id / 32 < row.allowed_words && ((row.allowed[id / 32] >> (id % 32)) & 1u) != 0;
+}
+
+// Where the tokens the penalties see begin in `row`'s prompt and generated
+// tokens: all of them, or with penalty_last_n only the sequence's last n.
+struct PenaltyWindow {
+  size_t prompt_from = 0;
+  size_t generated_from = 0;
+};
+inline PenaltyWindow PenaltyWindowOf(const SampleRow& row) {
+  PenaltyWindow w;
+  const size_t n = row.params->penalty_last_n > 0 ? static_cast<size_t>(row.params->penalty_last_n) : 0;
+  if (n == 0) return w;
+  const size_t generated = row.generated != nullptr ? row.generated->size() : 0;
+  const size_t prompt = row.prompt != nullptr ? row.prompt->size() : 0;
+  w.generated_from = generated > n ? generated - n : 0;
+  const size_t left = n > generated ? n - generated : 0;
+  w.prompt_from = prompt > left ? prompt - left : 0;
+  return w;
 }
 
 struct StepInput {

@@ -34,6 +34,8 @@ absl::Status ValidateSampling(const EngineRequest& r, int64_t vocab_size) {
     if (!bound.Contains(value)) return Bad(name, name, " must be in ", bound.Text(), ", got ", value);
   }
   if (s.top_k < 0) return Bad("top_k", "top_k must be >= 0 (0 = off), got ", s.top_k);
+  if (s.penalty_last_n < 0)
+    return Bad("penalty_last_n", "penalty_last_n must be >= 0 (0 = every token), got ", s.penalty_last_n);
   if (s.num_top_logprobs < 0 || s.num_top_logprobs > kMaxTopLogprobs) {
     return Bad("top_logprobs", "top logprobs must be in [0, ", kMaxTopLogprobs, "], got ",
                s.num_top_logprobs);

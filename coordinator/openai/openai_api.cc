@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "chat/fill_in_middle.h"
 #include "common/status.h"
 #include "coordinator/openai/openai_params.h"
 #include "coordinator/openai_wire/response_format.h"
@@ -239,13 +240,32 @@ bool SetTokens(Params& p, const std::string& field, const Json& v, const ModelCo
   return true;
 }
 
+// A fill-in-the-middle prompt (docs/ollama.md "Fill-in-the-middle"): the prompt
+// before the gap, `suffix` after it; generation also ends at the FIM end tokens.
+bool FimInto(Params& p, const std::string& field, const Json& prompt, const std::string& suffix,
+             const ModelContext& model, EngineRequest& g) {
+  if (!prompt.is_string()) return p.Fail(field, field + " must be text with suffix (fill-in-the-middle)");
+  auto ids = FimPrompt(*model.tokenizer, *model.fim, prompt.get<std::string>(), suffix, model.max_context,
+                       field, "suffix", Tokenizer::StopCheck());
+  if (!ids.ok()) return p.Fail(ErrorField(ids.status()), std::string(ids.status().message()));
+  g.prompt = std::move(*ids);
+  g.stop_token_ids.insert(g.stop_token_ids.end(), model.fim->ends.begin(), model.fim->ends.end());
+  return true;
+}
+
 // The parameters of /v1/completions alone: one Generate per prompt.
 bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r, const GenerateJob& common) {
   GenerateJob base = common;
   bool echo = false;
   if (!p.Bool("echo", &echo)) return false;
   if (echo) return p.Fail("echo", "echo is not supported");
-  if (p.Has("suffix")) return p.Fail("suffix", "suffix is not supported");
+  const std::string* suffix = StringParam(p, "suffix");
+  if (p.failed()) return false;
+  if (suffix != nullptr && model.fim == nullptr) {
+    return p.Fail("suffix", absl::StrCat("suffix: the model '", r.model,
+                                         "' has no fill-in-the-middle tokens (such as <|fim_prefix|>, "
+                                         "<|fim_suffix|>, <|fim_middle|>) in its tokenizer"));
+  }
   int64_t best_of = r.n;
   if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return false;
   if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported");
@@ -285,7 +305,11 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r, cons
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerateJob g = base;
     const std::string field = prompts.size() > 1 ? absl::StrCat("prompt[", i, "]") : "prompt";
-    if (!SetTokens(p, field, *prompts[i], model, g.request)) return false;
+    if (suffix != nullptr) {
+      if (!FimInto(p, field, *prompts[i], *suffix, model, g.request)) return false;
+    } else if (!SetTokens(p, field, *prompts[i], model, g.request)) {
+      return false;
+    }
     if (!SetLength(p, model, "max_tokens", 16, "prompt", g.request)) return false;
     r.prompts.push_back(std::move(g));
   }

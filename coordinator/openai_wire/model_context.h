@@ -1,4 +1,4 @@
-// What OpenAI's front ends need to know about the served model.
+// What the HTTP front ends (OpenAI's and Ollama's) need to know about the served model.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +9,7 @@ namespace shardlm {
 
 class ChatTemplate;
 class Tokenizer;
+struct FimTokens;
 
 namespace openai {
 
@@ -20,6 +21,7 @@ struct ModelContext {
   int64_t max_context = 0;                      // prompt + generated tokens at most
   int32_t vocab_size = 0;
   int64_t max_queued_sequences = 0;  // --max-queued-requests; 0: no check
+  const FimTokens* fim = nullptr;    // null: the model has no fill-in-the-middle tokens (suffix is 400)
 };
 
 }  // namespace openai

@@ -28,7 +28,8 @@ import sys
 PRODUCT_EXTENSIONS = (".cc", ".h", ".cu", ".cuh")
 NOT_PRODUCT = ("tests/", "bench/", "fuzz/", "examples/", "third_party/", "build")
 
-FRONT_ENDS = ["coordinator/grpc", "coordinator/openai", "coordinator/router", "coordinator/stateful"]
+FRONT_ENDS = ["coordinator/grpc", "coordinator/openai", "coordinator/router", "coordinator/stateful",
+              "coordinator/ollama"]
 # Below the front ends, beside serving/: what the two OpenAI front ends share, and the state store.
 SHARED = ["coordinator/openai_wire", "state"]
 # unit -> units it must not include (as prefixes: "model" covers model/...).
@@ -55,13 +56,18 @@ RULES = {
     "coordinator/serving": ["coordinator/http"] + FRONT_ENDS + SHARED,
     "coordinator/http": ["coordinator/serving"] + FRONT_ENDS + SHARED,
     "coordinator/openai_wire": FRONT_ENDS + ["state"],
-    "coordinator/grpc": ["coordinator/openai", "coordinator/router", "coordinator/http", "coordinator/stateful"]
-                        + SHARED,
-    "coordinator/openai": ["coordinator/grpc", "coordinator/router", "coordinator/stateful", "state"],
+    "coordinator/grpc": ["coordinator/openai", "coordinator/router", "coordinator/http", "coordinator/stateful",
+                         "coordinator/ollama"] + SHARED,
+    "coordinator/openai": ["coordinator/grpc", "coordinator/router", "coordinator/stateful", "coordinator/ollama",
+                           "state"],
     # vLLM's engine protocol reuses grpc/'s call plumbing (FORBIDDEN keeps shardlm.v1 out).
-    "coordinator/router": ["coordinator/openai", "coordinator/http", "coordinator/stateful"] + SHARED,
+    "coordinator/router": ["coordinator/openai", "coordinator/http", "coordinator/stateful",
+                           "coordinator/ollama"] + SHARED,
     # The stateful APIs: a sibling of openai/ over openai_wire/, storing through state/.
-    "coordinator/stateful": ["coordinator/grpc", "coordinator/openai", "coordinator/router"],
+    "coordinator/stateful": ["coordinator/grpc", "coordinator/openai", "coordinator/router", "coordinator/ollama"],
+    # Ollama's API: a sibling of openai/ over openai_wire/'s generic pieces; no state store.
+    "coordinator/ollama": ["coordinator/grpc", "coordinator/openai", "coordinator/router", "coordinator/stateful",
+                           "state"],
 }
 # unit -> include patterns it must not use, with why.
 NO_GRPC = [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
@@ -69,6 +75,7 @@ NO_GRPC = [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
 FORBIDDEN = {
     "coordinator/openai_wire": NO_GRPC,
     "coordinator/stateful": NO_GRPC,
+    "coordinator/ollama": NO_GRPC,
     "state": [(r"^(torch|ATen|c10)/", "torch"), (r"^shardlm/", "protobuf messages"), (r"^grpcpp?/", "gRPC")],
     "coordinator/openai": [(r"^shardlm/v1/", "shardlm.v1 messages"), (r"^grpcpp?/", "gRPC"),
                            (r"^common/grpc_", "gRPC status helpers")],

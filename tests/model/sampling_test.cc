@@ -145,5 +145,36 @@ TEST(SamplingTest, PenaltiesSteerAwayFromSeenTokens) {
   EXPECT_NEAR(ProcessRow(logits.data(), 3, row).logprob, LogSoftmaxAt(logits, 0), 1e-6);
 }
 
+TEST(SamplingTest, PenaltyLastNSeesOnlyTheSequencesLastTokens) {
+  std::vector<float> logits = {2.0f, 1.9f, 1.8f, -5.0f};
+  // The sequence is 0 (prompt), 1 (prompt), 3 (generated): token 0 is 3 back.
+  std::vector<int32_t> prompt = {0, 1}, generated = {3};
+  SamplingParams rep;
+  rep.temperature = 0.0f;
+  rep.repetition_penalty = 1.2f;
+  SampleRow row = Row(&rep);
+  row.prompt = &prompt;
+  row.generated = &generated;
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 2);  // 0 and 1 both penalised
+  rep.penalty_last_n = 2;                                 // sees 1 and 3: token 0 is free again
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 0);
+  rep.penalty_last_n = 1;  // sees 3 only
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 0);
+  rep.penalty_last_n = 3;  // the whole sequence
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 2);
+
+  // Presence and frequency count the generated tokens inside the window.
+  std::vector<int32_t> out = {0, 0, 1};
+  SamplingParams freq;
+  freq.temperature = 0.0f;
+  freq.frequency_penalty = 0.15f;
+  freq.penalty_last_n = 1;  // sees the last 1: token 1 falls to 1.75, token 0 stays 2.0
+  row = Row(&freq);
+  row.generated = &out;
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 0);
+  freq.penalty_last_n = 0;  // sees all: token 0 falls to 1.7, token 1 to 1.75, token 2 stays 1.8
+  EXPECT_EQ(ProcessRow(logits.data(), 4, row).token, 2);
+}
+
 }  // namespace
 }  // namespace shardlm

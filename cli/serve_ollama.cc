@@ -1,0 +1,34 @@
+#include "cli/serve_ollama.h"
+
+#include <filesystem>
+
+#include "common/status.h"
+#include "formats/model_card.h"
+
+namespace shardlm {
+
+absl::StatusOr<OllamaOptions> OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
+                                              const openai::ModelContext& context, bool on_gpu) {
+  OllamaOptions o;
+  o.model = context;
+  ollama::ModelDescription& d = o.description;
+  SHARDLM_ASSIGN_OR_RETURN(d.card, ReadModelCard(model));
+  d.path = std::filesystem::absolute(model).lexically_normal().string();
+  if (context.chat_template != nullptr) {
+    d.template_source = context.chat_template->sources();
+    d.tools = d.template_source.find("tools") != std::string::npos;
+  }
+  if (context.tokenizer != nullptr) {
+    for (int64_t id : cfg.eos_token_ids) {
+      const std::string& text =
+          context.tokenizer->TokenBytes(static_cast<int32_t>(id), /*skip_special=*/false);
+      if (!text.empty()) d.stop_texts.push_back(text);
+    }
+  }
+  d.insert = context.fim != nullptr;
+  d.on_gpu = on_gpu;
+  d.context_length = context.max_context;
+  return o;
+}
+
+}  // namespace shardlm

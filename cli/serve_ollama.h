@@ -1,0 +1,20 @@
+// serve's Ollama front end (docs/ollama.md): what it says about the model
+// served, read from the model's files at start.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "chat/chat_template.h"
+#include "coordinator/ollama/ollama_api.h"
+#include "formats/model_config.h"
+#include "tokenizer/tokenizer.h"
+
+namespace shardlm {
+
+// `model` is the --model given; `context` the OpenAI front ends' view of it
+// (with the FIM tokens); `on_gpu` whether its workers run on GPUs.
+absl::StatusOr<OllamaOptions> OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
+                                              const openai::ModelContext& context, bool on_gpu);
+
+}  // namespace shardlm

@@ -23,7 +23,7 @@ const std::vector<FimFamily>& Families() {
        "<|fim_suffix|>",
        "<|fim_middle|>",
        {"<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|endoftext|>"}},
-      // StarCoder 1/2, SmolLM/SmolLM2 (its vocabulary came from StarCoder's)
+      // StarCoder 1/2
       {"starcoder",
        "<fim_prefix>",
        "<fim_suffix>",

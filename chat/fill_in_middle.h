@@ -11,8 +11,8 @@
 //
 //   std::optional<FimTokens> fim = FindFimTokens(tokenizer);
 //   if (!fim) ... 400: this model has no fill-in-the-middle tokens
-//   SHARDLM_ASSIGN_OR_RETURN(std::vector<int32_t> ids, FimPrompt(tokenizer, *fim, prefix, suffix, limit,
-//   stop)); request.stop_token_ids.insert(..., fim->ends.begin(), fim->ends.end());
+//   auto ids = FimPrompt(tokenizer, *fim, prefix, suffix, max_tokens, "prompt", "suffix", stop);
+//   request.stop_token_ids.insert(..., fim->ends.begin(), fim->ends.end());
 #pragma once
 
 #include <cstdint>

@@ -454,12 +454,12 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
                                      {ServedNames(f, *in), ModelContextOf(f, *in, initial), f.state_runs});
   if (!stateful.ok()) return Fail(stateful.status());
   // Ollama's API shares it too (docs/ollama.md).
-  auto ollama_options = OllamaOptionsOf(f.model, in->cfg, ModelContextOf(f, *in, initial),
-                                        ResolveDevice(go->device, 0).value_or(c10::Device("cpu")).is_cuda());
-  if (!ollama_options.ok()) return Fail(ollama_options.status());
-  std::unique_ptr<OllamaApi> ollama = OllamaApi::Start(&core, std::move(*ollama_options));
+  std::unique_ptr<OllamaApi> ollama;
   std::vector<HttpRoute> extra_routes;
   if (f.http_port) {
+    ollama = OllamaApi::Start(
+        &core, OllamaOptionsOf(f.model, in->cfg, ModelContextOf(f, *in, initial),
+                               ResolveDevice(go->device, 0).value_or(c10::Device("cpu")).is_cuda()));
     extra_routes = (*stateful)->Routes();
     for (HttpRoute& r : ollama->Routes()) extra_routes.push_back(std::move(r));
   }

@@ -1,5 +1,6 @@
 #include "cli/serve_ollama.h"
 
+#include <cstdio>
 #include <filesystem>
 
 #include "common/status.h"
@@ -7,12 +8,17 @@
 
 namespace shardlm {
 
-absl::StatusOr<OllamaOptions> OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
-                                              const openai::ModelContext& context, bool on_gpu) {
+OllamaOptions OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
+                              const openai::ModelContext& context, bool on_gpu) {
   OllamaOptions o;
   o.model = context;
   ollama::ModelDescription& d = o.description;
-  SHARDLM_ASSIGN_OR_RETURN(d.card, ReadModelCard(model));
+  if (absl::StatusOr<ModelCard> card = ReadModelCard(model); card.ok()) {
+    d.card = std::move(*card);
+  } else {
+    std::fprintf(stderr, "shardlm: the Ollama API's model card: %s\n",
+                 std::string(card.status().message()).c_str());
+  }
   d.path = std::filesystem::absolute(model).lexically_normal().string();
   if (context.chat_template != nullptr) {
     d.template_source = context.chat_template->sources();

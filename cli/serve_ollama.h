@@ -4,7 +4,6 @@
 
 #include <string>
 
-#include "absl/status/statusor.h"
 #include "chat/chat_template.h"
 #include "coordinator/ollama/ollama_api.h"
 #include "formats/model_config.h"
@@ -13,8 +12,9 @@
 namespace shardlm {
 
 // `model` is the --model given; `context` the OpenAI front ends' view of it
-// (with the FIM tokens); `on_gpu` whether its workers run on GPUs.
-absl::StatusOr<OllamaOptions> OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
-                                              const openai::ModelContext& context, bool on_gpu);
+// (with the FIM tokens); `on_gpu` whether its workers run on GPUs. A model card
+// that cannot be read is a warning: the listings then say less.
+OllamaOptions OllamaOptionsOf(const std::string& model, const ModelConfig& cfg,
+                              const openai::ModelContext& context, bool on_gpu);
 
 }  // namespace shardlm

@@ -109,9 +109,8 @@ void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& 
 void AddStorageFlags(FlagSet& f, StorageFlags* out) {
   f.String("weights",
            "the projections' weights: auto (as the file has them: a GGUF's Q8_0/Q4_0/Q4_1 blocks stay "
-           "quantized on "
-           "the CPU), dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has "
-           "another; "
+           "quantized on the CPU; its other formats, Q5_0/Q5_1 and the K-quants, are dequantized at load), "
+           "dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has another; "
            "CPU only)",
            false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"})
       .To(&out->weights);

@@ -8,14 +8,16 @@
 
 namespace shardlm {
 
-enum class BlockFormat { kNone, kQ8_0, kQ4_0, kQ4_1 };
+enum class BlockFormat { kNone, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ2_K, kQ3_K, kQ4_K, kQ5_K, kQ6_K };
 
 struct BlockLayout {
   int64_t elements = 1;  // weights per block
   int64_t bytes = 0;     // bytes per block
 };
 
-// Q8_0: 32 weights in 34 bytes; Q4_0: 32 in 18; Q4_1: 32 in 20; kNone: {1, 0}.
+// Q8_0: 32 weights in 34 bytes; Q4_0: 32 in 18; Q4_1: 32 in 20; Q5_0: 32 in 22; Q5_1: 32
+// in 24; the K-quants' 256-weight super-blocks: Q2_K 84, Q3_K 110, Q4_K 144, Q5_K 176, Q6_K
+// 210 bytes; kNone: {1, 0}.
 constexpr BlockLayout BlockLayoutOf(BlockFormat format) {
   switch (format) {
     case BlockFormat::kQ8_0:
@@ -24,13 +26,33 @@ constexpr BlockLayout BlockLayoutOf(BlockFormat format) {
       return {32, 18};
     case BlockFormat::kQ4_1:
       return {32, 20};
+    case BlockFormat::kQ5_0:
+      return {32, 22};
+    case BlockFormat::kQ5_1:
+      return {32, 24};
+    case BlockFormat::kQ2_K:
+      return {256, 84};
+    case BlockFormat::kQ3_K:
+      return {256, 110};
+    case BlockFormat::kQ4_K:
+      return {256, 144};
+    case BlockFormat::kQ5_K:
+      return {256, 176};
+    case BlockFormat::kQ6_K:
+      return {256, 210};
     case BlockFormat::kNone:
       break;
   }
   return {1, 0};
 }
 
-// "Q8_0", "Q4_0", "Q4_1" as GGUF names them; "none".
+// Formats the CPU kernels (kernels/cpu/quant.h) multiply kept in their blocks;
+// the others are dequantized at load.
+constexpr bool HasQuantKernels(BlockFormat format) {
+  return format == BlockFormat::kQ8_0 || format == BlockFormat::kQ4_0 || format == BlockFormat::kQ4_1;
+}
+
+// "Q8_0", "Q4_K", ... as GGUF names them; "none".
 constexpr const char* BlockFormatName(BlockFormat format) {
   switch (format) {
     case BlockFormat::kQ8_0:
@@ -39,6 +61,20 @@ constexpr const char* BlockFormatName(BlockFormat format) {
       return "Q4_0";
     case BlockFormat::kQ4_1:
       return "Q4_1";
+    case BlockFormat::kQ5_0:
+      return "Q5_0";
+    case BlockFormat::kQ5_1:
+      return "Q5_1";
+    case BlockFormat::kQ2_K:
+      return "Q2_K";
+    case BlockFormat::kQ3_K:
+      return "Q3_K";
+    case BlockFormat::kQ4_K:
+      return "Q4_K";
+    case BlockFormat::kQ5_K:
+      return "Q5_K";
+    case BlockFormat::kQ6_K:
+      return "Q6_K";
     case BlockFormat::kNone:
       break;
   }

@@ -303,6 +303,33 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
   return Dump(cfg, label, "the model metadata");
 }
 
+BlockFormat GgmlBlockFormat(uint32_t type) {
+  switch (static_cast<GgmlType>(type)) {
+    case GgmlType::kQ8_0:
+      return BlockFormat::kQ8_0;
+    case GgmlType::kQ4_0:
+      return BlockFormat::kQ4_0;
+    case GgmlType::kQ4_1:
+      return BlockFormat::kQ4_1;
+    case GgmlType::kQ5_0:
+      return BlockFormat::kQ5_0;
+    case GgmlType::kQ5_1:
+      return BlockFormat::kQ5_1;
+    case GgmlType::kQ2_K:
+      return BlockFormat::kQ2_K;
+    case GgmlType::kQ3_K:
+      return BlockFormat::kQ3_K;
+    case GgmlType::kQ4_K:
+      return BlockFormat::kQ4_K;
+    case GgmlType::kQ5_K:
+      return BlockFormat::kQ5_K;
+    case GgmlType::kQ6_K:
+      return BlockFormat::kQ6_K;
+    default:
+      return BlockFormat::kNone;
+  }
+}
+
 absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHeader& h,
                                                                   const std::string& label) {
   auto arch = GetString(h, "general.architecture", label);
@@ -326,7 +353,8 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
     v.data = t.data;
     v.nbytes = t.nbytes;
     v.offset = t.offset;
-    switch (static_cast<GgmlType>(t.type)) {
+    v.block = GgmlBlockFormat(t.type);
+    switch (v.block != BlockFormat::kNone ? GgmlType::kF32 : static_cast<GgmlType>(t.type)) {
       case GgmlType::kF32:
         v.dtype = DType::kF32;
         break;
@@ -336,18 +364,10 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
       case GgmlType::kBF16:
         v.dtype = DType::kBF16;
         break;
-      case GgmlType::kQ8_0:
-        v.block = BlockFormat::kQ8_0;
-        break;
-      case GgmlType::kQ4_0:
-        v.block = BlockFormat::kQ4_0;
-        break;
-      case GgmlType::kQ4_1:
-        v.block = BlockFormat::kQ4_1;
-        break;
       default:
         return BadGguf(label, "tensor '" + t.name + "' is " + GgmlTypeName(t.type) +
-                                  "; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1");
+                                  "; supported types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, "
+                                  "Q3_K, Q4_K, Q5_K, Q6_K");
     }
     const bool rotary = t.name.rfind("blk.", 0) == 0 && (t.name.find(".attn_q.") != std::string::npos ||
                                                          t.name.find(".attn_k.") != std::string::npos);

@@ -31,6 +31,10 @@
 
 namespace shardlm {
 
+// The block format of a ggml tensor type (Q8_0, Q4_K, ...); kNone for element types
+// (F32, F16, BF16) and for types this engine cannot read.
+BlockFormat GgmlBlockFormat(uint32_t type);
+
 // A config.json (text) for ParseModelConfig.
 absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::string& label);
 

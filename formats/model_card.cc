@@ -100,8 +100,14 @@ absl::Status ReadDirectory(const std::string& dir, ModelCard& card) {
   SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(dir + "/config.json"));
   Json config = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!config.is_object()) return absl::InvalidArgumentError(dir + "/config.json is not a JSON object");
-  card.family = config.value("model_type", std::string("unknown"));
-  const std::string dtype = config.value("torch_dtype", std::string("float32"));
+  const auto field = [&](const char* key) {
+    return config.contains(key) && config[key].is_string() ? config[key].get<std::string>() : std::string();
+  };
+  card.family = field("model_type").empty() ? "unknown" : field("model_type");
+  // transformers 5 writes "dtype", earlier ones "torch_dtype"; float32 when neither is there.
+  const std::string dtype = !field("dtype").empty()         ? field("dtype")
+                            : !field("torch_dtype").empty() ? field("torch_dtype")
+                                                           : "float32";
   card.quantization = dtype == "bfloat16"  ? "BF16"
                       : dtype == "float16" ? "F16"
                                            : absl::AsciiStrToUpper(dtype);

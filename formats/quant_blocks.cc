@@ -57,6 +57,120 @@ void QuantizeQ4_1(const float* x, uint8_t* b) {
   }
 }
 
+// Q8_0, Q4_0, Q4_1: f16 d (Q4_1: and f16 m), then the quants.
+void DequantizeLegacy(BlockFormat format, const uint8_t* src, float* out) {
+  const float d = HalfToFloat(LoadU16(src));
+  if (format == BlockFormat::kQ8_0) {
+    const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
+    for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q[j]) * d;
+  } else if (format == BlockFormat::kQ4_0) {
+    const uint8_t* qs = src + 2;
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
+      out[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  } else {
+    const float m = HalfToFloat(LoadU16(src + 2));
+    const uint8_t* qs = src + 4;
+    for (int j = 0; j < 16; ++j) {
+      out[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
+      out[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
+    }
+  }
+}
+
+// Q5_0: f16 d, u32 qh, qs[16]: x = d * (q - 16). Q5_1: f16 d, f16 m, u32 qh, qs[16]: x = d * q + m.
+// The fifth bit of weight j is bit j of qh.
+void DequantizeQ5(BlockFormat format, const uint8_t* src, float* out) {
+  const bool q51 = format == BlockFormat::kQ5_1;
+  const float d = HalfToFloat(LoadU16(src));
+  const float m = q51 ? HalfToFloat(LoadU16(src + 2)) : 0.0f;
+  const uint8_t* p = src + (q51 ? 4 : 2);
+  const uint32_t qh = static_cast<uint32_t>(p[0]) | static_cast<uint32_t>(p[1]) << 8 |
+                      static_cast<uint32_t>(p[2]) << 16 | static_cast<uint32_t>(p[3]) << 24;
+  const uint8_t* qs = p + 4;
+  for (int j = 0; j < 32; ++j) {
+    const int low = j < 16 ? qs[j] & 0x0f : qs[j - 16] >> 4;
+    const int q = low | static_cast<int>((qh >> j) & 1u) << 4;
+    out[j] = q51 ? static_cast<float>(q) * d + m : d * static_cast<float>(q - 16);
+  }
+}
+
+// Q2_K: scales[16] (low nibble scale, high nibble min of each 16 weights), qs[64] (2 bits),
+// f16 d, f16 dmin: x = (d * sc) * q - (dmin * m).
+void DequantizeQ2K(const uint8_t* src, float* out) {
+  const uint8_t* scales = src;
+  const uint8_t* qs = src + 16;
+  const float d = HalfToFloat(LoadU16(src + 80)), dmin = HalfToFloat(LoadU16(src + 82));
+  for (int e = 0; e < 256; ++e) {
+    const int half = e / 128, shift = (e % 128) / 32 * 2, l = e % 32, sub = e / 16;
+    const float dl = d * static_cast<float>(scales[sub] & 0x0f);
+    const float ml = dmin * static_cast<float>(scales[sub] >> 4);
+    out[e] = dl * static_cast<float>((qs[half * 32 + l] >> shift) & 3) - ml;
+  }
+}
+
+// Q3_K: hmask[32] (the third bit, set meaning no -4), qs[64] (2 bits), scales[12] (sixteen
+// 6-bit scales, offset 32), f16 d: x = (d * (sc - 32)) * (q - 4 * !h).
+void DequantizeQ3K(const uint8_t* src, float* out) {
+  const uint8_t* hmask = src;
+  const uint8_t* qs = src + 32;
+  const uint8_t* s = src + 96;
+  const float d = HalfToFloat(LoadU16(src + 108));
+  for (int e = 0; e < 256; ++e) {
+    const int sub = e / 16;
+    const int low = (s[sub % 8] >> (4 * (sub / 8))) & 0x0f, high = (s[8 + sub % 4] >> (2 * (sub / 4))) & 3;
+    const float dl = d * static_cast<float>(static_cast<int8_t>(low | high << 4) - 32);
+    const int half = e / 128, shift = (e % 128) / 32 * 2, l = e % 32;
+    const int ql = (qs[half * 32 + l] >> shift) & 3, h = (hmask[l] >> (e / 32)) & 1;
+    out[e] = dl * static_cast<float>(ql - ((h ^ 1) << 2));
+  }
+}
+
+// Q4_K and Q5_K's eight 6-bit scales and mins of 32 weights each, packed in 12 bytes.
+void ScaleMinK(const uint8_t* s, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = s[j] & 63;
+    *m = s[j + 4] & 63;
+  } else {
+    *sc = (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
+    *m = (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
+  }
+}
+
+// Q4_K: f16 d, f16 dmin, scales[12], qs[128]; Q5_K adds qh[32] before qs (the fifth bit of
+// weight e is bit e / 32 of qh[e % 32]): x = (d * sc) * q - (dmin * m).
+void DequantizeQ45K(BlockFormat format, const uint8_t* src, float* out) {
+  const bool q5 = format == BlockFormat::kQ5_K;
+  const float d = HalfToFloat(LoadU16(src)), dmin = HalfToFloat(LoadU16(src + 2));
+  const uint8_t* scales = src + 4;
+  const uint8_t* qh = src + 16;
+  const uint8_t* qs = src + (q5 ? 48 : 16);
+  for (int e = 0; e < 256; ++e) {
+    const int sub = e / 32, l = e % 32;
+    int sc = 0, m = 0;
+    ScaleMinK(scales, sub, &sc, &m);
+    int q = (qs[(e / 64) * 32 + l] >> (4 * (sub % 2))) & 0x0f;
+    if (q5) q |= ((qh[l] >> sub) & 1) << 4;
+    out[e] = (d * static_cast<float>(sc)) * static_cast<float>(q) - dmin * static_cast<float>(m);
+  }
+}
+
+// Q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16] (of 16 weights each), f16 d:
+// x = (d * sc) * (q - 32).
+void DequantizeQ6K(const uint8_t* src, float* out) {
+  const uint8_t* ql = src;
+  const uint8_t* qh = src + 128;
+  const int8_t* scales = reinterpret_cast<const int8_t*>(src + 192);
+  const float d = HalfToFloat(LoadU16(src + 208));
+  for (int e = 0; e < 256; ++e) {
+    const int half = e / 128, within = e % 128;
+    const int low = (ql[half * 64 + within % 64] >> (4 * (within / 64))) & 0x0f;
+    const int high = (qh[half * 32 + within % 32] >> (2 * (within / 32))) & 3;
+    out[e] = (d * static_cast<float>(scales[e / 16])) * static_cast<float>((low | high << 4) - 32);
+  }
+}
+
 }  // namespace
 
 uint16_t FloatToHalf(float f) {
@@ -92,7 +206,7 @@ void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* ou
       case BlockFormat::kQ4_1:
         QuantizeQ4_1(x, dst);
         break;
-      case BlockFormat::kNone:
+      default:  // no quantizer: only the formats the kernels keep are made here
         return;
     }
   }
@@ -133,30 +247,29 @@ void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* 
   const BlockLayout layout = BlockLayoutOf(format);
   const int64_t blocks = n / layout.elements;
   for (int64_t b = 0; b < blocks; ++b, src += layout.bytes, out += layout.elements) {
-    const float d = HalfToFloat(LoadU16(src));
     switch (format) {
-      case BlockFormat::kQ8_0: {
-        const int8_t* q = reinterpret_cast<const int8_t*>(src + 2);
-        for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(q[j]) * d;
+      case BlockFormat::kQ8_0:
+      case BlockFormat::kQ4_0:
+      case BlockFormat::kQ4_1:
+        DequantizeLegacy(format, src, out);
         break;
-      }
-      case BlockFormat::kQ4_0: {
-        const uint8_t* qs = src + 2;
-        for (int j = 0; j < 16; ++j) {
-          out[j] = static_cast<float>((qs[j] & 0x0f) - 8) * d;
-          out[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-        }
+      case BlockFormat::kQ5_0:
+      case BlockFormat::kQ5_1:
+        DequantizeQ5(format, src, out);
         break;
-      }
-      case BlockFormat::kQ4_1: {
-        const float m = HalfToFloat(LoadU16(src + 2));
-        const uint8_t* qs = src + 4;
-        for (int j = 0; j < 16; ++j) {
-          out[j] = static_cast<float>(qs[j] & 0x0f) * d + m;
-          out[j + 16] = static_cast<float>(qs[j] >> 4) * d + m;
-        }
+      case BlockFormat::kQ2_K:
+        DequantizeQ2K(src, out);
         break;
-      }
+      case BlockFormat::kQ3_K:
+        DequantizeQ3K(src, out);
+        break;
+      case BlockFormat::kQ4_K:
+      case BlockFormat::kQ5_K:
+        DequantizeQ45K(format, src, out);
+        break;
+      case BlockFormat::kQ6_K:
+        DequantizeQ6K(src, out);
+        break;
       case BlockFormat::kNone:
         return;
     }

@@ -88,7 +88,8 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
   for (const auto& [name, shape] : parts) {
     SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
     if (format == BlockFormat::kNone) format = q.format;
-    if (format == BlockFormat::kNone) return kernels::LinearWeight();
+    // Not a block format, or one the CPU kernels do not multiply kept: dequantized at load.
+    if (format == BlockFormat::kNone || !HasQuantKernels(format)) return kernels::LinearWeight();
     if (q.format == format) {
       rows.push_back(std::move(q.rows));
       cols = q.cols;

@@ -96,5 +96,6 @@ done
 # The Python references (transformers, tokenizers, gguf-py, torch) and the real model.
 bash "$here/scripts/setup_python.sh"
 bash "$here/scripts/fetch_model.sh"
+"$here/.venv/bin/python" "$here/scripts/fetch_chunked_models.py"
 bash "$here/scripts/fetch_tiktoken.sh"
 echo "setup: ok"

@@ -14,17 +14,17 @@ using ollama::Json;
 using ollama::OllamaEndpoint;
 using ollama::OllamaError;
 
-HttpReply ErrorReply(const OllamaError& e, const HttpHeaders& headers = {}) {
-  HttpReply r;
-  r.status = e.status;
-  r.body = Json{{"error", e.message}}.dump(-1, ' ', false, Json::error_handler_t::replace);
-  r.headers = headers;
-  return r;
-}
-
 HttpReply JsonReply(const Json& j) {
   HttpReply r;
   r.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return r;
+}
+
+// {"error": message} with the error's status.
+HttpReply ErrorReply(const OllamaError& e, const HttpHeaders& headers = {}) {
+  HttpReply r = JsonReply(Json{{"error", e.message}});
+  r.status = e.status;
+  r.headers = headers;
   return r;
 }
 
@@ -58,10 +58,24 @@ OllamaError ErrorOf(const absl::Status& st) {
   return e;
 }
 
+// An answer's HTTP status as the call's status, for its log line and counters.
 absl::StatusCode CodeOf(int http_status) {
-  return http_status == 404   ? absl::StatusCode::kNotFound
-         : http_status == 400 ? absl::StatusCode::kInvalidArgument
-                              : absl::StatusCode::kInternal;
+  switch (http_status) {
+    case 400:
+      return absl::StatusCode::kInvalidArgument;
+    case 401:
+      return absl::StatusCode::kUnauthenticated;
+    case 403:
+      return absl::StatusCode::kPermissionDenied;
+    case 404:
+      return absl::StatusCode::kNotFound;
+    case 499:
+      return absl::StatusCode::kCancelled;
+    case 503:
+      return absl::StatusCode::kUnavailable;
+    default:
+      return absl::StatusCode::kInternal;
+  }
 }
 
 // The body as JSON, or the error to send (a parse error named by byte offset only: the
@@ -84,7 +98,7 @@ std::optional<OllamaError> ParseBody(const std::string& body, Json* out) {
 }  // namespace
 
 OllamaApi::OllamaApi(ServingCore* core, OllamaOptions options)
-    : core_(core), options_(std::move(options)), models_(options_.description, options_.model.names) {}
+    : core_(core), model_(options.model), models_(std::move(options.description), options.model.names) {}
 
 std::unique_ptr<OllamaApi> OllamaApi::Start(ServingCore* core, OllamaOptions options) {
   return std::unique_ptr<OllamaApi>(new OllamaApi(core, std::move(options)));
@@ -171,7 +185,7 @@ void OllamaApi::Generate(OllamaEndpoint endpoint, const HttpRequest& req, HttpEx
   std::optional<OllamaError> error = ParseBody(req.body, &body);
   if (!error) {
     OllamaError e;
-    if (!ollama::ParseOllamaRequest(endpoint, body, options_.model, &request, &e,
+    if (!ollama::ParseOllamaRequest(endpoint, body, model_, &request, &e,
                                     [this, &call] { return stopping_.load() || call.Abandoned(); })) {
       error = e;
     }
@@ -192,7 +206,7 @@ void OllamaApi::Run(const ollama::OllamaRequest& request, const std::string& own
                     HttpExchange& exchange) {
   std::string whole;
   bool begun = false;
-  ollama::ReplyWriter out(request, options_.model.tokenizer, received, [&](const std::string& s) {
+  ollama::ReplyWriter out(request, model_.tokenizer, received, [&](const std::string& s) {
     if (!request.stream || request.load_only) {
       whole = s;
       return true;
@@ -218,9 +232,9 @@ void OllamaApi::Run(const ollama::OllamaRequest& request, const std::string& own
   call.Finish(st).IgnoreError();
   if (st.ok() && out.Finish() && !request.stream) {
     exchange.Send(HttpReply{200, "application/json", whole, headers});
-  } else if (!st.ok() && !begun && !absl::IsCancelled(st)) {
+  } else if (!st.ok() && !begun) {  // every request answers, a cancelled one with 499
     exchange.Send(ErrorReply(ErrorOf(st), headers));
-  } else if (!st.ok() && begun && !absl::IsCancelled(st)) {
+  } else if (!st.ok() && !absl::IsCancelled(st)) {
     out.Fail(ErrorOf(st).message);
   }
   if (begun) exchange.EndStream();

@@ -4,10 +4,11 @@
 // metrics); /api/tags, /api/show, /api/ps and /api/version describe the model;
 // the model management endpoints are refused.
 //
-//   auto ollama = OllamaApi::Start(&core, options);
-//   OpenAiHttpOptions ho;  ho.extra_routes = (*ollama)->Routes();
+//   std::unique_ptr<OllamaApi> ollama = OllamaApi::Start(&core, std::move(options));
+//   OpenAiHttpOptions ho;
+//   ho.extra_routes = ollama->Routes();
 //   ...
-//   (*ollama)->Stop();  // before the HTTP server goes: requests still running are cancelled
+//   ollama->Stop();  // before the HTTP server goes: requests still running are cancelled
 #pragma once
 
 #include <atomic>
@@ -48,7 +49,7 @@ class OllamaApi {
   void Show(const HttpRequest& req, HttpExchange& exchange);
 
   ServingCore* core_;
-  OllamaOptions options_;
+  openai::ModelContext model_;
   ollama::ModelEndpoints models_;
   std::atomic<bool> stopping_{false};
 };

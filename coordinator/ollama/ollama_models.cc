@@ -1,8 +1,8 @@
 #include "coordinator/ollama/ollama_models.h"
 
+#include <chrono>
 #include <ctime>
 #include <fstream>
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -13,8 +13,8 @@ namespace shardlm {
 namespace ollama {
 namespace {
 
-// sha256 over the files, in order, as hex; "" when one cannot be read.
-std::string Sha256Files(const std::vector<std::string>& files) {
+// sha256 over the files, in order, as hex; "" when one cannot be read or `stop` is set.
+std::string Sha256Files(const std::vector<std::string>& files, const std::atomic<bool>& stop) {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
   std::vector<char> buf(1 << 20);
@@ -22,7 +22,7 @@ std::string Sha256Files(const std::vector<std::string>& files) {
   for (const std::string& f : files) {
     std::ifstream in(f, std::ios::binary);
     ok &= static_cast<bool>(in);
-    while (in) {
+    while (in && !stop.load()) {
       in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
       EVP_DigestUpdate(ctx, buf.data(), static_cast<size_t>(in.gcount()));
     }
@@ -33,7 +33,7 @@ std::string Sha256Files(const std::vector<std::string>& files) {
   EVP_MD_CTX_free(ctx);
   std::string hex;
   for (unsigned int i = 0; i < n; ++i) absl::StrAppendFormat(&hex, "%02x", md[i]);
-  return ok ? hex : "";
+  return ok && !stop.load() ? hex : "";
 }
 
 std::string Rfc3339(int64_t unix_s) {
@@ -58,10 +58,27 @@ Json ModelInfo(const Json& metadata, bool verbose) {
 
 ModelEndpoints::ModelEndpoints(ModelDescription description, std::vector<std::string> names)
     : d_(std::move(description)), names_(std::move(names)) {
-  std::packaged_task<std::string()> task([files = d_.card.files] { return Sha256Files(files); });
-  digest_ = task.get_future().share();
-  std::thread(std::move(task)).detach();
   model_info_ = ModelInfo(d_.card.metadata, /*verbose=*/false);
+  hasher_ = std::thread([this] { Hash(); });
+}
+
+ModelEndpoints::~ModelEndpoints() {
+  stop_ = true;
+  hasher_.join();
+}
+
+void ModelEndpoints::Hash() {
+  std::string digest = Sha256Files(d_.card.files, stop_);
+  std::lock_guard<std::mutex> lock(mu_);
+  digest_ = std::move(digest);
+  done_ = true;
+  hashed_.notify_all();
+}
+
+std::string ModelEndpoints::Digest() {
+  std::unique_lock<std::mutex> lock(mu_);
+  hashed_.wait_for(lock, std::chrono::seconds(10), [this] { return done_; });
+  return digest_;
 }
 
 Json ModelEndpoints::Details() const {
@@ -78,8 +95,8 @@ Json ModelEndpoints::Entry() {
   const std::string name =
       names_.front().find(':') == std::string::npos ? names_.front() + ":latest" : names_.front();
   return Json{
-      {"name", name},          {"model", name},           {"modified_at", Rfc3339(d_.card.modified_unix_s)},
-      {"size", d_.card.bytes}, {"digest", digest_.get()}, {"details", Details()}};
+      {"name", name},          {"model", name},      {"modified_at", Rfc3339(d_.card.modified_unix_s)},
+      {"size", d_.card.bytes}, {"digest", Digest()}, {"details", Details()}};
 }
 
 Json ModelEndpoints::Tags() { return Json{{"models", Json::array({Entry()})}}; }

@@ -1,11 +1,15 @@
 // Ollama's model endpoints (docs/ollama.md "Models"): /api/tags, /api/show,
 // /api/ps and /api/version describe the one model served, from its card
 // (formats/model_card.h). The digest (sha256 of the model's files) is computed
-// once, on a thread of its own, from the start; the first listing waits for it.
+// once, on a thread of its own, from the start; a listing waits up to 10 s for
+// it and otherwise reports "" (a large model takes a while to hash).
 #pragma once
 
-#include <future>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <string>
+#include <thread>
 
 #include "coordinator/ollama/ollama_request.h"
 #include "formats/model_card.h"
@@ -31,6 +35,7 @@ class ModelEndpoints {
  public:
   // Starts hashing the card's files.
   ModelEndpoints(ModelDescription description, std::vector<std::string> names);
+  ~ModelEndpoints();  // stops the hashing and waits for its thread
 
   Json Tags();
   Json Ps();
@@ -40,13 +45,20 @@ class ModelEndpoints {
 
  private:
   Json Details() const;
-  Json Entry();  // a model as tags and ps list it
+  Json Entry();          // a model as tags and ps list it
+  std::string Digest();  // "" until computed (waiting up to 10 s)
+  void Hash();           // the hashing thread
   std::string Parameters() const;
   std::string Modelfile() const;
 
   ModelDescription d_;
   std::vector<std::string> names_;
-  std::shared_future<std::string> digest_;
+  std::mutex mu_;
+  std::condition_variable hashed_;
+  std::string digest_;  // guarded by mu_
+  bool done_ = false;   // guarded by mu_
+  std::atomic<bool> stop_{false};
+  std::thread hasher_;
   Json model_info_;  // without arrays longer than 5 (Ollama's non-verbose show)
 };
 

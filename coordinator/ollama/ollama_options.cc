@@ -22,11 +22,22 @@ const std::set<std::string> kIgnored = {
     "use_mlock",    "num_thread",  "low_vram",       "f16_kv",           "numa",
     "logits_all",   "vocab_only",  "embedding_only", "penalize_newline", "draft_num_predict",
     "mirostat_tau", "mirostat_eta"};
-const std::set<std::string> kHonoured = {
-    "temperature",       "top_k",         "top_p",          "min_p",
-    "typical_p",         "repeat_last_n", "repeat_penalty", "presence_penalty",
-    "frequency_penalty", "seed",          "stop",           "num_predict",
-    "num_ctx",           "mirostat",      "tfs_z"};
+const std::set<std::string> kHonoured = {"temperature",
+                                         "top_k",
+                                         "top_p",
+                                         "min_p",
+                                         "typical_p",
+                                         "repeat_last_n",
+                                         "repeat_penalty",
+                                         "presence_penalty",
+                                         "frequency_penalty",
+                                         "seed",
+                                         "stop",
+                                         "num_predict",
+                                         "num_ctx",
+                                         "mirostat",
+                                         "tfs_z",
+                                         "n_indent"};  // llama.cpp's, for fill-in-the-middle (docs/ollama.md)
 
 // A sampling method shardlm does not implement, accepted at its "off" value.
 bool OnlyOff(Params& p, const std::string& key, double off, const std::string& what) {
@@ -37,6 +48,9 @@ bool OnlyOff(Params& p, const std::string& key, double off, const std::string& w
 }
 
 bool StopOf(Params& p, GenerateJob& job) {
+  int64_t indent = 0;
+  if (!p.Integer("n_indent", 0, 1024, &indent)) return false;
+  job.min_indent = static_cast<int>(indent);
   if (!p.Has("stop")) return true;
   const Json& v = p.At("stop");
   if (!v.is_array()) return p.Fail("stop", "stop must be a list of strings");
@@ -75,10 +89,15 @@ bool SamplingOf(Params& p, const openai::ModelContext& model, EngineRequest& r) 
   int64_t top_k = 40;
   if (p.Integer("top_k", -1, model.vocab_size, &top_k))
     s.top_k = static_cast<int32_t>(std::max<int64_t>(top_k, 0));
-  int64_t seed = -1;
-  if (p.Integer("seed", INT64_MIN, INT64_MAX, &seed) && seed != -1) {
-    s.seed = static_cast<uint64_t>(seed);
-    r.has_seed = true;
+  // seed: any 64-bit integer, signed or not; -1 draws a random one.
+  if (p.Has("seed")) {
+    const Json& v = p.At("seed");
+    if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + openai::Shown(v));
+    const bool random = v.is_number_unsigned() ? false : v.get<int64_t>() == -1;
+    if (!random) {
+      s.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+      r.has_seed = true;
+    }
   }
   if (!OnlyOff(p, "typical_p", 1, "locally typical sampling")) return false;
   if (!OnlyOff(p, "mirostat", 0, "Mirostat sampling")) return false;
@@ -119,7 +138,8 @@ bool OptionsInto(Params& outer, const openai::ModelContext& model, GenerateJob& 
     options = &outer.At("options");
   }
   openai::ApiError inner;
-  Params p(*options, &inner, Tokenizer::StopCheck());
+  const Tokenizer::StopCheck no_stop;  // nothing is tokenized here
+  Params p(*options, &inner, no_stop);
   if (KnownKeys(p, *options) && SamplingOf(p, model, job.request) && StopOf(p, job) &&
       LengthsOf(p, model, lengths) && !p.failed()) {
     return true;

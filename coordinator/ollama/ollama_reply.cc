@@ -15,6 +15,13 @@ int64_t Nanos(std::chrono::steady_clock::duration d) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
 }
 
+// A call's arguments (JSON text of an object, as ParseToolCalls found them) as the object.
+// nlohmann's parser keeps its own stack, so no depth limit is needed for the model's text.
+Json ArgumentsObject(const std::string& text) {
+  Json j = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : Json::object();
+}
+
 }  // namespace
 
 std::string CreatedAt() {
@@ -105,10 +112,15 @@ bool ReplyWriter::Add(const GenerateUpdate& u) {
 
 bool ReplyWriter::SendToolCalls() {
   ParsedReply reply = ParseToolCalls(request_.tool_format, text_, request_.tool_names);
-  if (reply.calls.empty()) return SendPlainText();
+  if (reply.calls.empty()) {  // the text held back in case it began a call is plain text after all
+    const bool ok = !request_.stream || sent_ >= text_.size() || Send(Chunk(text_.substr(sent_), false));
+    sent_ = text_.size();
+    return ok;
+  }
   bool ok = true;
   // What is left of the content once the calls are taken out of it.
-  if (reply.content.size() > sent_ && reply.content.compare(0, sent_, text_, 0, sent_) == 0) {
+  if (request_.stream && reply.content.size() > sent_ &&
+      reply.content.compare(0, sent_, text_, 0, sent_) == 0) {
     ok &= Send(Chunk(reply.content.substr(sent_), false));
   }
   sent_ = text_.size();
@@ -121,7 +133,7 @@ bool ReplyWriter::SendToolCalls() {
                            {"function",
                             {{"index", k},
                              {"name", reply.calls[k].name},
-                             {"arguments", openai::ParseJson(reply.calls[k].arguments)}}}});
+                             {"arguments", ArgumentsObject(reply.calls[k].arguments)}}}});
   }
   if (!request_.stream) {
     text_ = reply.content;

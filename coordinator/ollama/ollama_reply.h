@@ -2,10 +2,10 @@
 // NDJSON chunks, or one object with stream false; the final chunk with the
 // timings measured on the request, tool calls parsed from the reply.
 //
-//   ReplyWriter out(request, tokenizer, received, [&](const std::string& line) { return exchange.Write(line);
-//   }); out.Queued();                       // the prompt is ready for the engine StreamGenerate(...,
-//   [&](const GenerateUpdate& u) { return out.Add(u); }, ...); out.Finish();                       // the
-//   done chunk (or the whole object)
+//   ReplyWriter out(request, tokenizer, received, send_line);
+//   out.Queued();  // the prompt is ready for the engine
+//   StreamGenerate(..., [&](const GenerateUpdate& u) { return out.Add(u); }, ...);
+//   out.Finish();  // the done chunk (or the whole object)
 #pragma once
 
 #include <chrono>

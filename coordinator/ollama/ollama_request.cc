@@ -1,7 +1,8 @@
 #include "coordinator/ollama/ollama_request.h"
 
 #include <algorithm>
-#include <regex>
+#include <cctype>
+#include <cstring>
 #include <set>
 
 #include "absl/strings/ascii.h"
@@ -25,16 +26,42 @@ const std::set<std::string> kGenerateKeys = {"prompt",  "suffix", "system", "tem
                                              "context", "raw",    "images"};
 const std::set<std::string> kChatKeys = {"messages", "tools"};
 
+// A Go duration ("5m", "1h30m", "-1.5s", or a bare number of seconds), at most 64
+// bytes; *zero when it is zero. Parsed by hand: a regex would recurse per repetition.
+bool ParseDuration(const std::string& s, bool* zero) {
+  if (s.empty() || s.size() > 64) return false;
+  size_t i = s[0] == '-' || s[0] == '+' ? 1 : 0;
+  bool any_nonzero = false, bare = true;
+  int terms = 0;
+  while (i < s.size()) {
+    const size_t start = i;
+    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) {
+      any_nonzero |= s[i] >= '1' && s[i] <= '9';
+      ++i;
+    }
+    if (i == start || std::count(s.begin() + start, s.begin() + i, '.') > 1) return false;
+    ++terms;
+    if (i == s.size()) break;  // a bare number of seconds: only as the whole value
+    bare = false;
+    size_t unit = 0;
+    for (const char* u : {"ns", "us", "\xc2\xb5s", "ms", "s", "m", "h"}) {
+      if (s.compare(i, std::strlen(u), u) == 0 && std::strlen(u) > unit) unit = std::strlen(u);
+    }
+    if (unit == 0) return false;
+    i += unit;
+  }
+  *zero = !any_nonzero;
+  return terms > 0 && (bare ? terms == 1 : true);
+}
+
 // keep_alive: seconds, or a Go duration ("5m", "1h30m", "-1"); it changes nothing here (the
 // model is never unloaded), but a malformed one is told. True when it asks to unload now.
 bool KeepAliveOf(Params& p, bool* unload) {
   if (!p.Has("keep_alive")) return true;
   const Json& v = p.At("keep_alive");
-  static const std::regex kDuration(R"(^[-+]?((\d+(\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h))+$|^[-+]?\d+(\.\d*)?$)");
   if (v.is_number()) {
     *unload = v.get<double>() == 0;
-  } else if (v.is_string() && std::regex_match(v.get<std::string>(), kDuration)) {
-    *unload = std::regex_match(v.get<std::string>(), std::regex(R"(^[-+]?0+(\.0*)?(ns|us|µs|ms|s|m|h)?$)"));
+  } else if (v.is_string() && ParseDuration(v.get_ref<const std::string&>(), unload)) {
   } else {
     return p.Fail("keep_alive", "keep_alive must be a number of seconds or a duration such as \"5m\", got " +
                                     openai::Shown(v));
@@ -109,10 +136,8 @@ bool FimInto(Params& p, const openai::ModelContext& model, const std::string& pr
                                "\" does not support insert (its tokenizer has no fill-in-the-middle "
                                "tokens such as <|fim_prefix|>, <|fim_suffix|>, <|fim_middle|>)"));
   }
-  if (p.Has("system"))
-    return p.Fail("system", "system does not apply to a fill-in-the-middle prompt (suffix)");
   auto ids = FimPrompt(*model.tokenizer, *model.fim, prompt, p.At("suffix").get<std::string>(),
-                       model.max_context, "prompt", "suffix", Tokenizer::StopCheck());
+                       model.max_context, "prompt", "suffix", p.stop());
   if (!ids.ok()) return p.Fail(ErrorField(ids.status()), std::string(ids.status().message()));
   r.job.request.prompt = std::move(*ids);
   auto& stops = r.job.request.stop_token_ids;
@@ -149,7 +174,11 @@ bool GeneratePromptInto(Params& p, const openai::ModelContext& model, OllamaRequ
     return true;
   }
   r.return_context = !raw;
+  if (model.tokenizer == nullptr)
+    return p.Fail("prompt", "prompt as text needs a tokenizer.json in the model, which this one lacks");
   if (given("suffix")) {
+    if (given("system"))
+      return p.Fail("system", "system does not apply to a fill-in-the-middle prompt (suffix)");
     if (!FimInto(p, model, prompt, r)) return false;
   } else if (raw || model.chat_template == nullptr) {
     auto ids = p.Encode("prompt", prompt, model, /*add_special_tokens=*/true);

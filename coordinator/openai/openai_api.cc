@@ -246,7 +246,7 @@ bool FimInto(Params& p, const std::string& field, const Json& prompt, const std:
              const ModelContext& model, EngineRequest& g) {
   if (!prompt.is_string()) return p.Fail(field, field + " must be text with suffix (fill-in-the-middle)");
   auto ids = FimPrompt(*model.tokenizer, *model.fim, prompt.get<std::string>(), suffix, model.max_context,
-                       field, "suffix", Tokenizer::StopCheck());
+                       field, "suffix", p.stop());
   if (!ids.ok()) return p.Fail(ErrorField(ids.status()), std::string(ids.status().message()));
   g.prompt = std::move(*ids);
   g.stop_token_ids.insert(g.stop_token_ids.end(), model.fim->ends.begin(), model.fim->ends.end());
@@ -266,6 +266,9 @@ bool CompletionInto(Params& p, const ModelContext& model, OpenAiRequest& r, cons
                                          "' has no fill-in-the-middle tokens (such as <|fim_prefix|>, "
                                          "<|fim_suffix|>, <|fim_middle|>) in its tokenizer"));
   }
+  int64_t indent = 0;  // llama.cpp's n_indent, for fill-in-the-middle (tokenizer/stop_text.h)
+  if (!p.Integer("n_indent", 0, 1024, &indent)) return false;
+  base.min_indent = static_cast<int>(indent);
   int64_t best_of = r.n;
   if (!p.Integer("best_of", 1, kMaxSamples, &best_of)) return false;
   if (best_of != r.n) return p.Fail("best_of", "best_of other than n is not supported");
@@ -332,7 +335,7 @@ bool ParseRequest(Endpoint endpoint, const Json& body, const ModelContext& model
                   "parallel_tool_calls", "store", "metadata", "service_tier", "add_generation_prompt",
                   "chat_template_kwargs"});
   } else {
-    known.insert({"prompt", "echo", "best_of", "suffix"});
+    known.insert({"prompt", "echo", "best_of", "suffix", "n_indent"});
   }
   if (!p.OnlyKnown(known)) return false;
   OpenAiRequest r;

@@ -42,6 +42,8 @@ class Params {
     return false;
   }
   bool failed() const { return failed_; }
+  // Says when the client has gone (tokenizing stops).
+  const Tokenizer::StopCheck& stop() const { return stop_; }
   void SetStatus(int http_status, const std::string& code) {
     error_->http_status = http_status;
     error_->code = code;

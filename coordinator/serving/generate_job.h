@@ -24,6 +24,9 @@ struct GenerateJob {
   ConstraintSpec constraint;
   int n = 1;                      // samples of the one prompt
   std::vector<std::string> stop;  // stop strings, matched on each sample's text
+  // > 0: a line after the first indented less than this ends the text (llama.cpp's n_indent,
+  // for fill-in-the-middle: tokenizer/stop_text.h).
+  int min_indent = 0;
 };
 
 }  // namespace shardlm

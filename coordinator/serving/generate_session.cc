@@ -62,6 +62,8 @@ absl::Status GenerateSession::CheckJob(const ServingCore& core, const GenerateJo
       return Invalid("stop", absl::StrCat("stop[", i, "] must be 1 to ", kMaxStopStringBytes, " bytes"));
     }
   }
+  if (job.min_indent > 0 && core.tokenizer() == nullptr)
+    return Invalid("n_indent", "n_indent needs a tokenizer.json in the model");
   if (!job.stop.empty() && core.tokenizer() == nullptr) {
     return Invalid("stop", "stop strings need a tokenizer.json in the model");
   }
@@ -104,7 +106,8 @@ absl::Status GenerateSession::Start(GenerateJob job, std::function<void()> notif
   n_ = job.n;
   SHARDLM_RETURN_IF_ERROR(CheckJob(*core_, job));
   SHARDLM_RETURN_IF_ERROR(FillBase(job));
-  for (int s = 0; s < n_; ++s) texts_.push_back(std::make_unique<StopText>(core_->tokenizer(), job.stop));
+  for (int s = 0; s < n_; ++s)
+    texts_.push_back(std::make_unique<StopText>(core_->tokenizer(), job.stop, job.min_indent));
   finish_.assign(n_, "");
   stopping_.assign(n_, false);
   sent_tokens_.assign(n_, 0);

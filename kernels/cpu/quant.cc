@@ -84,7 +84,7 @@ float Dequant(BlockFormat f, uint8_t u, float d, float m) {
     case BlockFormat::kQ4_0:
       return static_cast<float>(static_cast<int>(u) - 8) * d;
     case BlockFormat::kQ4_1:
-    case BlockFormat::kNone:  // never a packed weight's format
+    default:  // kNone and formats without kernels: never a packed weight's format
       break;
   }
   return static_cast<float>(u) * d + m;

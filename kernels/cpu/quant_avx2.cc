@@ -152,7 +152,7 @@ void Run(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
       return Panels<T, BlockFormat::kQ4_0>(a, p_begin, p_end);
     case BlockFormat::kQ4_1:
       return Panels<T, BlockFormat::kQ4_1>(a, p_begin, p_end);
-    case BlockFormat::kNone:  // never a packed weight's format
+    default:  // kNone and formats without kernels: never a packed weight's format
       return;
   }
 }

@@ -383,21 +383,11 @@ def poll(oa, run, statuses=("completed", "incomplete", "failed", "cancelled", "e
 
 
 def metric(srv, name):
-    with urllib.request.urlopen(srv.base.replace("/v1", "/metrics"), timeout=10) as r:
-        for line in r.read().decode().split("\n"):
-            if line.startswith(name + " "):
-                return float(line.split()[1])
-    return None
+    return harness.metric_value(srv.base.replace("/v1", "/metrics"), name)
 
 
 def settled(srv, seconds=10):
-    """True once no request runs and no call is in flight (the gauges follow the engine's step)."""
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if metric(srv, "shardlm_requests_running") == 0 and metric(srv, "shardlm_calls_in_flight") == 0:
-            return True
-        time.sleep(0.1)
-    return False
+    return harness.settled(srv.base.replace("/v1", "/metrics"), seconds)
 
 
 def case_runs(ctx, c):
@@ -1319,15 +1309,7 @@ CASES = [("objects", case_objects), ("keys", case_keys), ("errors", case_errors)
 
 
 def main():
-    parsed = harness.case_main_args(__doc__, [n for n, _ in CASES])
-    if parsed is None:
-        return 2
-    binary, workdir, only, args = parsed
-    ctx = Ctx2(workdir, args, binary)
-    try:
-        return harness.run_cases(CASES, only, ctx, "stateful")
-    finally:
-        ctx.stop_shared()
+    return harness.case_main(__doc__, CASES, "stateful", lambda w, a, b: Ctx2(w, a, b), lambda ctx: ctx.stop_shared())
 
 
 if __name__ == "__main__":

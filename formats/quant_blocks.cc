@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace shardlm {
@@ -206,8 +207,8 @@ void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* ou
       case BlockFormat::kQ4_1:
         QuantizeQ4_1(x, dst);
         break;
-      default:  // no quantizer: only the formats the kernels keep are made here
-        return;
+      default:  // no quantizer: only the formats the kernels keep are made here (HasQuantKernels)
+        std::abort();
     }
   }
 }

@@ -1,5 +1,8 @@
 // ggml's block-quantized weight formats, as GGUF files store them, and their
-// dequantization to f32.
+// dequantization to f32: the 32-weight blocks below, Q5_0 and Q5_1 (a fifth
+// bit per weight in a u32), and the K-quants' 256-weight super-blocks with
+// 6- or 8-bit sub-block scales (Q2_K to Q6_K; layouts in quant_blocks.cc),
+// all exactly as gguf-py dequantizes them.
 //
 // A row of `n` weights is n / 32 blocks, each a scale (and for Q4_1 a
 // minimum) in f16 followed by the block's quantized values:
@@ -25,7 +28,8 @@ namespace shardlm {
 void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* out);
 
 // Quantizes `n` f32 weights (a multiple of 32) into the format's blocks at
-// `out` (n / 32 * block bytes), rounding as ggml's reference quantizers do:
+// `out` (n / 32 * block bytes; Q8_0, Q4_0 and Q4_1 only, the formats the kernels
+// keep: any other aborts), rounding as ggml's reference quantizers do:
 // Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = -(the value of largest
 // magnitude) / 8, nibble = min(15, trunc(x / d + 8.5)); Q4_1 d = (max - min) / 15,
 // m = min, nibble = min(15, trunc((x - m) / d + 0.5)). Scales stored in f16.

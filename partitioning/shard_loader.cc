@@ -99,7 +99,9 @@ absl::StatusOr<QuantShard> LoadQuantShard(const Checkpoint& ckpt, const ShardPla
   SHARDLM_ASSIGN_OR_RETURN(const TensorView* view, ckpt.Get(name));
   SHARDLM_RETURN_IF_ERROR(CheckShape(ckpt, *view, name, expected_shape));
   QuantShard shard;
-  if (view->block == BlockFormat::kNone || view->shape.size() != 2) return shard;
+  // Formats the kernels do not keep are loaded dense (LoadShard): no copy of their blocks here.
+  if (view->block == BlockFormat::kNone || !HasQuantKernels(view->block) || view->shape.size() != 2)
+    return shard;
   const BlockLayout layout = BlockLayoutOf(view->block);
   const SliceSpec slice = plan.SliceFor(name);
   int64_t row0 = 0, rows = view->shape[0], col0 = 0, cols = view->shape[1];

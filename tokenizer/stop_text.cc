@@ -32,20 +32,23 @@ size_t StopText::DedentAt(size_t* undecided) const {
     size_t i = line;
     while (i < held_.size() && (held_[i] == ' ' || held_[i] == '\t')) ++i;
     const bool shallow = static_cast<int>(i - line) < min_indent_;
-    if (i == held_.size()) {  // only indentation so far: undecided while it is shallow
+    // Only indentation so far (or a '\r' that may begin a "\r\n"): undecided while shallow.
+    if (i == held_.size() || (held_[i] == '\r' && i + 1 == held_.size())) {
       if (shallow) *undecided = held_.size() - line;
       return std::string::npos;
     }
-    if (held_[i] != '\n' && shallow) return line;
+    const bool blank = held_[i] == '\n' || (held_[i] == '\r' && held_[i + 1] == '\n');
+    if (!blank && shallow) return line;
     line = held_.find('\n', i);
     if (line != std::string::npos) ++line;
   }
   return std::string::npos;
 }
 
-// The first stop string (in the order given) found in the held tail plus the
-// new piece ends the text before it, as does a line indented less than the
-// minimum; otherwise the longest tail that could still become either is held back.
+// The earliest stop string found in the held tail plus the new piece ends the
+// text before it, as does a line indented less than the minimum (whichever
+// comes first); otherwise the longest tail that could still become either is
+// held back.
 std::string StopText::Push(const std::string& piece) {
   held_ += piece;
   size_t cut = std::string::npos;

@@ -1,5 +1,5 @@
 // A generated sequence's text as a stream shows it: detokenized token by
-// token (special tokens skipped) and cut before the first stop string. Text
+// token (special tokens skipped) and cut before the earliest stop string. Text
 // that could still turn into a stop string is held back, so a reader never
 // sees part of one. The Generate API and `shardlm batch` both use it, so a
 // stop string ends the text at the same place in-process and from a server.

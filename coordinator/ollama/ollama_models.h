@@ -1,8 +1,9 @@
 // Ollama's model endpoints (docs/ollama.md "Models"): /api/tags, /api/show,
 // /api/ps and /api/version describe the one model served, from its card
 // (formats/model_card.h). The digest (sha256 of the model's files) is computed
-// once, on a thread of its own, from the start; a listing waits up to 10 s for
-// it and otherwise reports "" (a large model takes a while to hash).
+// once, on a thread of its own, from the start; the first listing waits up to
+// 10 s for it, and until it is done every listing reports "" (a large model
+// takes a while to hash).
 #pragma once
 
 #include <atomic>
@@ -55,8 +56,9 @@ class ModelEndpoints {
   std::vector<std::string> names_;
   std::mutex mu_;
   std::condition_variable hashed_;
-  std::string digest_;  // guarded by mu_
-  bool done_ = false;   // guarded by mu_
+  std::string digest_;   // guarded by mu_
+  bool done_ = false;    // guarded by mu_
+  bool waited_ = false;  // guarded by mu_: a listing has waited once
   std::atomic<bool> stop_{false};
   std::thread hasher_;
   Json model_info_;  // without arrays longer than 5 (Ollama's non-verbose show)

@@ -92,11 +92,16 @@ bool SamplingOf(Params& p, const openai::ModelContext& model, EngineRequest& r) 
   // seed: any 64-bit integer, signed or not; -1 draws a random one.
   if (p.Has("seed")) {
     const Json& v = p.At("seed");
-    if (!v.is_number_integer()) return p.Fail("seed", "seed must be an integer, got " + openai::Shown(v));
-    const bool random = v.is_number_unsigned() ? false : v.get<int64_t>() == -1;
-    if (!random) {
-      s.seed = v.is_number_unsigned() ? v.get<uint64_t>() : static_cast<uint64_t>(v.get<int64_t>());
+    if (v.is_number_unsigned()) {
+      s.seed = v.get<uint64_t>();
       r.has_seed = true;
+    } else {
+      int64_t seed = -1;  // signed, or an integral float (42.0) as Python clients may send
+      if (!p.Integer("seed", INT64_MIN, INT64_MAX, &seed)) return false;
+      if (seed != -1) {
+        s.seed = static_cast<uint64_t>(seed);
+        r.has_seed = true;
+      }
     }
   }
   if (!OnlyOff(p, "typical_p", 1, "locally typical sampling")) return false;

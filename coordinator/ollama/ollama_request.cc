@@ -31,18 +31,21 @@ const std::set<std::string> kChatKeys = {"messages", "tools"};
 bool ParseDuration(const std::string& s, bool* zero) {
   if (s.empty() || s.size() > 64) return false;
   size_t i = s[0] == '-' || s[0] == '+' ? 1 : 0;
-  bool any_nonzero = false, bare = true;
+  bool any_nonzero = false;
   int terms = 0;
   while (i < s.size()) {
     const size_t start = i;
-    while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.')) {
+    int digits = 0, dots = 0;
+    for (; i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) || s[i] == '.'); ++i) {
+      s[i] == '.' ? ++dots : ++digits;
       any_nonzero |= s[i] >= '1' && s[i] <= '9';
-      ++i;
     }
-    if (i == start || std::count(s.begin() + start, s.begin() + i, '.') > 1) return false;
+    if (i == start || digits == 0 || dots > 1) return false;
     ++terms;
-    if (i == s.size()) break;  // a bare number of seconds: only as the whole value
-    bare = false;
+    if (i == s.size()) {  // a bare number of seconds, only as the whole value
+      *zero = !any_nonzero;
+      return terms == 1;
+    }
     size_t unit = 0;
     for (const char* u : {"ns", "us", "\xc2\xb5s", "ms", "s", "m", "h"}) {
       if (s.compare(i, std::strlen(u), u) == 0 && std::strlen(u) > unit) unit = std::strlen(u);
@@ -51,7 +54,7 @@ bool ParseDuration(const std::string& s, bool* zero) {
     i += unit;
   }
   *zero = !any_nonzero;
-  return terms > 0 && (bare ? terms == 1 : true);
+  return terms > 0;
 }
 
 // keep_alive: seconds, or a Go duration ("5m", "1h30m", "-1"); it changes nothing here (the

@@ -33,6 +33,9 @@ std::pair<std::string, bool> Stream(const std::string& text, std::vector<std::st
 TEST(StopTextTest, StopStringsEndTheTextBeforeTheEarliest) {
   EXPECT_EQ(Stream("alpha beta gamma delta", {"delta", "beta"}, 0),
             std::make_pair(std::string("alpha "), true));
+  // Both complete with the token " gamma": the earlier one in the text wins, not the first listed.
+  EXPECT_EQ(Stream("alpha beta gamma delta", {" gamma", "beta gamma"}, 0),
+            std::make_pair(std::string("alpha "), true));
   EXPECT_EQ(Stream("alpha beta", {"zeta"}, 0), std::make_pair(std::string("alpha beta"), false));
 }
 
@@ -46,6 +49,9 @@ TEST(StopTextTest, ALineIndentedLessThanTheMinimumEndsTheTextAfterItsNewline) {
   EXPECT_EQ(Stream(code, {}, 0), std::make_pair(code, false));
   // Blank and whitespace-only lines do not end it; tabs count as indentation.
   EXPECT_EQ(Stream("a\n  \n\tb\nc", {}, 1), std::make_pair(std::string("a\n  \n\tb\n"), true));
+  // Windows line ends: blank "\r\n" lines do not end it either.
+  EXPECT_EQ(Stream("x = 1\r\n\r\n    y = 2\r\n  \r\nz", {}, 4),
+            std::make_pair(std::string("x = 1\r\n\r\n    y = 2\r\n  \r\n"), true));
   // A stop string before the dedent wins, and the other way round.
   EXPECT_EQ(Stream("a\n    b STOP\nc", {"STOP"}, 4), std::make_pair(std::string("a\n    b "), true));
   EXPECT_EQ(Stream("a\nc STOP", {"STOP"}, 4), std::make_pair(std::string("a\n"), true));

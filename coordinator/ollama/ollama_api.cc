@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "coordinator/ollama/ollama_reply.h"
+#include "coordinator/openai_wire/http_replies.h"
 #include "coordinator/serving/generate_stream.h"
 
 namespace shardlm {
@@ -14,11 +15,7 @@ using ollama::Json;
 using ollama::OllamaEndpoint;
 using ollama::OllamaError;
 
-HttpReply JsonReply(const Json& j) {
-  HttpReply r;
-  r.body = j.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return r;
-}
+using openai::JsonReply;
 
 // {"error": message} with the error's status.
 HttpReply ErrorReply(const OllamaError& e, const HttpHeaders& headers = {}) {
@@ -56,26 +53,6 @@ OllamaError ErrorOf(const absl::Status& st) {
       break;
   }
   return e;
-}
-
-// An answer's HTTP status as the call's status, for its log line and counters.
-absl::StatusCode CodeOf(int http_status) {
-  switch (http_status) {
-    case 400:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 403:
-      return absl::StatusCode::kPermissionDenied;
-    case 404:
-      return absl::StatusCode::kNotFound;
-    case 499:
-      return absl::StatusCode::kCancelled;
-    case 503:
-      return absl::StatusCode::kUnavailable;
-    default:
-      return absl::StatusCode::kInternal;
-  }
 }
 
 // The body as JSON, or the error to send (a parse error named by byte offset only: the
@@ -192,7 +169,7 @@ void OllamaApi::Generate(OllamaEndpoint endpoint, const HttpRequest& req, HttpEx
   }
   if (error) {
     exchange.Send(ErrorReply(*error, headers));
-    call.Finish(absl::Status(CodeOf(error->status), error->message)).IgnoreError();
+    call.Finish(absl::Status(openai::StatusCodeForHttp(error->status), error->message)).IgnoreError();
     return;
   }
   Run(request, owner, call, received, headers, exchange);

@@ -147,9 +147,7 @@ bool ModelEndpoints::Show(const Json& body, Json* out, OllamaError* error) {
     *error = {400, "model is required"};
     return false;
   }
-  openai::ModelContext names;
-  names.names = names_;
-  if (ServedName(names, name).empty()) {
+  if (ServedName(names_, name).empty()) {
     *error = {404, absl::StrCat("model '", name, "' not found")};
     return false;
   }

@@ -91,7 +91,7 @@ bool ModelOf(Params& p, const openai::ModelContext& model, OllamaRequest& r, Oll
   if (!p.Has("model") || !p.At("model").is_string() || p.At("model").get_ref<const std::string&>().empty())
     return p.Fail("model", "model is required");
   r.model = p.At("model").get<std::string>();
-  if (!ServedName(model, r.model).empty()) return true;
+  if (!ServedName(model.names, r.model).empty()) return true;
   p.Fail("model", absl::StrCat("model '", r.model, "' not found; this server serves '",
                                absl::StrJoin(model.names, "', '"), "'"));
   error->status = 404;
@@ -238,10 +238,9 @@ bool Translate(OllamaEndpoint endpoint, Params& p, const openai::ModelContext& m
 
 }  // namespace
 
-std::string ServedName(const openai::ModelContext& model, const std::string& name) {
-  for (const std::string& served : model.names) {
-    if (absl::EqualsIgnoreCase(name, served) || absl::EqualsIgnoreCase(name, served + ":latest"))
-      return served;
+std::string ServedName(const std::vector<std::string>& served, const std::string& name) {
+  for (const std::string& s : served) {
+    if (absl::EqualsIgnoreCase(name, s) || absl::EqualsIgnoreCase(name, s + ":latest")) return s;
   }
   return "";
 }

@@ -57,7 +57,7 @@ bool ParseOllamaRequest(OllamaEndpoint endpoint, const Json& body, const openai:
                         OllamaRequest* out, OllamaError* error, const Tokenizer::StopCheck& stop);
 
 // The served name `name` stands for (bare, with ":latest", in any case), or "".
-std::string ServedName(const openai::ModelContext& model, const std::string& name);
+std::string ServedName(const std::vector<std::string>& served, const std::string& name);
 
 }  // namespace ollama
 }  // namespace shardlm

@@ -37,22 +37,6 @@ HttpReply ServerError(int status, const std::string& message) {
   }
 }
 
-absl::StatusCode CodeForHttp(int http_status) {
-  switch (http_status) {
-    case 400:
-    case 413:
-      return absl::StatusCode::kInvalidArgument;
-    case 401:
-      return absl::StatusCode::kUnauthenticated;
-    case 404:
-      return absl::StatusCode::kNotFound;
-    case 503:
-      return absl::StatusCode::kUnavailable;
-    default:
-      return absl::StatusCode::kInternal;
-  }
-}
-
 Json ModelObject(const std::string& name, int64_t max_context) {
   return Json{{"id", name},
               {"object", "model"},
@@ -290,7 +274,7 @@ void OpenAiHttpServer::Generate(openai::Endpoint endpoint, const HttpRequest& re
     HttpReply r = ErrorReply(*error);
     r.headers = ids.headers;
     exchange.Send(r);
-    call.Finish(absl::Status(CodeForHttp(error->http_status), error->message)).IgnoreError();
+    call.Finish(absl::Status(openai::StatusCodeForHttp(error->http_status), error->message)).IgnoreError();
     return;
   }
   if (request.stream) {

@@ -27,7 +27,8 @@ using Clock = std::chrono::steady_clock;
 // The f32-activation kernel: rows [0, m) (m <= 8) against panels [0, panels).
 template <int M>
 void F32Panels(const uint8_t* w, int64_t panels, int64_t k, const float* x, float* y, int64_t n) {
-  const int64_t blocks = k / kQuantBlock, bb = QuantPanelBlockBytes(BlockFormat::kQ4_1);
+  const int64_t blocks = k / kQuantBlock,
+                bb = QuantPackedBytes(BlockFormat::kQ4_1, kQuantPanelRows, kQuantBlock);
   const __m512i low = _mm512_set1_epi32(0x0f);
   for (int64_t p = 0; p < panels; ++p) {
     __m512 acc[M];
@@ -103,11 +104,11 @@ int Main(int argc, char** argv) {
     for (int m : {1, 2, 4, 8}) {
       std::vector<float> x(m * s.k), y(m * s.n), dx(m * blocks);
       std::vector<int8_t> qx(m * s.k);
-      std::vector<int32_t> sx(m * blocks);
+      std::vector<int32_t> sx(m * blocks), sx16(2 * m * blocks);
       for (float& v : x) v = g(rng);
       QuantArgs<float> a;
       a.format = BlockFormat::kQ4_1;
-      a.a = {qx.data(), dx.data(), sx.data()};
+      a.a = {qx.data(), dx.data(), sx.data(), sx16.data()};
       a.w = packed.data();
       a.bias = nullptr;
       a.y = y.data();
@@ -116,7 +117,7 @@ int Main(int argc, char** argv) {
       a.n = s.n;
       a.k = s.k;
       auto int8 = [&] {
-        QuantizeActivationRows<float>(x.data(), s.k, s.k, 0, m, qx.data(), dx.data(), sx.data());
+        QuantizeActivationRows<float>(x.data(), s.k, s.k, 0, m, qx.data(), dx.data(), sx.data(), sx16.data());
         internal::QuantF32Vnni(a, 0, panels);
       };
       auto f32 = [&] { F32Product(m, packed.data(), panels, s.k, x.data(), y.data(), s.n); };

@@ -46,10 +46,10 @@ constexpr BlockLayout BlockLayoutOf(BlockFormat format) {
   return {1, 0};
 }
 
-// Formats the CPU kernels (kernels/cpu/quant.h) multiply kept in their blocks;
-// the others are dequantized at load.
+// Formats the CPU kernels (kernels/cpu/quant.h) multiply kept in their blocks:
+// all but Q2_K and Q3_K, which are dequantized at load.
 constexpr bool HasQuantKernels(BlockFormat format) {
-  return format == BlockFormat::kQ8_0 || format == BlockFormat::kQ4_0 || format == BlockFormat::kQ4_1;
+  return format != BlockFormat::kNone && format != BlockFormat::kQ2_K && format != BlockFormat::kQ3_K;
 }
 
 // "Q8_0", "Q4_K", ... as GGUF names them; "none".

@@ -1,5 +1,6 @@
 #include "formats/gguf_model.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -301,6 +302,15 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
   const int64_t file_type = GetInt(h, "general.file_type", label, 0).value_or(0);
   cfg["torch_dtype"] = file_type == 1 || file_type == 32 ? "bfloat16" : "float32";
   return Dump(cfg, label, "the model metadata");
+}
+
+int64_t GgufFfnBlock(const GgufHeader& h) {
+  int64_t block = 1;
+  for (const GgufTensorInfo& t : h.tensors) {
+    if (t.name.rfind("blk.", 0) != 0 || t.name.find(".ffn_down.weight") == std::string::npos) continue;
+    block = std::max(block, BlockLayoutOf(GgmlBlockFormat(t.type)).elements);
+  }
+  return block;
 }
 
 BlockFormat GgmlBlockFormat(uint32_t type) {

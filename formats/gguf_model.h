@@ -35,6 +35,10 @@ namespace shardlm {
 // (F32, F16, BF16) and for types this engine cannot read.
 BlockFormat GgmlBlockFormat(uint32_t type);
 
+// The most weights per block among the file's FFN down projections (1 when
+// none is block-quantized): the granule of the FFN's split (ModelConfig).
+int64_t GgufFfnBlock(const GgufHeader& h);
+
 // A config.json (text) for ParseModelConfig.
 absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::string& label);
 

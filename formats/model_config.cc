@@ -234,6 +234,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
     SHARDLM_ASSIGN_OR_RETURN(auto file, GgufFile::Open(dir));
     SHARDLM_ASSIGN_OR_RETURN(std::string text, GgufConfigJson(file->header(), dir));
     SHARDLM_ASSIGN_OR_RETURN(cfg, ParseModelConfig(text, dir));
+    cfg.intermediate_block = GgufFfnBlock(file->header());
   } else {
     const std::string path = dir + "/config.json";
     SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));

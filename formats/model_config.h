@@ -33,6 +33,10 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
+  // The FFN is split among ranks on multiples of this: a GGUF's down
+  // projection block (32 weights, or a K-quant's 256), so that each rank's
+  // columns of it are whole blocks, kept as the file has them.
+  int64_t intermediate_block = 1;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
   int64_t num_kv_heads = 0;

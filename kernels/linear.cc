@@ -167,9 +167,9 @@ bool Packable(const at::Tensor& w) {
 
 // x's rows quantized per block for a quantized product (cpu/quant.h).
 struct QuantizedX {
-  at::Tensor qx, dx, sx;
+  at::Tensor qx, dx, sx, sx16;
   QuantActivations view() const {
-    return {qx.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<int32_t>()};
+    return {qx.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<int32_t>(), sx16.data_ptr<int32_t>()};
   }
 };
 
@@ -177,39 +177,52 @@ template <typename T>
 QuantizedX QuantizeX(const at::Tensor& x) {
   const int64_t m = x.size(0), k = x.size(1), blocks = k / kQuantBlock;
   QuantizedX q{at::empty({m, k}, at::kChar), at::empty({m, blocks}, at::kFloat),
-               at::empty({m, blocks}, at::kInt)};
+               at::empty({m, blocks}, at::kInt), at::empty({m, 2 * blocks}, at::kInt)};
   const T* px = reinterpret_cast<const T*>(x.data_ptr());
   int8_t* qx = q.qx.data_ptr<int8_t>();
   float* dx = q.dx.data_ptr<float>();
   int32_t* sx = q.sx.data_ptr<int32_t>();
-  ParallelFor(0, m, std::max<int64_t>(1, (64 << 10) / std::max<int64_t>(1, k)),
-              [&](int64_t b, int64_t e) { QuantizeActivationRows<T>(px, x.stride(0), k, b, e, qx, dx, sx); });
+  int32_t* sx16 = q.sx16.data_ptr<int32_t>();
+  ParallelFor(0, m, std::max<int64_t>(1, (64 << 10) / std::max<int64_t>(1, k)), [&](int64_t b, int64_t e) {
+    QuantizeActivationRows<T>(px, x.stride(0), k, b, e, qx, dx, sx, sx16);
+  });
   return q;
 }
 
 // y = x @ w^T (+ bias), or y += it, over a quantized weight: x's rows
-// quantized once, then the panels shared among the threads.
+// quantized once, then the panels of every segment shared among the threads.
 template <typename T, typename Fn>
 void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias, at::Tensor& y,
                    QuantEpilogue epilogue) {
   const QuantizedX q = QuantizeX<T>(x);
-  QuantArgs<T> a;
-  a.format = w.quant_format();
-  a.a = q.view();
-  a.w = w.storage().data_ptr<uint8_t>();
-  a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) : nullptr;
-  a.y = reinterpret_cast<T*>(y.data_ptr());
-  a.ldy = y.stride(0);
-  a.m = x.size(0);
-  a.n = w.out_features();
-  a.k = w.in_features();
-  a.epilogue = epilogue;
-  const int64_t panels = (a.n + kQuantPanelRows - 1) / kQuantPanelRows;
+  const std::vector<LinearWeight::QuantSegment>& segs = w.quant_segments();
+  std::vector<QuantArgs<T>> args(segs.size());
+  std::vector<int64_t> first_panel(segs.size() + 1, 0);
+  int64_t unit_bytes = 0;
   // A panel's work grows with the row groups that pass over it: a prompt
   // chunk's panels are compute, not a stream of a few KB each.
-  const int64_t groups = (a.m + 7) / 8;
-  const int64_t unit_bytes = (a.k / kQuantBlock) * QuantPanelBlockBytes(a.format) * groups;
-  ParallelFor(0, panels, UnitsPerTask(unit_bytes, 1), [&](int64_t b, int64_t e) { fn(a, b, e); });
+  const int64_t groups = (x.size(0) + 7) / 8;
+  for (size_t i = 0; i < segs.size(); ++i) {
+    QuantArgs<T>& a = args[i];
+    a.format = segs[i].format;
+    a.a = q.view();
+    a.w = w.storage().data_ptr<uint8_t>() + segs[i].offset;
+    a.bias = bias.defined() ? reinterpret_cast<const T*>(bias.data_ptr()) + segs[i].row0 : nullptr;
+    a.y = reinterpret_cast<T*>(y.data_ptr()) + segs[i].row0;
+    a.ldy = y.stride(0);
+    a.m = x.size(0);
+    a.n = segs[i].rows;
+    a.k = w.in_features();
+    a.epilogue = epilogue;
+    first_panel[i + 1] = first_panel[i] + (a.n + kQuantPanelRows - 1) / kQuantPanelRows;
+    unit_bytes = std::max(unit_bytes, QuantPackedBytes(a.format, kQuantPanelRows, a.k) * groups);
+  }
+  ParallelFor(0, first_panel.back(), UnitsPerTask(unit_bytes, 1), [&](int64_t b, int64_t e) {
+    for (size_t i = 0; i < args.size(); ++i) {
+      const int64_t lo = std::max(b, first_panel[i]), hi = std::min(e, first_panel[i + 1]);
+      if (lo < hi) fn(args[i], lo - first_panel[i], hi - first_panel[i]);
+    }
+  });
 }
 
 // The operands of a quantized product: x in f32 or bf16 with unit column
@@ -242,20 +255,48 @@ at::Tensor QuantLinear(const at::Tensor& x_in, const LinearWeight& w, const at::
 }  // namespace
 
 LinearWeight LinearWeight::PrepareQuantized(BlockFormat format, const at::Tensor& rows, int64_t k) {
-  TORCH_CHECK(k > 0 && k % kQuantBlock == 0,
-              "LinearWeight: a quantized weight's rows must be whole blocks of ", kQuantBlock, ", got ", k);
-  TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
-                  rows.size(1) == k / kQuantBlock * BlockLayoutOf(format).bytes,
-              "LinearWeight: ", BlockFormatName(format), " rows of ", k, " weights are ",
-              k / kQuantBlock * BlockLayoutOf(format).bytes, " bytes, got ", rows.sizes());
-  const at::Tensor src = rows.contiguous();
+  return PrepareQuantized(std::vector<QuantRows>{{format, rows}}, k);
+}
+
+LinearWeight LinearWeight::PrepareQuantized(const std::vector<QuantRows>& parts, int64_t k) {
+  TORCH_CHECK(!parts.empty(), "LinearWeight: a quantized weight needs rows");
   LinearWeight lw;
-  lw.out_ = rows.size(0);
   lw.in_ = k;
-  lw.data_ = at::empty({QuantPackedBytes(format, lw.out_, k)}, at::kByte);
-  PackQuantWeight(format, src.data_ptr<uint8_t>(), lw.out_, k, lw.data_.data_ptr<uint8_t>());
+  int64_t bytes = 0;
+  for (const QuantRows& part : parts) {
+    const BlockFormat format = part.format;
+    const at::Tensor& rows = part.rows;
+    TORCH_CHECK(HasQuantKernels(format), "LinearWeight: no kernel keeps ", BlockFormatName(format),
+                " blocks");
+    const int64_t unit = QuantUnit(format);
+    TORCH_CHECK(k > 0 && k % unit == 0, "LinearWeight: a ", BlockFormatName(format),
+                " weight's rows must be whole blocks of ", unit, ", got ", k);
+    TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
+                    rows.size(1) == k / unit * BlockLayoutOf(format).bytes,
+                "LinearWeight: ", BlockFormatName(format), " rows of ", k, " weights are ",
+                k / unit * BlockLayoutOf(format).bytes, " bytes, got ", rows.sizes());
+    // Consecutive parts of one format are one segment (q and k both Q4_K).
+    if (!lw.segments_.empty() && lw.segments_.back().format == format) {
+      QuantSegment& last = lw.segments_.back();
+      bytes -= QuantPackedBytes(format, last.rows, k);
+      last.rows += rows.size(0);
+    } else {
+      lw.segments_.push_back({format, lw.out_, 0, bytes});
+      lw.segments_.back().rows = rows.size(0);
+    }
+    bytes += QuantPackedBytes(format, lw.segments_.back().rows, k);
+    lw.out_ += rows.size(0);
+  }
+  lw.data_ = at::empty({bytes}, at::kByte);
+  size_t next = 0;
+  for (const QuantSegment& seg : lw.segments_) {
+    std::vector<at::Tensor> same;
+    for (; next < parts.size() && parts[next].format == seg.format; ++next) same.push_back(parts[next].rows);
+    const at::Tensor src = (same.size() == 1 ? same[0] : at::cat(same, 0)).contiguous();
+    PackQuantWeight(seg.format, src.data_ptr<uint8_t>(), seg.rows, k,
+                    lw.data_.data_ptr<uint8_t>() + seg.offset);
+  }
   lw.quantized_ = true;
-  lw.format_ = format;
   return lw;
 }
 
@@ -295,8 +336,16 @@ at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
   if (quantized_) {
     at::Tensor idx = index.to(at::kLong).contiguous();
     at::Tensor out = at::empty({idx.numel(), in_}, at::kFloat);
-    UnpackQuantRows(format_, data_.data_ptr<uint8_t>(), out_, in_, idx.data_ptr<int64_t>(), idx.numel(),
-                    out.data_ptr<float>());
+    const int64_t* ip = idx.data_ptr<int64_t>();
+    for (int64_t i = 0; i < idx.numel(); ++i) {
+      const int64_t row = std::clamp<int64_t>(ip[i], 0, out_ - 1);
+      for (const QuantSegment& seg : segments_) {
+        if (row < seg.row0 || row >= seg.row0 + seg.rows) continue;
+        const int64_t local = row - seg.row0;
+        UnpackQuantRows(seg.format, data_.data_ptr<uint8_t>() + seg.offset, seg.rows, in_, &local, 1,
+                        out.data_ptr<float>() + i * in_);
+      }
+    }
     return out;
   }
   if (!packed_) return data_.index_select(0, index.clamp(0, out_ - 1));

@@ -31,6 +31,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/quant.h"
 
@@ -60,12 +61,26 @@ class LinearWeight {
   // block bytes], n rows of GGUF blocks, repacked into the quantized panels.
   // CPU only. Products take f32 or bf16 activations and give their dtype.
   static LinearWeight PrepareQuantized(BlockFormat format, const at::Tensor& rows, int64_t k);
+  // Parts of rows in different block formats, one after another along the
+  // outputs (a GGUF's q/k/v where v has more bits than q and k): each part
+  // packed in its own format, one product over all of them.
+  struct QuantRows {
+    BlockFormat format;
+    at::Tensor rows;  // uint8[n_i, k / unit * block bytes]
+  };
+  static LinearWeight PrepareQuantized(const std::vector<QuantRows>& parts, int64_t k);
 
   bool defined() const { return data_.defined(); }
   bool packed() const { return packed_; }
   bool gated() const { return gated_; }
   bool quantized() const { return quantized_; }
-  BlockFormat quant_format() const { return format_; }
+  // A quantized weight's runs of rows, each in one format, in output order.
+  struct QuantSegment {
+    BlockFormat format;
+    int64_t row0, rows;  // outputs [row0, row0 + rows)
+    int64_t offset;      // byte offset of its panels in storage()
+  };
+  const std::vector<QuantSegment>& quant_segments() const { return segments_; }
   int64_t out_features() const { return out_; }
   int64_t in_features() const { return in_; }
   // The weight's dtype; uint8 (at::kByte) when quantized.
@@ -85,7 +100,7 @@ class LinearWeight {
   bool packed_ = false;
   bool gated_ = false;
   bool quantized_ = false;
-  BlockFormat format_ = BlockFormat::kQ8_0;
+  std::vector<QuantSegment> segments_;
   int64_t out_ = 0, in_ = 0;
 };
 

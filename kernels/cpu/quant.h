@@ -1,30 +1,28 @@
-// Projections over weights kept in ggml's 8-bit and 4-bit blocks
+// Projections over weights kept in ggml's quantized blocks
 // (docs/quantized_weights.md): y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n]).
 //
-// A weight arrives as n rows of GGUF blocks (32 weights each: Q8_0 an f16
-// scale and 32 int8; Q4_0 an f16 scale and 32 nibbles, value nibble - 8;
-// Q4_1 an f16 scale, an f16 minimum and 32 nibbles, value nibble * d + m) and
-// is repacked once at load into panels of 16 output rows. Inside a panel, for
-// each block of 32 k in order:
-//
-//   d    f16[16]          the 16 rows' scales
-//   m    f16[16]          Q4_1 only: their minimums
-//   q    Q8_0: 8 chunks of 64 bytes; chunk c, byte 4 r + j = q[r][4c + j] + 128 (u8)
-//        Q4_*: 4 chunks of 64 bytes; chunk c, byte 4 r + j = q[r][8c + j] | q[r][8c + 4 + j] << 4
-//
-// so one 64-byte load (Q4: and its two nibble halves) holds four
-// consecutive k of all 16 rows, the operand layout of VPDPBUSD (u8 x s8 dot
-// products of four, summed into s32 lanes). Rows past n are zero (scale 0).
-// Bytes per 16 x 32 weights: Q8_0 544, Q4_0 288, Q4_1 320, as in the file.
+// A weight arrives as n rows of GGUF blocks: the 32-weight formats (Q8_0,
+// Q4_0, Q4_1, Q5_0, Q5_1: an f16 scale, Q4_1/Q5_1 an f16 minimum, the quants)
+// or the K-quants' 256-weight super-blocks (Q4_K, Q5_K: f16 d and dmin and
+// eight 6-bit scales and minimums of 32 weights; Q6_K: f16 d and sixteen
+// int8 scales of 16 weights). It is repacked once at load into panels of 16
+// output rows (kernels/cpu/quant_layout.h): per unit (block or super-block)
+// the 16 rows' scales, then per 32 k the quants, unsigned, in VPDPBUSD's
+// operand order (u8 x s8 dot products of four, summed into s32 lanes), so
+// one 64-byte load (and for 4 to 6 bits its nibble halves and a plane of
+// high bits) holds four consecutive k of all 16 rows. Rows past n are zero.
+// Bytes as in the file, but for the K-quants' scales unpacked to bytes.
 //
 // Activations are quantized per row and block of 32 to int8 with one f32
 // scale (dx = max|x| / 127, as llama.cpp's Q8_0 activations), and each
-// block's sum of quantized values kept, so that the weight's offset (Q8_0's
-// +128, Q4_0's -8) and Q4_1's minimum come out of one multiply per block:
+// block's sum of quantized values kept (and each half's, for Q6_K), so that
+// the weight's offset and minimum come out of one multiply per block:
 //
-//   Q8_0  y += dx * d * (dot - 128 * sx)
-//   Q4_0  y += dx * d * (dot - 8 * sx)
-//   Q4_1  y += dx * (d * dot + m * sx)
+//   Q8_0, Q4_0, Q5_0  y += dx * d * (dot - o * sx)     o = 128, 8, 16
+//   Q4_1, Q5_1        y += dx * (d * dot + m * sx)
+//   Q4_K, Q5_K        y += dx * ((d sc) * dot - (dmin mn) * sx)   per 32 k
+//   Q6_K              y += dx * d * (sc0 (dot0 - 32 sx0) + sc1 (dot1 - 32 sx1))
+//                     (halves of 16 k, integer until d)
 //
 // Each output sums its blocks in k order whatever m is, so a row's result
 // does not depend on the rows batched with it. Torch-free, like packed.h.
@@ -37,16 +35,16 @@
 
 namespace shardlm::kernels {
 
-constexpr int64_t kQuantBlock = 32;      // weights per block
+constexpr int64_t kQuantBlock = 32;      // activations per block
 constexpr int64_t kQuantPanelRows = 16;  // output rows per panel
 
-// Bytes of one panel's block (16 rows x 32 k): 544, 288, 320.
-int64_t QuantPanelBlockBytes(BlockFormat f);
-// Bytes of the packed form of an [n, k] weight (k a multiple of 32).
+// Weights per unit along k: 32, or 256 for the K-quants; k must be a multiple.
+int64_t QuantUnit(BlockFormat f);
+// Bytes of the packed form of an [n, k] weight.
 int64_t QuantPackedBytes(BlockFormat f, int64_t n, int64_t k);
 
-// Repacks n rows of GGUF blocks (each row k / 32 blocks, rows contiguous)
-// into `out` (QuantPackedBytes(f, n, k) bytes).
+// Repacks n rows of GGUF blocks (each row k / QuantUnit(f) blocks, rows
+// contiguous) into `out` (QuantPackedBytes(f, n, k) bytes).
 void PackQuantWeight(BlockFormat f, const uint8_t* rows, int64_t n, int64_t k, uint8_t* out);
 
 // Rows `rows[0..count)` of the weight, dequantized to f32 out[count, k] (an
@@ -55,19 +53,21 @@ void PackQuantWeight(BlockFormat f, const uint8_t* rows, int64_t n, int64_t k, u
 void UnpackQuantRows(BlockFormat f, const uint8_t* packed, int64_t n, int64_t k, const int64_t* rows,
                      int64_t count, float* out);
 
-// The activations of one product, quantized: qx int8[m, k], and per row and
-// block dx f32[m, k / 32] and sx int32[m, k / 32].
+// The activations of one product, quantized: qx int8[m, k], per row and
+// block dx f32[m, k / 32] and sx int32[m, k / 32], and per half block
+// sx16 int32[m, k / 16].
 struct QuantActivations {
   const int8_t* qx;
   const float* dx;
   const int32_t* sx;
+  const int32_t* sx16;
 };
 
 // Quantizes rows [begin, end) of x (float, or uint16_t bf16 bits; row stride
-// ldx) into qx/dx/sx laid out as QuantActivations describes.
+// ldx) into qx/dx/sx/sx16 laid out as QuantActivations describes.
 template <typename T>
 void QuantizeActivationRows(const T* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
-                            float* dx, int32_t* sx);
+                            float* dx, int32_t* sx, int32_t* sx16);
 
 enum class QuantEpilogue {
   kStore,  // y = x w^T (+ bias)
@@ -108,7 +108,7 @@ void QuantBf16Vnni(const QuantArgs<uint16_t>&, int64_t, int64_t);
 void QuantF32Avx2(const QuantArgs<float>&, int64_t, int64_t);
 void QuantBf16Avx2(const QuantArgs<uint16_t>&, int64_t, int64_t);
 void QuantizeRowsF32Avx512(const float* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
-                           float* dx, int32_t* sx);
+                           float* dx, int32_t* sx, int32_t* sx16);
 }  // namespace internal
 
 }  // namespace shardlm::kernels

@@ -4,11 +4,12 @@
 // are two halves of 8 (one 256-bit register each); groups of up to 4
 // activation rows pass over each half.
 //
-// No s16 sum may saturate: Q4 nibbles (at most 15) times int8 activations (at
-// most 127 in magnitude) stay under 3,810 per pair, so a whole block's 4
-// chunks add up in s16 (30,480); Q8_0's stored u8 (w + 128) would not, so
-// its weights go back to int8 and the sign moves onto the activations
-// (|w| x sign(w) x, at most 32,512 per pair), which sums w . x itself. Every
+// No s16 sum may saturate: 4- to 6-bit quants (at most 15, 31, 63) times
+// int8 activations (at most 127 in magnitude) sum in s16 over 8, 4 or 2
+// quads before widening (Dots); Q8_0's stored u8 (w + 128) would not fit
+// even one pair sum, so its weights go back to int8 and the sign moves onto
+// the activations (|w| x sign(w) x, at most 32,512 per pair), which sums
+// w . x itself. Every
 // integer dot is exact, so each output is the same f32 value the VNNI kernel
 // and the portable loop compute.
 #include <immintrin.h>
@@ -16,6 +17,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/quant.h"
+#include "kernels/cpu/quant_layout.h"
 
 namespace shardlm::kernels::internal {
 namespace {
@@ -28,65 +30,130 @@ inline __m256i Bcast4(const int8_t* p) {
   return _mm256_set1_epi32(v);
 }
 
+// The u8 operand of quad s (k 4 s .. 4 s + 3) of the sub-block at q, for the
+// 8 rows of half h (bytes 32 h .. 32 h + 31 of each 64; quant_layout.h).
+template <int Bits>
+inline __m256i Quad(const uint8_t* q, int h, int s) {
+  const __m256i low = _mm256_set1_epi8(0x0f);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * (s / 2) + 32 * h));
+  __m256i x = s % 2 == 0 ? _mm256_and_si256(v, low) : _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+  if constexpr (Bits > 4) {
+    constexpr int kHigh = Bits - 4;
+    const int pos = s * kHigh % 8;
+    const __m256i plane =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 256 + 64 * (s * kHigh / 8) + 32 * h));
+    const __m256i moved = pos <= 4 ? _mm256_slli_epi16(plane, 4 - pos) : _mm256_srli_epi16(plane, pos - 4);
+    x = _mm256_or_si256(x, _mm256_and_si256(moved, _mm256_set1_epi8(kHigh == 1 ? 0x10 : 0x30)));
+  }
+  return x;
+}
+
+// dot[i] += quads [s0, s1) of the sub-block at q (half h) times row i's
+// activations. Products of up to 6-bit quants and int8 activations sum in
+// s16 for as many quads as cannot saturate (4 bits: 8 quads, 30,480 at
+// most; 5 bits: 4, 31,496; 6 bits: 2, 32,004), then widen to s32.
+template <int Bits, int R>
+inline void Dots(const uint8_t* q, int h, const int8_t* qx, int64_t k, int s0, int s1, __m256i dot[R]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  if constexpr (Bits == 8) {
+    const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+    for (int s = s0; s < s1; ++s) {
+      const __m256i w =
+          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * s + 32 * h)), flip);
+      const __m256i aw = _mm256_abs_epi8(w);
+      for (int i = 0; i < R; ++i) {
+        const __m256i xs = _mm256_sign_epi8(Bcast4(qx + i * k + 4 * s), w);
+        dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
+      }
+    }
+  } else {
+    constexpr int kPerWiden = Bits == 4 ? 8 : Bits == 5 ? 4 : 2;
+    for (int g = s0; g < s1; g += kPerWiden) {
+      __m256i s16[R];
+      for (int i = 0; i < R; ++i) s16[i] = _mm256_setzero_si256();
+      for (int s = g; s < std::min(s1, g + kPerWiden); ++s) {
+        const __m256i w = Quad<Bits>(q, h, s);
+        for (int i = 0; i < R; ++i)
+          s16[i] = _mm256_add_epi16(s16[i], _mm256_maddubs_epi16(w, Bcast4(qx + i * k + 4 * s)));
+      }
+      for (int i = 0; i < R; ++i) dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(s16[i], ones));
+    }
+  }
+}
+
+inline __m256 Bytes8(const uint8_t* p, bool is_signed) {
+  const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  return _mm256_cvtepi32_ps(is_signed ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+}
+
+inline __m256 Halfs8(const uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // Rows [i0, i0 + R) against rows [8 h, 8 h + 8) of panel p: out[i][r].
 template <typename T, BlockFormat F, int R>
 void HalfRows(const QuantArgs<T>& a, int64_t p, int h, int64_t i0, float out[][8]) {
-  const int64_t blocks = a.k / kQuantBlock, bb = QuantPanelBlockBytes(F);
-  constexpr int64_t kScaleBytes = (F == BlockFormat::kQ4_1 ? 2 : 1) * kQuantPanelRows * 2;
-  const uint8_t* panel = a.w + p * blocks * bb;
-  const __m256i low = _mm256_set1_epi8(0x0f), flip = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i ones = _mm256_set1_epi16(1);
-  const __m256 offset = _mm256_set1_ps(F == BlockFormat::kQ4_0 ? -8.0f : 0.0f);
+  constexpr QuantPanelLayout kL = QuantLayoutOf(F);
+  constexpr int64_t kSubs = kL.unit / kQuantSubBlock, kUnitBytes = QuantUnitBytes(F);
+  const int64_t units = a.k / kL.unit, blocks = a.k / kQuantBlock;
+  const uint8_t* panel = a.w + p * units * kUnitBytes;
+  // Q8_0's dot is w . x already (the sign trick); the others' carry the offset.
+  const __m256 offset = _mm256_set1_ps(F == BlockFormat::kQ8_0 ? 0.0f : QuantOffset(F));
   __m256 acc[R];
   for (int i = 0; i < R; ++i) acc[i] = _mm256_setzero_ps();
   const int8_t* qx = a.a.qx + i0 * a.k;
   const float* dx = a.a.dx + i0 * blocks;
   const int32_t* sx = a.a.sx + i0 * blocks;
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* blk = panel + b * bb;
-    const uint8_t* q = blk + kScaleBytes + 32 * h;
-    const int64_t kb = b * kQuantBlock;
-    __m256i dot[R];
-    if constexpr (F == BlockFormat::kQ8_0) {
-      for (int i = 0; i < R; ++i) dot[i] = _mm256_setzero_si256();
-      for (int c = 0; c < 8; ++c) {
-        const __m256i w =
-            _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c)), flip);
-        const __m256i aw = _mm256_abs_epi8(w);
+  const int32_t* sx16 = a.a.sx16 + i0 * 2 * blocks;
+  for (int64_t u = 0; u < units; ++u) {
+    const uint8_t* unit = panel + u * kUnitBytes;
+    const __m256 d = Halfs8(unit + 16 * h);
+    __m256 second = _mm256_setzero_ps();
+    if constexpr (HasSecondScale(F)) second = Halfs8(unit + kQuantSecondScale + 16 * h);
+    for (int64_t sb = 0; sb < kSubs; ++sb) {
+      const uint8_t* q = unit + kL.scale_bytes + sb * kL.sub_bytes;
+      const int64_t b = u * kSubs + sb;
+      const int8_t* qxb = qx + b * kQuantBlock;
+      __m256i dot[R], dot_hi[R];
+      for (int i = 0; i < R; ++i) dot[i] = dot_hi[i] = _mm256_setzero_si256();
+      if constexpr (F == BlockFormat::kQ6_K) {
+        Dots<kL.bits, R>(q, h, qxb, a.k, 0, 4, dot);
+        Dots<kL.bits, R>(q, h, qxb, a.k, 4, 8, dot_hi);
+      } else {
+        Dots<kL.bits, R>(q, h, qxb, a.k, 0, 8, dot);
+      }
+      if constexpr (F == BlockFormat::kQ4_1 || F == BlockFormat::kQ5_1) {
         for (int i = 0; i < R; ++i) {
-          const __m256i xs = _mm256_sign_epi8(Bcast4(qx + i * a.k + kb + 4 * c), w);
-          dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, xs), ones));
+          const __m256 s = _mm256_set1_ps(static_cast<float>(sx[i * blocks + b]));
+          const __m256 t = _mm256_fmadd_ps(second, s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(dot[i])));
+          acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
         }
-      }
-    } else {
-      __m256i s16[R];
-      for (int i = 0; i < R; ++i) s16[i] = _mm256_setzero_si256();
-      for (int c = 0; c < 4; ++c) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * c));
-        const __m256i lo = _mm256_and_si256(v, low);
-        const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), low);
+      } else if constexpr (F == BlockFormat::kQ4_K || F == BlockFormat::kQ5_K) {
+        const __m256 ds = _mm256_mul_ps(d, Bytes8(unit + kQuantKScales + 16 * sb + 8 * h, false));
+        const __m256 dm = _mm256_mul_ps(second, Bytes8(unit + kQuantKMins + 16 * sb + 8 * h, false));
         for (int i = 0; i < R; ++i) {
-          const __m256i pl = _mm256_maddubs_epi16(lo, Bcast4(qx + i * a.k + kb + 8 * c));
-          const __m256i ph = _mm256_maddubs_epi16(hi, Bcast4(qx + i * a.k + kb + 8 * c + 4));
-          s16[i] = _mm256_add_epi16(s16[i], _mm256_add_epi16(pl, ph));
+          const __m256 s = _mm256_set1_ps(static_cast<float>(sx[i * blocks + b]));
+          const __m256 t = _mm256_fnmadd_ps(dm, s, _mm256_mul_ps(ds, _mm256_cvtepi32_ps(dot[i])));
+          acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
         }
-      }
-      for (int i = 0; i < R; ++i) dot[i] = _mm256_madd_epi16(s16[i], ones);
-    }
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 16 * h)));
-    if constexpr (F == BlockFormat::kQ4_1) {
-      const __m256 m = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 32 + 16 * h)));
-      for (int i = 0; i < R; ++i) {
-        const __m256 s = _mm256_set1_ps(static_cast<float>(sx[i * blocks + b]));
-        const __m256 t = _mm256_fmadd_ps(m, s, _mm256_mul_ps(d, _mm256_cvtepi32_ps(dot[i])));
-        acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
-      }
-    } else {
-      // Q8_0's dot is w . x already; Q4_0's is nibble . x, less 8 sx.
-      for (int i = 0; i < R; ++i) {
-        const __m256 s = _mm256_mul_ps(offset, _mm256_set1_ps(static_cast<float>(sx[i * blocks + b])));
-        const __m256 t = _mm256_mul_ps(d, _mm256_add_ps(_mm256_cvtepi32_ps(dot[i]), s));
-        acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
+      } else if constexpr (F == BlockFormat::kQ6_K) {
+        const uint8_t* sc = unit + kQuant6Scales + 32 * sb + 8 * h;
+        const __m256i s0 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc)));
+        const __m256i s1 = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 16)));
+        for (int i = 0; i < R; ++i) {
+          const __m256i lo = _mm256_sub_epi32(dot[i], _mm256_set1_epi32(32 * sx16[i * 2 * blocks + 2 * b]));
+          const __m256i hi =
+              _mm256_sub_epi32(dot_hi[i], _mm256_set1_epi32(32 * sx16[i * 2 * blocks + 2 * b + 1]));
+          const __m256i sum = _mm256_add_epi32(_mm256_mullo_epi32(s0, lo), _mm256_mullo_epi32(s1, hi));
+          const __m256 t = _mm256_mul_ps(d, _mm256_cvtepi32_ps(sum));
+          acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
+        }
+      } else {
+        for (int i = 0; i < R; ++i) {
+          const __m256 s = _mm256_mul_ps(offset, _mm256_set1_ps(static_cast<float>(sx[i * blocks + b])));
+          const __m256 t = _mm256_mul_ps(d, _mm256_add_ps(_mm256_cvtepi32_ps(dot[i]), s));
+          acc[i] = _mm256_fmadd_ps(t, _mm256_set1_ps(dx[i * blocks + b]), acc[i]);
+        }
       }
     }
   }
@@ -152,6 +219,16 @@ void Run(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
       return Panels<T, BlockFormat::kQ4_0>(a, p_begin, p_end);
     case BlockFormat::kQ4_1:
       return Panels<T, BlockFormat::kQ4_1>(a, p_begin, p_end);
+    case BlockFormat::kQ5_0:
+      return Panels<T, BlockFormat::kQ5_0>(a, p_begin, p_end);
+    case BlockFormat::kQ5_1:
+      return Panels<T, BlockFormat::kQ5_1>(a, p_begin, p_end);
+    case BlockFormat::kQ4_K:
+      return Panels<T, BlockFormat::kQ4_K>(a, p_begin, p_end);
+    case BlockFormat::kQ5_K:
+      return Panels<T, BlockFormat::kQ5_K>(a, p_begin, p_end);
+    case BlockFormat::kQ6_K:
+      return Panels<T, BlockFormat::kQ6_K>(a, p_begin, p_end);
     default:  // kNone and formats without kernels: never a packed weight's format
       return;
   }

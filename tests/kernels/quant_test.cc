@@ -1,4 +1,5 @@
-// The quantized products (kernels/cpu/quant.h through kernels::Linear):
+// The quantized products (kernels/cpu/quant.h through kernels::Linear), for
+// every format a kernel keeps (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K):
 // against an f32 product of the file's dequantized weight, within the bound
 // the activations' 8-bit rounding allows; the AVX-512 VNNI kernel against the
 // portable loop bit for bit; rows of a tied head as the file dequantizes them;
@@ -13,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "formats/quant_blocks.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/linear.h"
 
@@ -26,56 +28,52 @@ uint16_t ToHalf(float f) {
   std::memcpy(&h, t.data_ptr(), 2);
   return h;
 }
-float FromHalf(uint16_t h) {
-  at::Tensor t = at::empty({1}, at::kHalf);
-  std::memcpy(t.data_ptr(), &h, 2);
-  return t.to(at::kFloat).item<float>();
-}
 
-// n random rows of k weights in GGUF blocks, and the same weights in f32
-// (the GGUF formulas: Q8_0 q * d, Q4_0 (nibble - 8) * d, Q4_1 nibble * d + m;
-// nibble j of a block is the low half of byte j, nibble j + 16 the high).
+// n random rows of k weights in GGUF blocks, and the same weights in f32 as
+// the file's dequantization (formats/quant_blocks.h, bit for bit gguf-py's)
+// gives them.
 struct Rows {
-  at::Tensor bytes;  // uint8[n, k / 32 * block bytes]
+  at::Tensor bytes;  // uint8[n, k / unit * block bytes]
   at::Tensor dense;  // f32[n, k]
 };
+
+// Byte offsets of a block's f16 scales: every other byte is random.
+std::vector<int> HalfOffsets(BlockFormat f) {
+  switch (f) {
+    case BlockFormat::kQ4_1:
+    case BlockFormat::kQ5_1:
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
+      return {0, 2};
+    case BlockFormat::kQ6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
 
 Rows RandomRows(BlockFormat f, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
   std::uniform_real_distribution<float> scale(0.001f, 0.02f);
-  const int64_t blocks = k / 32, gb = BlockLayoutOf(f).bytes;
-  Rows r{at::empty({n, blocks * gb}, at::kByte), at::empty({n, k}, at::kFloat)};
+  const BlockLayout layout = BlockLayoutOf(f);
+  const int64_t blocks = k / layout.elements, row_bytes = blocks * layout.bytes;
+  Rows r{at::empty({n, row_bytes}, at::kByte), at::empty({n, k}, at::kFloat)};
   uint8_t* b = r.bytes.data_ptr<uint8_t>();
-  float* w = r.dense.data_ptr<float>();
-  for (int64_t o = 0; o < n; ++o) {
-    for (int64_t bl = 0; bl < blocks; ++bl) {
-      uint8_t* blk = b + (o * blocks + bl) * gb;
-      const uint16_t dh = ToHalf(scale(rng)), mh = ToHalf(-scale(rng) * 8);
-      std::memcpy(blk, &dh, 2);
-      const float d = FromHalf(dh), m = FromHalf(mh);
-      float* wb = w + o * k + bl * 32;
-      if (f == BlockFormat::kQ8_0) {
-        for (int j = 0; j < 32; ++j) {
-          const int8_t q = static_cast<int8_t>(byte(rng) - 128);
-          blk[2 + j] = static_cast<uint8_t>(q);
-          wb[j] = static_cast<float>(q) * d;
-        }
-        continue;
-      }
-      uint8_t* qs = blk + 2;
-      if (f == BlockFormat::kQ4_1) {
-        std::memcpy(blk + 2, &mh, 2);
-        qs = blk + 4;
-      }
-      for (int j = 0; j < 16; ++j) {
-        qs[j] = static_cast<uint8_t>(byte(rng));
-        const int lo = qs[j] & 15, hi = qs[j] >> 4;
-        wb[j] = f == BlockFormat::kQ4_0 ? static_cast<float>(lo - 8) * d : static_cast<float>(lo) * d + m;
-        wb[j + 16] =
-            f == BlockFormat::kQ4_0 ? static_cast<float>(hi - 8) * d : static_cast<float>(hi) * d + m;
-      }
+  for (int64_t i = 0; i < n * row_bytes; ++i) b[i] = static_cast<uint8_t>(byte(rng));
+  const bool k_quant = layout.elements == 256;
+  for (int64_t bl = 0; bl < n * blocks; ++bl) {
+    uint8_t* blk = b + bl * layout.bytes;
+    const std::vector<int> halves = HalfOffsets(f);
+    for (size_t h = 0; h < halves.size(); ++h) {
+      // K-quant super-block scales multiply 6-bit sub-block scales; Q4_1/Q5_1's minimum is negative.
+      const float v = k_quant ? scale(rng) / 32 : h == 1 ? -scale(rng) * 8 : scale(rng);
+      const uint16_t bits = ToHalf(v);
+      std::memcpy(blk + halves[h], &bits, 2);
     }
+  }
+  for (int64_t o = 0; o < n; ++o) {
+    DequantizeBlocks(f, b + o * row_bytes, k, r.dense.data_ptr<float>() + o * k);
   }
   return r;
 }
@@ -94,8 +92,9 @@ class QuantLinearTest : public ::testing::TestWithParam<BlockFormat> {};
 
 TEST_P(QuantLinearTest, MatchesTheDequantizedProductWithinTheActivationRounding) {
   const BlockFormat f = GetParam();
+  const int64_t unit = QuantUnit(f);
   for (int64_t n : {16, 37, 80}) {
-    for (int64_t k : {32, 96, 576}) {
+    for (int64_t k : {unit, 3 * unit, unit == 256 ? 7 * unit : 18 * unit}) {
       const Rows rows = RandomRows(f, n, k, static_cast<uint32_t>(n * 1000 + k));
       const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
       ASSERT_TRUE(w.quantized());
@@ -137,7 +136,9 @@ TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
   if (DetectedIsa() >= Isa::kAvx2) simd.push_back(Isa::kAvx2);
   if (simd.empty()) GTEST_SKIP() << "no AVX2 here";
   // Last panels of 5 rows (53) and of 13 (45: AVX2's second half-panel short).
-  for (const auto& [n, k] : {std::pair<int64_t, int64_t>{53, 192}, {45, 96}}) {
+  const int64_t unit = QuantUnit(f);
+  for (const auto& [n, k] :
+       {std::pair<int64_t, int64_t>{53, 6 * unit / (unit == 256 ? 2 : 1)}, {45, 3 * unit}}) {
     const Rows rows = RandomRows(f, n, k, static_cast<uint32_t>(7 + n));
     const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
     for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -161,8 +162,9 @@ TEST_P(QuantLinearTest, SimdKernelsEqualThePortableLoopBitForBit) {
 
 TEST_P(QuantLinearTest, RowsAreTheFilesValues) {
   const BlockFormat f = GetParam();
-  const Rows rows = RandomRows(f, 37, 64, 3);
-  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 64);
+  const int64_t k = 2 * QuantUnit(f);
+  const Rows rows = RandomRows(f, 37, k, 3);
+  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
   const at::Tensor index = at::tensor({0, 36, 17, 16, 99, -1}, at::kLong);
   const at::Tensor got = w.Rows(index);
   const at::Tensor want = rows.dense.index_select(0, index.clamp(0, 36));
@@ -171,10 +173,11 @@ TEST_P(QuantLinearTest, RowsAreTheFilesValues) {
 
 TEST_P(QuantLinearTest, AddToAddsTheRoundedProduct) {
   const BlockFormat f = GetParam();
-  const Rows rows = RandomRows(f, 40, 128, 5);
-  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, 128);
+  const int64_t k = 4 * QuantUnit(f);
+  const Rows rows = RandomRows(f, 40, k, 5);
+  const LinearWeight w = LinearWeight::PrepareQuantized(f, rows.bytes, k);
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
-    const at::Tensor x = at::randn({5, 128}).to(dtype);
+    const at::Tensor x = at::randn({5, k}).to(dtype);
     const at::Tensor y0 = at::randn({5, 40}).to(dtype);
     at::Tensor y = y0.clone();
     LinearAddTo(y, x, w);
@@ -186,10 +189,25 @@ TEST(QuantLinearShapes, RejectsRowsThatAreNotWholeBlocks) {
   const Rows rows = RandomRows(BlockFormat::kQ8_0, 4, 64, 1);
   EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ8_0, rows.bytes, 48), c10::Error);
   EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ4_0, rows.bytes, 64), c10::Error);
+  // A K-quant's rows are whole super-blocks of 256.
+  const Rows k_rows = RandomRows(BlockFormat::kQ4_K, 4, 512, 1);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ4_K, k_rows.bytes, 480), c10::Error);
+  EXPECT_THROW(LinearWeight::PrepareQuantized(BlockFormat::kQ3_K, k_rows.bytes, 512), c10::Error);
+}
+
+// The packed bytes are the file's, but for the K-quants' unpacked scales.
+TEST(QuantLinearShapes, PackedBytesAreAboutTheFiles) {
+  EXPECT_EQ(QuantPackedBytes(BlockFormat::kQ4_0, 16, 32), 16 * 18);
+  EXPECT_EQ(QuantPackedBytes(BlockFormat::kQ5_1, 16, 32), 16 * 24);
+  EXPECT_EQ(QuantPackedBytes(BlockFormat::kQ6_K, 16, 256), 16 * 210);
+  EXPECT_EQ(QuantPackedBytes(BlockFormat::kQ4_K, 16, 256), 16 * 144 + 64);
+  EXPECT_EQ(QuantPackedBytes(BlockFormat::kQ5_K, 17, 512), 2 * 2 * (16 * 176 + 64));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, QuantLinearTest,
-                         ::testing::Values(BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1),
+                         ::testing::Values(BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1,
+                                           BlockFormat::kQ5_0, BlockFormat::kQ5_1, BlockFormat::kQ4_K,
+                                           BlockFormat::kQ5_K, BlockFormat::kQ6_K),
                          [](const ::testing::TestParamInfo<BlockFormat>& p) {
                            return std::string(BlockFormatName(p.param));
                          });

@@ -141,6 +141,37 @@ TEST(ShardPlanTest, HiddenAndVocabularySplitIntoPartsTheCollectivesCarry) {
   }
 }
 
+// A K-quant down projection's 256-weight blocks are never cut: Qwen2.5-Coder-1.5B's
+// FFN of 8960 (35 blocks) is 18 + 17 blocks on 2 ranks, 12 + 12 + 11 on 3.
+TEST(ShardPlanTest, TheFfnSplitsOnTheDownProjectionsBlocks) {
+  ModelConfig c = Config(12, 2);
+  c.intermediate_size = 8960;
+  c.intermediate_block = 256;
+  for (const auto& [world, lengths] :
+       {std::pair<int, std::vector<int64_t>>{2, {4608, 4352}}, {3, {3072, 3072, 2816}}, {1, {8960}}}) {
+    int64_t next = 0;
+    for (int r = 0; r < world; ++r) {
+      auto plan = ShardPlan::Make(c, {r, world});
+      ASSERT_THAT(plan, IsOk());
+      EXPECT_EQ(plan->intermediate_per_rank(), lengths[r]) << world << " ranks, rank " << r;
+      const SliceSpec down = plan->SliceFor("model.layers.3.mlp.down_proj.weight");
+      const SliceSpec up = plan->SliceFor("model.layers.3.mlp.up_proj.weight");
+      if (world == 1) continue;
+      EXPECT_EQ(down.start, next);
+      EXPECT_EQ(down.start % 256, 0);
+      EXPECT_EQ(up.start, down.start);
+      EXPECT_EQ(up.length, down.length);
+      next += down.length;
+    }
+    if (world > 1) EXPECT_EQ(next, 8960);
+  }
+  // Fewer blocks than ranks: as evenly as possible (Gemma 3 270M's 2048 is 8 blocks).
+  c.intermediate_size = 512;
+  auto plan = ShardPlan::Make(c, {0, 3});
+  ASSERT_THAT(plan, IsOk());
+  EXPECT_EQ(plan->intermediate_per_rank(), 171);
+}
+
 TEST(ShardPlanTest, MoreRanksThanQueryHeadsNamesTheDimension) {
   EXPECT_THAT(ShardPlan::Make(SmolShape(), {0, 10}),
               StatusIs(absl::StatusCode::kInvalidArgument,

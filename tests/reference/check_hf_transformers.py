@@ -21,6 +21,16 @@ smollm2_tp1 ... smollm2_tp5:
     9 query heads over 3 KV heads split unevenly at tp 2, 4 and 5 (5/4, 3/2/2/2 and
     2/2/2/2/1, KV heads replicated where a group spans two ranks), and at tp5 the hidden
     size (576) and the vocabulary (49152) too.
+smollm2_kept:
+    the same prompts with the file's Q4_1 blocks kept (--weights auto, activations rounded
+    to int8 per block of 32): log-probs within --kept-logprob-tol of transformers', at least
+    --kept-min-equal greedy tokens equal, and a first difference only where transformers'
+    top two are within --kept-tie-tol (0.1 nats).
+qwen_coder_tp1 ... qwen_coder_tp3, qwen_coder_kept (with --qwen-gguf):
+    Qwen2.5-Coder-0.5B-Instruct's Q4_K_M file (Q4_K, Q6_K, Q5_0 and Q8_0 tensors; q/k/v
+    biases; 14 query heads over 2 KV heads, an FFN of 4864 = 19 super-blocks, split on
+    super-block bounds), loaded by transformers the same way: dequantized at tp 1 to 3 within
+    the SmolLM2 bounds; kept in its blocks at tp 1 and 2 within the kept bounds.
 tiny_llama3_rope, tiny_qwen2_bias, tiny_qwen3_qknorm, tiny_mistral_window:
     checkpoints written by transformers itself (save_pretrained of a randomly initialised
     LlamaForCausalLM with rope_scaling llama3, Qwen2 with q/k/v bias, Qwen3 with q/k norms
@@ -58,7 +68,7 @@ NEW_TOKENS = 64
 
 
 class Reference:
-    """transformers' model and tokenizer from the GGUF, loaded once."""
+    """transformers' model and tokenizer from one GGUF, loaded once."""
 
     def __init__(self, gguf):
         folder, name = os.path.split(os.path.abspath(gguf))
@@ -98,17 +108,17 @@ class Reference:
         return torch.log_softmax(logits[len(ids) - 1:len(ids) + len(new) - 1], dim=-1)
 
 
-def engine_generate(ctx, ids, tp):
-    return engine_run(ctx, ctx.args.gguf, ids, NEW_TOKENS, tp)
+class Bounds:
+    def __init__(self, logprob, tie, min_equal=0):
+        self.logprob, self.tie, self.min_equal = logprob, tie, min_equal
 
 
-def engine_run(ctx, model, ids, n, tp):
+def engine_run(ctx, model, ids, n, tp, weights="dense"):
     # --weights dense: the file's blocks dequantized to f32, as transformers (through gguf-py)
-    # does. The blocks kept quantized are judged against this very run by
-    # tests/integration/quantized_test.py.
+    # does; auto: the blocks kept (judged with the kept bounds).
     cmd = [ctx.binary, "generate", "--model", model, "--prompt-ids", harness.ids_arg(ids),
            "--max-new-tokens", str(n), "--temperature", "0", "--ignore-eos", "--dtype", "f32",
-           "--weights", "dense", "--json", "--warmup-tokens", "0"]
+           "--weights", weights, "--json", "--warmup-tokens", "0"]
     if tp > 1:
         cmd += ["--tp", str(tp)]
     proc, _ = harness.run_engine(cmd, timeout=600)
@@ -118,10 +128,32 @@ def engine_run(ctx, model, ids, n, tp):
     return harness.last_json_object(out)
 
 
-def compare_tokens(ctx, c, what, got, want, lp, engine_logprobs, n_want):
+def dense_bounds(ctx):
+    return Bounds(ctx.args.logprob_tol, ctx.args.tie_tol)
+
+
+# Blocks kept, about 1.5x what was measured (2026-11-29, the four prompts). Qwen2.5-Coder-0.5B's
+# Q4_K_M: worst |log-prob diff| 0.086, one difference, at token 12 where transformers' top two
+# were 0.010 apart. SmolLM2's Q4_1 (4 bits and a 135M model: the int8 activations move its
+# log-probs by up to 0.41) differs at tokens 0, 3, 20 and 23 of the four prompts, where the top
+# two were 0.08 to 0.63 apart: a 0.1-nat tie cannot hold there, the 0.95 bound is the measured
+# noise, and it is the kept-against-dense bounds of tests/integration/quantized_test.py that
+# hold this file tighter.
+KEPT = {"smollm2": Bounds(0.6, 0.95, 0), "qwen_coder": Bounds(0.13, 0.1, 8)}
+
+
+def kept_bounds(ctx, model):
+    b = KEPT[model]
+    a = ctx.args
+    return Bounds(a.kept_logprob_tol or b.logprob, a.kept_tie_tol or b.tie,
+                  b.min_equal if a.kept_min_equal is None else a.kept_min_equal)
+
+
+def compare_tokens(ctx, c, what, got, want, lp, engine_logprobs, n_want, bounds=None):
     """Checks the engine's greedy tokens `got` against the reference's `want` and the engine's
     log-probs against lp (f32[len(got), vocab], the reference's log-softmax given the engine's
     prefix). Returns the largest |log-prob difference|."""
+    b = bounds or dense_bounds(ctx)
     n = len(got)
     for i, (g, w) in enumerate(zip(got, want)):
         if g != w:
@@ -129,30 +161,41 @@ def compare_tokens(ctx, c, what, got, want, lp, engine_logprobs, n_want):
             gap = float(top2[0] - top2[1])
             c.note("%s: token %d differs (engine %d, transformers %d); transformers' top-2 gap %.2e" %
                    (what, i, g, w, gap))
-            c.check(gap <= ctx.args.tie_tol and float(lp[i][g]) >= float(top2[1]) - 1e-6,
-                    "%s: the difference at token %d is a near-tie (gap %.2e <= %.0e)" %
-                    (what, i, gap, ctx.args.tie_tol))
+            c.check(gap <= b.tie and float(lp[i][g]) >= float(top2[1]) - 1e-6,
+                    "%s: the difference at token %d is a near-tie (gap %.2e <= %.0e)" % (what, i, gap, b.tie))
+            c.check(i >= b.min_equal, "%s: %d greedy tokens equal (at least %d)" % (what, i, b.min_equal))
             n = i + 1
             break
     c.check(len(got) == n_want, "%s: %d tokens" % (what, len(got)))
     diffs = [abs(float(lp[i][got[i]]) - engine_logprobs[i]) for i in range(n)]
-    c.check(max(diffs) <= ctx.args.logprob_tol,
-            "%s: %d tokens equal, max |logprob diff| %.2e <= %.0e" % (what, n, max(diffs), ctx.args.logprob_tol))
+    c.check(max(diffs) <= b.logprob,
+            "%s: %d tokens equal, max |logprob diff| %.2e <= %.0e" % (what, n, max(diffs), b.logprob))
     return max(diffs)
 
 
-def compare(ctx, tp, c):
-    ref = ctx.reference()
+def compare(ctx, tp, c, gguf=None, weights="dense", model="smollm2"):
+    gguf = gguf or ctx.args.gguf
+    ref = ctx.reference(gguf)
+    bounds = dense_bounds(ctx) if weights == "dense" else kept_bounds(ctx, model)
     worst = 0.0
     for text in PROMPTS:
         ids = ref.prompt_ids(text)
-        out = engine_generate(ctx, ids, tp)
+        out = engine_run(ctx, gguf, ids, NEW_TOKENS, tp, weights)
         got = out["token_ids"]
         want = ref.greedy(ids)
         lp = ref.logprobs(ids, got)
-        worst = max(worst, compare_tokens(ctx, c, repr(text[:24]), got, want, lp, out["logprobs"], NEW_TOKENS))
-    c.note("tp %d: worst |logprob diff| over all prompts %.2e" % (tp, worst))
+        worst = max(worst, compare_tokens(ctx, c, repr(text[:24]), got, want, lp, out["logprobs"], NEW_TOKENS,
+                                          bounds))
+    c.note("tp %d, --weights %s: worst |logprob diff| over all prompts %.2e" % (tp, weights, worst))
     print("    sample (tp %d): %r" % (tp, ref.tok.decode(got[:24])))
+
+
+def qwen_case(tp, weights):
+    def run(ctx, c):
+        if not ctx.args.qwen_gguf:
+            raise harness.Failure("needs --qwen-gguf")
+        compare(ctx, tp, c, ctx.args.qwen_gguf, weights, "qwen_coder")
+    return run
 
 
 # 6 query heads over 2 KV heads, an FFN of 100, hidden 96: tp 4 and 5 split them unevenly.
@@ -200,12 +243,13 @@ class Ctx(harness.Ctx):
     def __init__(self, workdir, args, binary):
         super().__init__(workdir, args)
         self.binary = binary
-        self._ref = None
+        self._refs = {}
 
-    def reference(self):
-        if self._ref is None:
-            self._ref = Reference(self.args.gguf)
-        return self._ref
+    def reference(self, gguf):
+        # One model in memory at a time: the cases of one file run one after another.
+        if gguf not in self._refs:
+            self._refs = {gguf: Reference(gguf)}
+        return self._refs[gguf]
 
 
 CASES = [
@@ -214,6 +258,12 @@ CASES = [
     ("smollm2_tp3", lambda ctx, c: compare(ctx, 3, c)),
     ("smollm2_tp4", lambda ctx, c: compare(ctx, 4, c)),
     ("smollm2_tp5", lambda ctx, c: compare(ctx, 5, c)),
+    ("smollm2_kept", lambda ctx, c: compare(ctx, 1, c, weights="auto")),
+    ("qwen_coder_tp1", qwen_case(1, "dense")),
+    ("qwen_coder_tp2", qwen_case(2, "dense")),
+    ("qwen_coder_tp3", qwen_case(3, "dense")),
+    ("qwen_coder_kept", qwen_case(1, "auto")),
+    ("qwen_coder_kept_tp2", qwen_case(2, "auto")),
 ] + [("tiny_" + k, (lambda k: lambda ctx, c: tiny_case(k, ctx, c))(k))
      for k in ("llama3_rope", "qwen2_bias", "qwen3_qknorm", "mistral_window")]
 
@@ -226,6 +276,11 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--logprob-tol", type=float, default=5e-4)
     ap.add_argument("--tie-tol", type=float, default=1e-3)
+    ap.add_argument("--qwen-gguf", default="")
+    # Override the kept cases' bounds (KEPT) to measure.
+    ap.add_argument("--kept-logprob-tol", type=float, default=0.0)
+    ap.add_argument("--kept-tie-tol", type=float, default=0.0)
+    ap.add_argument("--kept-min-equal", type=int, default=None)
     args = ap.parse_args()
     parsed = harness.parse_case_args(args, [n for n, _ in CASES])
     if parsed is None:

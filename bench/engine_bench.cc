@@ -72,6 +72,7 @@ struct Row {
   double prefill_ms;           // the whole prefill of `batch` prompts
   kernels::StepProfile prefill_parts;  // over that prefill, seconds
   double read_bw;                      // bytes/s, probed right after the decode steps
+  int64_t step_bytes;                  // what a decode step reads: weights, embedding rows, KV
 };
 
 // Decode step latency through N worker processes, split into rank 0's
@@ -402,7 +403,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
     RankWorker& w = **worker;
-    weight_bytes.push_back({dtype, w.model().weight_bytes()});
+    // The weights a batch-1 step reads (an untied embedding table counts one row).
+    weight_bytes.push_back({dtype, w.model().decode_weight_bytes(1)});
     const int64_t vocab = w.config().vocab_size;
     for (int32_t batch : batches) {
       Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()),
@@ -459,8 +461,13 @@ int Main(int argc, char** argv) {
       // This VM's bandwidth drifts by 2x within minutes: each row's floor
       // uses the faster of the start's probe and one taken now.
       const double row_bw = std::max(bw, read_bandwidth());
+      // The bytes a step reads: the weights it streams, one embedding row per
+      // sequence and each sequence's KV at the steps' mean context.
+      const int64_t context = decode_context + done / 2;
+      const int64_t step_bytes =
+          w.model().decode_weight_bytes(batch) + batch * context * w.kv_bytes_per_token();
       rows.push_back({dtype, batch, prefill, static_cast<double>(batch) * done / secs, 1e3 * secs / done,
-                      1e3 * coordinator / done, parts, 1e3 * prefill_s, prefill_parts, row_bw});
+                      1e3 * coordinator / done, parts, 1e3 * prefill_s, prefill_parts, row_bw, step_bytes});
       std::fflush(stdout);
     }
   }
@@ -486,7 +493,7 @@ int Main(int argc, char** argv) {
   }
   if (rows.empty()) return 0;
   std::printf(
-      "\n| dtype | weights MB | floor ms (start) | plain C GEMV ms | GEMM GFLOP/s "
+      "\n| dtype | weights read MB | floor ms (start) | plain C GEMV ms | GEMM GFLOP/s "
       "|\n|---|---|---|---|---|\n");
   std::vector<std::tuple<std::string, double, double>> limits;  // dtype, floor ms, GEMM flop/s
   for (const auto& [d, bytes] : weight_bytes) {
@@ -516,7 +523,7 @@ int Main(int argc, char** argv) {
     for (const auto& [d, b] : weight_bytes) {
       if (d == r.dtype) bytes = b;
     }
-    const double floor_ms = 1e3 * static_cast<double>(bytes) / r.read_bw;
+    const double floor_ms = 1e3 * static_cast<double>(r.step_bytes) / r.read_bw;
     // 2 flops per weight per token (the matrix products; attention is extra).
     const double params = static_cast<double>(bytes) / (r.dtype == "bf16" ? 2 : 4);
     const double prefill_flops = 2 * params * r.prefill_tok_s, decode_flops = 2 * params * r.decode_tok_s;

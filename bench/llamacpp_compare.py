@@ -11,8 +11,11 @@ this script only runs the binaries it is given:
 Each round runs, per file, shardlm_bench (512-token prompt at batch 1; decode at batch 1 and 8
 after a 16-token prompt, 64 steps; the read-bandwidth floor of the weights' bytes), then
 llama-bench (-p 512 -n 64, one repetition) and llama-batched-bench (8 parallel sequences of a
-16-token prompt and 64 generated tokens), all with --threads threads. Prints one markdown table
-of medians: batch-1 decode ms/token, 512-token prompt tokens/s, batch-8 decode tokens/s.
+16-token prompt and 64 generated tokens), all with --threads threads. Prints one markdown table:
+batch-1 decode ms/token, 512-token prompt tokens/s, batch-8 decode tokens/s, each the median and
+the range over every round (none is dropped), and shardlm's batch-1 step against the floor of the
+bytes it reads in the same round. With --json-out every round's figures are saved, llama-bench's
+and llama-batched-bench's own JSON included.
 """
 import argparse
 import json
@@ -41,14 +44,15 @@ def shardlm_round(args, model):
     if "1" not in rows or "8" not in rows:
         sys.exit("could not read shardlm_bench's table:\n" + out[-2000:])
     floor = rows["1"][3]
-    return {"decode_ms": rows["1"][2], "prompt_tps": rows["1"][0], "batch8_tps": rows["8"][1], "floor_ms": floor}
+    return {"decode_ms": rows["1"][2], "prompt_tps": rows["1"][0], "batch8_tps": rows["8"][1], "floor_ms": floor,
+            "step_over_floor": rows["1"][2] / floor, "batch8_floor_ms": rows["8"][3]}
 
 
 def llamacpp_round(args, model):
     out = subprocess.run([args.llama_bench, "-m", model, "-t", str(args.threads), "-p", "512", "-n", "64",
                           "-r", "1", "-o", "json"], capture_output=True, text=True, check=True).stdout
-    res = {}
-    for r in json.loads(out):
+    res = {"llama_bench_json": json.loads(out)}
+    for r in res["llama_bench_json"]:
         if r["n_prompt"] == 512 and r["n_gen"] == 0:
             res["prompt_tps"] = r["avg_ts"]
         if r["n_gen"] == 64 and r["n_prompt"] == 0:
@@ -62,6 +66,7 @@ def llamacpp_round(args, model):
                 r = json.loads(line)
                 if r.get("pl") == 8:
                     res["batch8_tps"] = r["speed_tg"]
+                    res["llama_batched_bench_json"] = r
     return res
 
 
@@ -73,6 +78,7 @@ def main():
     ap.add_argument("--model", action="append", required=True)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json-out", default="")
     args = ap.parse_args()
     runs = {(m, who): [] for m in args.model for who in ("shardlm", "llama.cpp")}
     for r in range(args.rounds):
@@ -81,19 +87,26 @@ def main():
             runs[(m, "llama.cpp")].append(llamacpp_round(args, m))
         print("round %d of %d done" % (r + 1, args.rounds), file=sys.stderr)
 
-    def med(m, who, key):
+    def cell(m, who, key, fmt):
         vals = [x[key] for x in runs[(m, who)] if key in x]
-        return statistics.median(vals) if vals else float("nan")
+        if not vals:
+            return ""
+        return (fmt + " (" + fmt + "-" + fmt + ")") % (statistics.median(vals), min(vals), max(vals))
 
-    print("| file | engine | batch-1 decode ms/token | floor ms | 512-token prompt tok/s | batch-8 decode tok/s |")
-    print("|---|---|---|---|---|---|")
+    print("| file | engine | batch-1 decode ms/token | floor ms | step / floor | 512-token prompt tok/s "
+          "| batch-8 decode tok/s |")
+    print("|---|---|---|---|---|---|---|")
     for m in args.model:
         name = m.rsplit("/", 1)[-1]
         for who in ("shardlm", "llama.cpp"):
-            floor = "%.2f" % med(m, "shardlm", "floor_ms") if who == "shardlm" else ""
-            print("| %s | %s | %.2f | %s | %.0f | %.0f |" % (name, who, med(m, who, "decode_ms"), floor,
-                                                            med(m, who, "prompt_tps"), med(m, who, "batch8_tps")))
-    print("\nmedians of %d interleaved rounds, %d threads" % (args.rounds, args.threads))
+            print("| %s | %s | %s | %s | %s | %s | %s |" % (
+                name, who, cell(m, who, "decode_ms", "%.2f"), cell(m, who, "floor_ms", "%.2f"),
+                cell(m, who, "step_over_floor", "%.2f"), cell(m, who, "prompt_tps", "%.0f"),
+                cell(m, who, "batch8_tps", "%.0f")))
+    print("\nmedian (min-max) of %d interleaved rounds, %d threads" % (args.rounds, args.threads))
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"%s|%s" % k: v for k, v in runs.items()}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class KvPool {
   // dtype[layers, blocks + scratch blocks, block_size, kv_heads.tp, head_dim]
   at::Tensor& k() { return k_; }
   at::Tensor& v() { return v_; }
+  const at::Tensor& k() const { return k_; }
 
  private:
   KvPoolShape shape_;

@@ -249,6 +249,12 @@ int64_t LlamaModel::WeightBytes() const {
   return bytes;
 }
 
+int64_t LlamaModel::decode_weight_bytes(int64_t sequences) const {
+  const int64_t table = embed_.defined() ? embed_.nbytes() : embed_blocks_.nbytes();
+  const int64_t rows = embed_.defined() ? embed_.size(0) : embed_blocks_.out_features();
+  return weight_bytes_ - table + (rows > 0 ? sequences * table / rows : 0);
+}
+
 namespace {
 
 // Runs fn() as one timed part of the step (kernels/step_profile.h).

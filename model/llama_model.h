@@ -81,8 +81,12 @@ class LlamaModel {
   void SetAttentionLayout(AttentionBatch& batch) const;
   at::ScalarType dtype() const { return dtype_; }
   at::Device device() const { return device_; }
-  // Bytes of this rank's weights (what a decode step streams from memory).
+  // Bytes of this rank's weights, all of them.
   int64_t weight_bytes() const { return weight_bytes_; }
+  // Bytes a decode step of `sequences` reads of them: every weight but an
+  // untied embedding table, of which it gathers one row per sequence (a tied
+  // one is the LM head, streamed whole).
+  int64_t decode_weight_bytes(int64_t sequences) const;
 
   // Replaces the communicator the forward pass uses, returning the one it
   // used (RankWorker's warm-up runs on a stand-in: collectives/communicator.h).

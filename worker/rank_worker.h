@@ -89,6 +89,11 @@ class RankWorker final : public StepExecutor {
   const ModelConfig& config() const { return model_->config(); }
   int64_t num_blocks() const { return pool_.shape().num_blocks; }
   int64_t block_size() const { return pool_.shape().block_size; }
+  // Bytes of K and V one token holds in this rank's cache, all layers.
+  int64_t kv_bytes_per_token() const {
+    const KvPoolShape& s = pool_.shape();
+    return 2 * s.num_layers * s.num_kv_heads_per_rank * s.head_dim * pool_.k().element_size();
+  }
   const LlamaModel& model() const { return *model_; }
   at::Device device() const { return model_->device(); }
   Communicator& communicator() { return *comm_; }

@@ -21,6 +21,11 @@ of the lines.
   smollm2_exported  `shardlm export-tokenizer` of the GGUF: its tokenizer.json in `tokenizers`
                 encodes every line as the engine does; tokenizer_config.json holds the GGUF's
                 chat template, and transformers loads the folder and renders it.
+  qwen_coder_gguf  (with --qwen-gguf) the engine reads Qwen2.5-Coder-0.5B-Instruct's GGUF
+                (pre-tokenizer `qwen2`): against Qwen2.5's own tokenizer.json (the npm fixture),
+                100%. Also the tokenizer transformers builds from the same GGUF: its converter
+                leaves out Qwen2.5's NFC normalizer, so it must agree on every line NFC leaves
+                as it is, and the other lines that differ are counted and reported.
 Prints "hf_tokenizers: N passed, M failed"; exit 0 when every case passes.
 """
 
@@ -201,6 +206,27 @@ CASES.append(("smollm2_gguf", smollm2_gguf))
 CASES.append(("smollm2_exported", smollm2_exported))
 
 
+def qwen_coder_gguf(ctx, c):
+    import transformers
+    if not c.check(bool(ctx.args.qwen_gguf), "--qwen-gguf given"):
+        return
+    own = os.path.join(ctx.args.npm_dir, "@lenml", "tokenizer-qwen2_5", "models", "tokenizer.json")
+    compare(ctx, c, ctx.args.qwen_gguf, tokenizers.Tokenizer.from_file(own),
+            label="Qwen2.5's tokenizer.json against the engine on the GGUF, ")
+    folder, name = os.path.split(os.path.abspath(ctx.args.qwen_gguf))
+    converted = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name).backend_tokenizer
+    lines = [t for t in CORPUS + random_lines(ctx.args.random_lines) if t]
+    nfc = [t for t in lines if unicodedata.normalize("NFC", t) == t]
+    compare(ctx, c, ctx.args.qwen_gguf, converted, nfc, "transformers' conversion, lines NFC leaves alone: ")
+    other = [t for t in lines if unicodedata.normalize("NFC", t) != t]
+    differ = sum(1 for t, ids in zip(other, engine_ids(ctx, ctx.args.qwen_gguf, other, False))
+                 if ids != converted.encode(t, add_special_tokens=False).ids)
+    c.note("transformers' conversion (no NFC) differs on %d of the %d lines NFC changes" % (differ, len(other)))
+
+
+CASES.append(("qwen_coder_gguf", qwen_coder_gguf))
+
+
 class Ctx(harness.Ctx):
     def __init__(self, workdir, args, binary):
         super().__init__(workdir, args)
@@ -213,6 +239,7 @@ def main():
     ap.add_argument("--workdir", required=True)
     ap.add_argument("--npm-dir", required=True)
     ap.add_argument("--gguf", required=True)
+    ap.add_argument("--qwen-gguf", default="")
     ap.add_argument("--only", default="")
     ap.add_argument("--random-lines", type=int, default=300)
     args = ap.parse_args()

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status.h"
+#include "formats/gguf_tokenizers.h"
 #include "nlohmann/json.hpp"
 
 namespace shardlm {
@@ -34,6 +35,15 @@ constexpr std::pair<const char*, const char*> kArchitectures[] = {
     {"llama", "LlamaForCausalLM"},
     {"qwen2", "Qwen2ForCausalLM"},
     {"qwen3", "Qwen3ForCausalLM"},
+    {"gemma3", "Gemma3ForCausalLM"},
+};
+
+// Gemma 3's norms: "ffn_norm" is the norm before its MLP, and each block's
+// output has a norm of its own (Hugging Face's Gemma3 names).
+constexpr std::pair<const char*, const char*> kGemma3LayerNorms[] = {
+    {"ffn_norm", "pre_feedforward_layernorm"},
+    {"post_attention_norm", "post_attention_layernorm"},
+    {"post_ffw_norm", "post_feedforward_layernorm"},
 };
 
 absl::Status BadGguf(const std::string& label, const std::string& what) {
@@ -76,7 +86,7 @@ const GgufTensorInfo* FindTensor(const GgufHeader& h, const std::string& name) {
 }
 
 // "blk.12.attn_q.weight" -> "model.layers.12.self_attn.q_proj.weight"; unknown names stay as they are.
-std::string HfName(const std::string& name) {
+std::string HfName(const std::string& name, bool gemma3) {
   const size_t dot = name.rfind('.');
   if (dot == std::string::npos) return name;
   const std::string stem = name.substr(0, dot), suffix = name.substr(dot);  // ".weight" / ".bias"
@@ -87,53 +97,15 @@ std::string HfName(const std::string& name) {
     const size_t second = stem.find('.', 4);
     if (second != std::string::npos) {
       const std::string layer = stem.substr(4, second - 4), rest = stem.substr(second + 1);
+      for (const auto& [gguf, hf] : kGemma3LayerNorms) {
+        if (gemma3 && rest == gguf) return "model.layers." + layer + "." + hf + suffix;
+      }
       for (const auto& [gguf, hf] : kLayerTensorNames) {
         if (rest == gguf) return "model.layers." + layer + "." + hf + suffix;
       }
     }
   }
   return name;
-}
-
-// The split regexes of the tokenizers llama.cpp names in tokenizer.ggml.pre, written as
-// the Hugging Face tokenizer.json of the same model declares them.
-constexpr char kLlama3Split[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-constexpr char kQwen2Split[] =
-    "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-    "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
-
-json Split(const char* regex) {
-  return {{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}};
-}
-json ByteLevel(bool use_regex) {
-  return {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", use_regex}};
-}
-
-// Fills normalizer, pre_tokenizer and model.ignore_merges for tokenizer.ggml.pre.
-absl::Status PreTokenizerFor(const std::string& pre, const std::string& label, json* root) {
-  (*root)["normalizer"] = nullptr;
-  bool ignore_merges = false;
-  if (pre == "gpt-2") {
-    (*root)["pre_tokenizer"] = ByteLevel(true);
-  } else if (pre == "smollm") {  // Digits(individual_digits) then GPT-2's ByteLevel regex
-    (*root)["pre_tokenizer"] = {{"type", "Sequence"}, {"pretokenizers", {Split("\\p{N}"), ByteLevel(true)}}};
-  } else if (pre == "llama-bpe" || pre == "llama3") {
-    (*root)["pre_tokenizer"] = {{"type", "Sequence"},
-                                {"pretokenizers", {Split(kLlama3Split), ByteLevel(false)}}};
-    ignore_merges = true;
-  } else if (pre == "qwen2") {
-    (*root)["normalizer"] = {{"type", "NFC"}};
-    (*root)["pre_tokenizer"] = {{"type", "Sequence"},
-                                {"pretokenizers", {Split(kQwen2Split), ByteLevel(false)}}};
-  } else {
-    return BadGguf(label, "tokenizer.ggml.pre '" + pre +
-                              "' is not supported (supported: gpt-2, smollm, llama-bpe, qwen2)");
-  }
-  (*root)["model"]["ignore_merges"] = ignore_merges;
-  return absl::OkStatus();
 }
 
 struct GgufVocab {
@@ -296,7 +268,7 @@ absl::StatusOr<std::string> GgufConfigJson(const GgufHeader& h, const std::strin
   SHARDLM_RETURN_IF_ERROR(ShapeInto(h, label, a, cfg));
   SHARDLM_RETURN_IF_ERROR(PositionsInto(h, label, a, cfg));
   SHARDLM_RETURN_IF_ERROR(VocabularyInto(h, label, a, cfg));
-  cfg["hidden_act"] = "silu";
+  cfg["hidden_act"] = arch == "gemma3" ? "gelu_pytorch_tanh" : "silu";
   // Quantized files compute in f32 (their blocks kept on the CPU, dequantized
   // to f32 elsewhere: --weights); F16/BF16 files in bf16 by default.
   const int64_t file_type = GetInt(h, "general.file_type", label, 0).value_or(0);
@@ -358,7 +330,7 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
   std::map<std::string, TensorView> views;
   for (const GgufTensorInfo& t : h.tensors) {
     TensorView v;
-    v.name = HfName(t.name);
+    v.name = HfName(t.name, *arch == "gemma3");
     v.shape.assign(t.dims.rbegin(), t.dims.rend());
     v.data = t.data;
     v.nbytes = t.nbytes;
@@ -401,10 +373,17 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
   if (!vocab.ok()) return vocab.status();
   auto model = GetString(h, "tokenizer.ggml.model", label);
   if (!model.ok()) return model.status();
+  const GgufValue* arch = h.Find("general.architecture");
+  if (*model == "llama" && arch != nullptr && arch->s == "gemma3") {
+    SentencePieceVocab spm{vocab->tokens, vocab->types, vocab->bos, vocab->unk,
+                           GetBool(h, "tokenizer.ggml.add_bos_token", false)};
+    return GemmaTokenizerJson(spm, label);
+  }
   if (*model != "gpt2") {
     return BadGguf(label,
                    "tokenizer.ggml.model '" + *model +
-                       "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' is not)");
+                       "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' for "
+                       "gemma3 only)");
   }
   json root = json::object();
   root["version"] = "1.0";
@@ -415,13 +394,7 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
     vocab_obj[token] = id;
     const int64_t type = vocab->types[id];
     if (type == 3 || type == 4) {  // control, user-defined: matched whole in the text
-      added.push_back({{"id", id},
-                       {"content", token},
-                       {"single_word", false},
-                       {"lstrip", false},
-                       {"rstrip", false},
-                       {"normalized", false},
-                       {"special", type == 3}});
+      added.push_back(AddedTokenJson(static_cast<int64_t>(id), token, type == 3));
     }
   }
   root["added_tokens"] = std::move(added);
@@ -441,7 +414,7 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
                    {"merges", std::move(merges)}};
   std::string pre = "gpt-2";
   if (const GgufValue* p = h.Find("tokenizer.ggml.pre")) pre = p->s;
-  if (absl::Status st = PreTokenizerFor(pre, label, &root); !st.ok()) return st;
+  if (absl::Status st = GgufPreTokenizerInto(pre, label, &root); !st.ok()) return st;
   json single = json::array();
   json specials = json::object();
   const bool add_bos = GetBool(h, "tokenizer.ggml.add_bos_token", false) && vocab->bos >= 0;

@@ -1,5 +1,6 @@
 #include "formats/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -13,7 +14,8 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr char kSupported[] = "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM";
+constexpr char kSupported[] =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM (GGUF)";
 
 // Reads an integer field; `required` fields missing is InvalidArgument.
 absl::Status GetInt(const json& root, const char* key, const std::string& label, bool required,
@@ -98,6 +100,11 @@ absl::Status ParseRopeScaling(const json& root, const std::string& label, ModelC
 
 }  // namespace
 
+bool LayerIsWindowed(const ModelConfig& cfg, int64_t layer) {
+  if (!cfg.sliding_window) return false;
+  return cfg.sliding_window_pattern <= 0 || (layer + 1) % cfg.sliding_window_pattern != 0;
+}
+
 const char* ArchName(Arch arch) {
   switch (arch) {
     case Arch::kLlama:
@@ -108,6 +115,8 @@ const char* ArchName(Arch arch) {
       return "qwen2";
     case Arch::kQwen3:
       return "qwen3";
+    case Arch::kGemma3:
+      return "gemma3";
   }
   return "?";
 }
@@ -131,6 +140,10 @@ absl::Status ArchitectureInto(const json& root, const std::string& label, ModelC
   } else if (cfg.architecture == "Qwen3ForCausalLM") {
     cfg.arch = Arch::kQwen3;
     cfg.qk_norm = true;
+  } else if (cfg.architecture == "Gemma3ForCausalLM") {
+    cfg.arch = Arch::kGemma3;
+    cfg.qk_norm = true;
+    cfg.block_output_norms = true;
   } else {
     return absl::InvalidArgumentError(label + ": architecture '" + cfg.architecture +
                                       "' is not supported (supported: " + kSupported + ")");
@@ -178,6 +191,32 @@ absl::Status SizesInto(const json& root, const std::string& label, ModelConfig& 
   return absl::OkStatus();
 }
 
+// Gemma 3's text model (docs/gemma3.md), with Gemma3TextConfig's defaults for
+// what a GGUF does not say: embeddings scaled by sqrt(hidden) (in f32), one
+// full-attention layer in six, RoPE base 10000 on the windowed ones; a query
+// scale other than 1/sqrt(head_dim) and logit soft-capping are refused.
+absl::Status GemmaInto(const json& root, const std::string& label, ModelConfig& cfg) {
+  cfg.embedding_scale = static_cast<float>(std::sqrt(static_cast<double>(cfg.hidden_size)));
+  cfg.sliding_window_pattern = 6;
+  SHARDLM_RETURN_IF_ERROR(GetInt(root, "sliding_window_pattern", label, false, &cfg.sliding_window_pattern));
+  cfg.rope_local_theta = 10000.0;
+  SHARDLM_RETURN_IF_ERROR(GetDouble(root, "rope_local_base_freq", label, &cfg.rope_local_theta));
+  double scalar = static_cast<double>(cfg.head_dim);
+  SHARDLM_RETURN_IF_ERROR(GetDouble(root, "query_pre_attn_scalar", label, &scalar));
+  if (scalar != static_cast<double>(cfg.head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(label, ": query_pre_attn_scalar ", scalar,
+                                                   " other than head_dim (", cfg.head_dim,
+                                                   ") is not supported"));
+  }
+  for (const char* key : {"attn_logit_softcapping", "final_logit_softcapping"}) {
+    if (root.contains(key) && !root[key].is_null())
+      return absl::InvalidArgumentError(label + ": " + key + " is not supported");
+  }
+  if (cfg.sliding_window_pattern < 1)
+    return absl::InvalidArgumentError(label + ": sliding_window_pattern must be >= 1");
+  return absl::OkStatus();
+}
+
 // What the layers have besides their sizes (biases, activation, tied head,
 // sliding window), the checkpoint's dtype and the special tokens.
 absl::Status FeaturesInto(const json& root, const std::string& label, ModelConfig& cfg) {
@@ -187,16 +226,21 @@ absl::Status FeaturesInto(const json& root, const std::string& label, ModelConfi
   if (root.contains("mlp_bias") && root["mlp_bias"].is_boolean() && root["mlp_bias"].get<bool>()) {
     return absl::InvalidArgumentError(label + ": mlp_bias=true is not supported");
   }
-  if (root.contains("hidden_act") && root["hidden_act"].is_string() &&
-      root["hidden_act"].get<std::string>() != "silu") {
-    return absl::InvalidArgumentError(label + ": hidden_act '" + root["hidden_act"].get<std::string>() +
-                                      "' is not supported (supported: silu)");
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    if (!root.contains(key) || !root[key].is_string()) continue;
+    const std::string act = root[key].get<std::string>();
+    if (act == "gelu_pytorch_tanh") {
+      cfg.hidden_act = Activation::kGeluTanh;
+    } else if (act != "silu") {
+      return absl::InvalidArgumentError(label + ": " + key + " '" + act +
+                                        "' is not supported (supported: silu, gelu_pytorch_tanh)");
+    }
   }
   if (root.contains("tie_word_embeddings") && root["tie_word_embeddings"].is_boolean()) {
     cfg.tie_word_embeddings = root["tie_word_embeddings"].get<bool>();
   }
-  // Mistral honours sliding_window; Qwen2/3 only when use_sliding_window is true.
-  const bool use_window = cfg.arch == Arch::kMistral ||
+  // Mistral and Gemma 3 honour sliding_window; Qwen2/3 only when use_sliding_window is true.
+  const bool use_window = cfg.arch == Arch::kMistral || cfg.arch == Arch::kGemma3 ||
                           (root.contains("use_sliding_window") && root["use_sliding_window"].is_boolean() &&
                            root["use_sliding_window"].get<bool>());
   if (use_window) {
@@ -208,6 +252,7 @@ absl::Status FeaturesInto(const json& root, const std::string& label, ModelConfi
   for (const char* key : {"dtype", "torch_dtype"}) {
     if (root.contains(key) && root[key].is_string()) cfg.torch_dtype = root[key].get<std::string>();
   }
+  if (cfg.arch == Arch::kGemma3) SHARDLM_RETURN_IF_ERROR(GemmaInto(root, label, cfg));
   int64_t bos = -1;
   SHARDLM_RETURN_IF_ERROR(GetInt(root, "bos_token_id", label, false, &bos));
   if (bos >= 0) cfg.bos_token_id = bos;
@@ -239,6 +284,11 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir) {
     const std::string path = dir + "/config.json";
     SHARDLM_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
     SHARDLM_ASSIGN_OR_RETURN(cfg, ParseModelConfig(text, path));
+    if (cfg.arch == Arch::kGemma3) {
+      return absl::InvalidArgumentError(path +
+                                        ": Gemma 3 is read from GGUF files only (a checkpoint's norm "
+                                        "weights hold w where the engine multiplies by the GGUF's 1 + w)");
+    }
   }
   if (!IsGgufFile(dir) && std::filesystem::exists(gen_path)) {
     SHARDLM_ASSIGN_OR_RETURN(std::string gen_text, ReadFileToString(gen_path));

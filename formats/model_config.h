@@ -2,8 +2,9 @@
 //
 // Supported: LlamaForCausalLM (Llama 2, 3, 3.1, 3.2 incl. rope_scaling
 // "llama3"), MistralForCausalLM (sliding_window), Qwen2ForCausalLM (q/k/v
-// bias), Qwen3ForCausalLM (q_norm/k_norm, explicit head_dim). Anything else is
-// InvalidArgument listing what is supported.
+// bias), Qwen3ForCausalLM (q_norm/k_norm, explicit head_dim), and from GGUF
+// files Gemma3ForCausalLM (the text model). Anything else is InvalidArgument
+// listing what is supported.
 //
 //   SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
 #pragma once
@@ -17,7 +18,10 @@
 
 namespace shardlm {
 
-enum class Arch { kLlama, kMistral, kQwen2, kQwen3 };
+enum class Arch { kLlama, kMistral, kQwen2, kQwen3, kGemma3 };
+
+// The MLP's gate activation: SiLU (SwiGLU) or tanh-approximated GELU (GeGLU, Gemma).
+enum class Activation { kSilu, kGeluTanh };
 
 // rope_scaling {"rope_type": "llama3", ...} (Llama 3.1 / 3.2).
 struct Llama3RopeScaling {
@@ -49,10 +53,23 @@ struct ModelConfig {
   bool attention_bias = false;            // q/k/v biases (Qwen2)
   bool qk_norm = false;                   // per-head RMSNorm of q and k (Qwen3)
   bool tie_word_embeddings = false;
+  // Gemma 3 (from GGUF; docs/gemma3.md): GeGLU, embeddings scaled by
+  // sqrt(hidden), RMSNorms of each block's output before its residual add, and
+  // sliding-window layers (sliding_window) between full ones, one in every
+  // `sliding_window_pattern`, each kind with its own RoPE base.
+  Activation hidden_act = Activation::kSilu;
+  double embedding_scale = 0.0;  // 0: none
+  bool block_output_norms = false;
+  int64_t sliding_window_pattern = 0;  // 0: every layer as sliding_window says
+  double rope_local_theta = 0.0;       // the windowed layers' RoPE base; 0: rope_theta
   std::string torch_dtype = "float32";
   std::optional<int64_t> bos_token_id;
   std::vector<int64_t> eos_token_ids;  // generation_config.json wins over config.json
 };
+
+// Whether layer `layer` attends over a sliding window (cfg.sliding_window set;
+// with a pattern, all but every pattern-th layer).
+bool LayerIsWindowed(const ModelConfig& cfg, int64_t layer);
 
 // Parses config.json text; `label` names the file in errors.
 absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const std::string& label);
@@ -61,7 +78,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text, const
 // `dir` is a GGUF file, the config its metadata describes (formats/gguf_model.h).
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& dir);
 
-// "llama" / "mistral" / "qwen2" / "qwen3".
+// "llama" / "mistral" / "qwen2" / "qwen3" / "gemma3".
 const char* ArchName(Arch arch);
 
 }  // namespace shardlm

@@ -21,11 +21,12 @@
 
 namespace shardlm {
 
-std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg) {
+std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg, double theta) {
   const int64_t half = cfg.head_dim / 2;
+  const double base = theta > 0 ? theta : cfg.rope_theta;
   std::vector<float> inv(half);
   for (int64_t i = 0; i < half; ++i) {
-    inv[i] = static_cast<float>(1.0 / std::pow(cfg.rope_theta, static_cast<double>(2 * i) / cfg.head_dim));
+    inv[i] = static_cast<float>(1.0 / std::pow(base, static_cast<double>(2 * i) / cfg.head_dim));
   }
   if (cfg.rope_scaling) {
     // Llama 3.1: long wavelengths are divided by `factor`, short ones kept,
@@ -46,213 +47,6 @@ std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg) {
     }
   }
   return inv;
-}
-
-absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag) {
-  if (flag == "auto") return WeightFormat::kAuto;
-  if (flag == "dense") return WeightFormat::kDense;
-  if (flag == "q8_0") return WeightFormat::kQ8_0;
-  if (flag == "q4_0") return WeightFormat::kQ4_0;
-  if (flag == "q4_1") return WeightFormat::kQ4_1;
-  return InvalidField("weights", "--weights must be auto, dense, q8_0, q4_0 or q4_1, got '" + flag + "'");
-}
-
-namespace {
-
-BlockFormat BlockFormatFor(WeightFormat w) {
-  switch (w) {
-    case WeightFormat::kQ8_0:
-      return BlockFormat::kQ8_0;
-    case WeightFormat::kQ4_0:
-      return BlockFormat::kQ4_0;
-    case WeightFormat::kQ4_1:
-      return BlockFormat::kQ4_1;
-    default:
-      return BlockFormat::kNone;
-  }
-}
-
-// One projection's parts (q, k and v; gate and up; or one weight), each by
-// name and full shape, concatenated along the rows.
-using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
-
-// The parts as one quantized weight: in `want`, or with `want` kNone each part
-// in the file's format (q/k/v may mix Q4_K and Q6_K: one segment each); or an
-// undefined weight where they stay dense: a part the file does not keep in a
-// format the kernels multiply (with `want` kNone), or a slice of columns off
-// the block grid.
-absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, const ShardPlan& plan,
-                                                    const Parts& parts, BlockFormat want) {
-  std::vector<kernels::LinearWeight::QuantRows> rows;
-  int64_t cols = 0;
-  for (const auto& [name, shape] : parts) {
-    SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
-    const BlockFormat format = want == BlockFormat::kNone ? q.format : want;
-    // Not a block format, or one the CPU kernels do not multiply kept: dequantized at load.
-    if (format == BlockFormat::kNone || !HasQuantKernels(format)) return kernels::LinearWeight();
-    if (q.format == format) {
-      rows.push_back({format, std::move(q.rows)});
-      cols = q.cols;
-      continue;
-    }
-    // Quantized at load from the dense shard.
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor dense, LoadShard(ckpt, plan, name, shape, at::kFloat));
-    if (dense.size(1) % 32 != 0) return kernels::LinearWeight();
-    cols = dense.size(1);
-    rows.push_back({format, QuantizeRows(format, dense)});
-  }
-  return kernels::LinearWeight::PrepareQuantized(rows, cols);
-}
-
-}  // namespace
-
-// Reads this rank's shards of the checkpoint's tensors: on the host, then
-// moved to the device one tensor at a time; projections quantized where the
-// weight format asks and the shard allows (kernels::LinearWeight packs them).
-class ShardReader {
- public:
-  ShardReader(const Checkpoint& ckpt, const ShardPlan& plan, at::ScalarType dtype, at::Device device,
-              WeightFormat weights)
-      : ckpt_(ckpt),
-        plan_(plan),
-        dtype_(dtype),
-        device_(device),
-        weights_(weights),
-        quantize_(device.is_cpu() && weights != WeightFormat::kDense) {}
-
-  bool Has(const std::string& name) const { return ckpt_.Has(name); }
-
-  absl::StatusOr<at::Tensor> Tensor(const std::string& name, std::vector<int64_t> shape) const {
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, LoadShard(ckpt_, plan_, name, shape, dtype_));
-    if (device_.is_cpu()) return t;
-    SHARDLM_RETURN_IF_ERROR(CatchTorchErrors(absl::StrCat("moving ", name, " to ", device_.str()), [&] {
-      t = t.to(device_);
-      return absl::OkStatus();
-    }));
-    return t;
-  }
-
-  // A projection of `parts` concatenated along the rows: quantized where
-  // asked and possible, else dense (`gated`: a gate/up pair, PrepareGated).
-  absl::StatusOr<kernels::LinearWeight> Projection(const Parts& parts, bool gated = false) const {
-    if (quantize_) {
-      SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
-                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_)));
-      if (q.defined()) return q;
-    }
-    std::vector<at::Tensor> dense;
-    for (const auto& [name, shape] : parts) {
-      SHARDLM_ASSIGN_OR_RETURN(at::Tensor t, Tensor(name, shape));
-      dense.push_back(std::move(t));
-    }
-    at::Tensor w = dense.size() == 1 ? std::move(dense[0]) : at::cat(dense, 0);
-    return gated ? kernels::LinearWeight::PrepareGated(std::move(w))
-                 : kernels::LinearWeight::Prepare(std::move(w));
-  }
-
-  // A table kept in the file's blocks for row lookups (an untied embedding):
-  // undefined where it is read dense.
-  absl::StatusOr<kernels::LinearWeight> KeptBlocks(const Parts& parts) const {
-    if (!quantize_) return kernels::LinearWeight();
-    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone);
-  }
-
- private:
-  const Checkpoint& ckpt_;
-  const ShardPlan& plan_;
-  at::ScalarType dtype_;
-  at::Device device_;
-  WeightFormat weights_;
-  bool quantize_;
-};
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& cfg, const Checkpoint& ckpt,
-                                                             const ShardPlan& plan, at::ScalarType dtype,
-                                                             Communicator* comm, at::Device device,
-                                                             WeightFormat weights) {
-  if (!device.is_cpu() && weights != WeightFormat::kAuto && weights != WeightFormat::kDense) {
-    return InvalidField("weights",
-                        "--weights q8_0, q4_0 and q4_1 run on the CPU; on " + device.str() +
-                            " weights are dequantized to the compute dtype (--weights auto or dense)");
-  }
-  std::unique_ptr<LlamaModel> m(new LlamaModel(cfg, plan, dtype, comm, device));
-  const ShardReader reader(ckpt, plan, dtype, device, weights);
-  SHARDLM_ASSIGN_OR_RETURN(m->final_norm_, reader.Tensor("model.norm.weight", {cfg.hidden_size}));
-  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("preparing the LM head", [&] { return m->LoadHead(reader); }));
-  SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("loading layers", [&]() -> absl::Status {
-    for (int64_t i = 0; i < cfg.num_layers; ++i) {
-      SHARDLM_ASSIGN_OR_RETURN(Layer layer, LoadLayer(reader, cfg, i));
-      m->layers_.push_back(std::move(layer));
-    }
-    m->inv_freq_ = at::tensor(RotaryInverseFrequencies(cfg), at::kFloat);
-    return absl::OkStatus();
-  }));
-  m->weight_bytes_ = m->WeightBytes();
-  return m;
-}
-
-// A tied embedding is looked up in the LM head's weight, so it is held once.
-absl::Status LlamaModel::LoadHead(const ShardReader& reader) {
-  const int64_t V = cfg_.vocab_size, H = cfg_.hidden_size;
-  if (cfg_.tie_word_embeddings && !reader.Has("lm_head.weight")) {
-    SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"model.embed_tokens.weight", {V, H}}}));
-    return absl::OkStatus();
-  }
-  // Kept in its blocks where the file has them (a step reads one row per token).
-  SHARDLM_ASSIGN_OR_RETURN(embed_blocks_, reader.KeptBlocks({{"model.embed_tokens.weight", {V, H}}}));
-  if (!embed_blocks_.defined()) {
-    SHARDLM_ASSIGN_OR_RETURN(embed_, reader.Tensor("model.embed_tokens.weight", {V, H}));
-  }
-  SHARDLM_ASSIGN_OR_RETURN(lm_head_, reader.Projection({{"lm_head.weight", {V, H}}}));
-  return absl::OkStatus();
-}
-
-// Layer i's shards, with q/k/v fused into one product and gate/up into another.
-absl::StatusOr<LlamaModel::Layer> LlamaModel::LoadLayer(const ShardReader& reader, const ModelConfig& cfg,
-                                                        int64_t i) {
-  const int64_t H = cfg.hidden_size, I = cfg.intermediate_size, d = cfg.head_dim;
-  const int64_t q_out = cfg.num_heads * d, kv_out = cfg.num_kv_heads * d;
-  const std::string p = absl::StrCat("model.layers.", i, ".");
-  Layer L;
-  SHARDLM_ASSIGN_OR_RETURN(L.input_norm, reader.Tensor(p + "input_layernorm.weight", {H}));
-  SHARDLM_ASSIGN_OR_RETURN(L.post_norm, reader.Tensor(p + "post_attention_layernorm.weight", {H}));
-  SHARDLM_ASSIGN_OR_RETURN(L.qkv, reader.Projection({{p + "self_attn.q_proj.weight", {q_out, H}},
-                                                     {p + "self_attn.k_proj.weight", {kv_out, H}},
-                                                     {p + "self_attn.v_proj.weight", {kv_out, H}}}));
-  if (cfg.attention_bias) {
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor qb, reader.Tensor(p + "self_attn.q_proj.bias", {q_out}));
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor kb, reader.Tensor(p + "self_attn.k_proj.bias", {kv_out}));
-    SHARDLM_ASSIGN_OR_RETURN(at::Tensor vb, reader.Tensor(p + "self_attn.v_proj.bias", {kv_out}));
-    L.qkv_bias = at::cat({qb, kb, vb}, 0);
-  }
-  if (cfg.qk_norm) {
-    SHARDLM_ASSIGN_OR_RETURN(L.q_norm, reader.Tensor(p + "self_attn.q_norm.weight", {d}));
-    SHARDLM_ASSIGN_OR_RETURN(L.k_norm, reader.Tensor(p + "self_attn.k_norm.weight", {d}));
-  }
-  SHARDLM_ASSIGN_OR_RETURN(L.o, reader.Projection({{p + "self_attn.o_proj.weight", {H, q_out}}}));
-  SHARDLM_ASSIGN_OR_RETURN(
-      L.gate_up, reader.Projection({{p + "mlp.gate_proj.weight", {I, H}}, {p + "mlp.up_proj.weight", {I, H}}},
-                                   /*gated=*/true));
-  SHARDLM_ASSIGN_OR_RETURN(L.down, reader.Projection({{p + "mlp.down_proj.weight", {H, I}}}));
-  return L;
-}
-
-int64_t LlamaModel::WeightBytes() const {
-  int64_t bytes = (embed_.defined() ? embed_.nbytes() : 0) + embed_blocks_.nbytes() + final_norm_.nbytes() +
-                  lm_head_.nbytes();
-  for (const Layer& L : layers_) {
-    for (const at::Tensor* t : {&L.input_norm, &L.qkv_bias, &L.q_norm, &L.k_norm, &L.post_norm}) {
-      if (t->defined()) bytes += t->nbytes();
-    }
-    bytes += L.qkv.nbytes() + L.o.nbytes() + L.gate_up.nbytes() + L.down.nbytes();
-  }
-  return bytes;
-}
-
-int64_t LlamaModel::decode_weight_bytes(int64_t sequences) const {
-  const int64_t table = embed_.defined() ? embed_.nbytes() : embed_blocks_.nbytes();
-  const int64_t rows = embed_.defined() ? embed_.size(0) : embed_blocks_.out_features();
-  return weight_bytes_ - table + (rows > 0 ? sequences * table / rows : 0);
 }
 
 namespace {
@@ -300,15 +94,22 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   }
   // rows: dtype[tokens, hidden] {tp unreduced}
-  return ReduceScatterParts(*comm_, rows, 1, plan_.hidden_parts());
+  SHARDLM_ASSIGN_OR_RETURN(at::Tensor x, ReduceScatterParts(*comm_, rows, 1, plan_.hidden_parts()));
+  // Gemma 3: scaled by sqrt(hidden), the scale rounded to the dtype as transformers does.
+  if (cfg_.embedding_scale != 0.0) {
+    const float scale = dtype_ == at::kBFloat16 ? static_cast<float>(c10::BFloat16(cfg_.embedding_scale))
+                                                : static_cast<float>(cfg_.embedding_scale);
+    x = x * scale;
+  }
+  return x;
 }
 
 void LlamaModel::RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos,
-                              std::vector<float>& sin) const {
+                              std::vector<float>& sin, bool local) const {
   const int64_t T = static_cast<int64_t>(positions.size()), half = cfg_.head_dim / 2;
   cos.resize(T * half);
   sin.resize(T * half);
-  const float* inv = inv_freq_.data_ptr<float>();
+  const float* inv = (local ? inv_freq_local_ : inv_freq_).data_ptr<float>();
   const bool bf16 = dtype_ == at::kBFloat16;
   for (int64_t t = 0; t < T; ++t) {
     const float pos = static_cast<float>(positions[t]);
@@ -349,8 +150,9 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
 
   std::vector<int64_t> ids64(step.token_ids.begin(), step.token_ids.end());
   // cos, sin: f32[tokens, head_dim / 2]
-  std::vector<float> cos_host, sin_host;
+  std::vector<float> cos_host, sin_host, cos_local, sin_local;
   RotaryTables(step.positions, cos_host, sin_host);
+  if (inv_freq_local_.defined()) RotaryTables(step.positions, cos_local, sin_local, /*local=*/true);
   StepTensors in;
   StepUpload up;
   SHARDLM_RETURN_IF_ERROR(CatchTorchErrors("staging the step", [&]() -> absl::Status {
@@ -378,6 +180,10 @@ absl::StatusOr<at::Tensor> LlamaModel::Forward(const StepInput& step, KvPool& po
       in.ids = at::from_blob(ids64.data(), {T}, at::kLong);
       in.cos = at::from_blob(cos_host.data(), {T, half}, at::kFloat);
       in.sin = at::from_blob(sin_host.data(), {T, half}, at::kFloat);
+      if (!cos_local.empty()) {
+        in.cos_local = at::from_blob(cos_local.data(), {T, half}, at::kFloat);
+        in.sin_local = at::from_blob(sin_local.data(), {T, half}, at::kFloat);
+      }
       in.row_index = at::from_blob(rows.data(), {static_cast<int64_t>(rows.size())}, at::kLong);
     }
     return absl::OkStatus();
@@ -391,19 +197,31 @@ void LlamaModel::SetAttentionLayout(AttentionBatch& batch) const {
   batch.q_head_offset = plan_.q_head_offset();
 }
 
-// x += the projection of `in` by w: with one rank nothing is reduced between
-// a projection and its residual add, so the product adds into x itself;
-// otherwise the partial products are reduce-scattered over the hidden parts.
-absl::Status LlamaModel::AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w) {
-  if (comm_->rank_info().world_size == 1) {
+// x += the projection of `in` by w (RMS-normed by `out_norm` first, when
+// given: Gemma 3): with one rank nothing is reduced between a projection and
+// its residual add, so the product adds into x itself; otherwise the partial
+// products are reduce-scattered over the hidden parts (and, to be normed,
+// gathered whole again).
+absl::Status LlamaModel::AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w,
+                                      const at::Tensor& out_norm) {
+  const bool one_rank = comm_->rank_info().world_size == 1;
+  if (one_rank && !out_norm.defined()) {
     kernels::LinearAddTo(x, in, w);
     return absl::OkStatus();
   }
-  at::Tensor partial = kernels::Linear(in, w);  // dtype[tokens, hidden] {tp unreduced}
-  SHARDLM_ASSIGN_OR_RETURN(at::Tensor reduced, Timed(kernels::StepPart::kCollectives, [&] {
-                             return ReduceScatterParts(*comm_, partial, 1, plan_.hidden_parts());
-                           }));
-  Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, reduced); });
+  at::Tensor y = kernels::Linear(in, w);  // dtype[tokens, hidden] {tp unreduced}
+  if (!one_rank) {
+    SHARDLM_ASSIGN_OR_RETURN(y, Timed(kernels::StepPart::kCollectives, [&] {
+                               return ReduceScatterParts(*comm_, y, 1, plan_.hidden_parts());
+                             }));
+  }
+  if (out_norm.defined()) {
+    SHARDLM_ASSIGN_OR_RETURN(at::Tensor normed, GatherNormed(y, out_norm));
+    int64_t start = 0;
+    for (int r = 0; r < comm_->rank_info().rank; ++r) start += plan_.hidden_parts()[r];
+    y = normed.narrow(1, start, plan_.hidden_per_rank()).contiguous();
+  }
+  Timed(kernels::StepPart::kElementwise, [&] { kernels::AddInPlace(x, y); });
   return absl::OkStatus();
 }
 
@@ -423,6 +241,16 @@ absl::Status LlamaModel::AttentionBlock(size_t li, at::Tensor& x, const StepTens
   const Layer& L = layers_[li];
   const int64_t d = cfg_.head_dim;
   const int64_t hq = plan_.num_heads_per_rank(), hkv = plan_.num_kv_heads_per_rank();
+  // This layer's window (Gemma 3 interleaves full layers) and RoPE tables.
+  const bool windowed = LayerIsWindowed(cfg_, static_cast<int64_t>(li));
+  const AttentionBatch* layer_batch = &batch;
+  AttentionBatch full;  // a full layer's copy, where the step's batch carries a window
+  if (!windowed && batch.sliding_window != 0) {
+    full = batch;
+    full.sliding_window = 0;
+    layer_batch = &full;
+  }
+  const bool local = windowed && in.cos_local.defined();
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, GatherNormed(x, L.input_norm));
   // qkv: dtype[tokens, (heads.tp + 2 kv_heads.tp) * head_dim]; q and k are
   // normed (Qwen3) and rotated in place, then attended from where they are.
@@ -441,20 +269,31 @@ absl::Status LlamaModel::AttentionBlock(size_t li, at::Tensor& x, const StepTens
       kv_written =
           kernels::CudaRotaryKvInPlace(qkv, hq, hkv, d, in.cos, in.sin, batch.slots, k_layer, v_layer);
     }
-    if (!kv_written) kernels::RotaryInPlace(qkv, hq + hkv, d, in.cos, in.sin);
+    if (!kv_written)
+      kernels::RotaryInPlace(qkv, hq + hkv, d, local ? in.cos_local : in.cos, local ? in.sin_local : in.sin);
   }
   at::Tensor attn = Timed(kernels::StepPart::kAttention, [&] {
-    return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), batch, kv_written);
+    return AttendLayer(qkv, hq, hkv, d, pool.k(), pool.v(), static_cast<int64_t>(li), *layer_batch,
+                       kv_written);
   });
-  return AddProjected(x, attn, L.o);
+  return AddProjected(x, attn, L.o, L.attn_out_norm);
 }
 
-// Layer li's MLP block: x += down(silu(gate(norm(x))) * up(norm(x))).
+// Layer li's MLP block: x += down(silu(gate(norm(x))) * up(norm(x))); for
+// Gemma 3 gelu_tanh in place of silu and the output RMS-normed first.
 absl::Status LlamaModel::MlpBlock(size_t li, at::Tensor& x) {
   const Layer& L = layers_[li];
   SHARDLM_ASSIGN_OR_RETURN(at::Tensor h, GatherNormed(x, L.post_norm));
-  at::Tensor act = kernels::LinearSwiGlu(h, L.gate_up);  // dtype[tokens, intermediate.tp]
-  return AddProjected(x, act, L.down);
+  at::Tensor act;  // dtype[tokens, intermediate.tp]
+  if (cfg_.hidden_act == Activation::kGeluTanh) {
+    const at::Tensor gate_up = kernels::Linear(h, L.gate_up);
+    const int64_t inter = gate_up.size(1) / 2;
+    kernels::StepPartTimer timer(kernels::StepPart::kElementwise);
+    act = at::gelu(gate_up.narrow(1, 0, inter), "tanh") * gate_up.narrow(1, inter, inter);
+  } else {
+    act = kernels::LinearSwiGlu(h, L.gate_up);
+  }
+  return AddProjected(x, act, L.down, L.mlp_out_norm);
 }
 
 // The LM head over the rows that need a distribution only; rank 0 (which

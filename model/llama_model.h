@@ -60,8 +60,10 @@ class LlamaModel {
   // A step's inputs as tensors on the model's device (on the CPU, views of
   // host arrays): what ForwardTensors reads.
   struct StepTensors {
-    at::Tensor ids;        // int64[tokens]
-    at::Tensor cos, sin;   // f32[tokens, head_dim / 2] (RotaryTables)
+    at::Tensor ids;       // int64[tokens]
+    at::Tensor cos, sin;  // f32[tokens, head_dim / 2] (RotaryTables)
+    // The windowed layers' tables where their RoPE base differs (Gemma 3), else undefined.
+    at::Tensor cos_local, sin_local;
     at::Tensor row_index;  // int64[rows]: the tokens whose logits come back, in order
   };
   // The layers and the head over inputs already in place, `batch` holding the
@@ -71,8 +73,8 @@ class LlamaModel {
   // Each position's rotary cos and sin, f32[positions, head_dim / 2]
   // row-major, rounded through the compute dtype as Hugging Face does
   // (cos.to(x.dtype)).
-  void RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos,
-                    std::vector<float>& sin) const;
+  void RotaryTables(const std::vector<int32_t>& positions, std::vector<float>& cos, std::vector<float>& sin,
+                    bool local = false) const;
 
   const ModelConfig& config() const { return cfg_; }
   const ShardPlan& plan() const { return plan_; }
@@ -97,14 +99,16 @@ class LlamaModel {
 
  private:
   struct Layer {
-    at::Tensor input_norm;          // dtype[hidden]
-    kernels::LinearWeight qkv;      // dtype[(heads.tp + 2 kv_heads.tp) * head_dim, hidden]
-    at::Tensor qkv_bias;            // dtype[(heads.tp + 2 kv_heads.tp) * head_dim] or undefined
-    at::Tensor q_norm, k_norm;      // dtype[head_dim] or undefined
-    kernels::LinearWeight o;        // dtype[hidden, heads.tp * head_dim]
-    at::Tensor post_norm;           // dtype[hidden]
-    kernels::LinearWeight gate_up;  // dtype[2 * intermediate.tp, hidden]
-    kernels::LinearWeight down;     // dtype[hidden, intermediate.tp]
+    at::Tensor input_norm;      // dtype[hidden]
+    kernels::LinearWeight qkv;  // dtype[(heads.tp + 2 kv_heads.tp) * head_dim, hidden]
+    at::Tensor qkv_bias;        // dtype[(heads.tp + 2 kv_heads.tp) * head_dim] or undefined
+    at::Tensor q_norm, k_norm;  // dtype[head_dim] or undefined
+    kernels::LinearWeight o;    // dtype[hidden, heads.tp * head_dim]
+    at::Tensor post_norm;       // dtype[hidden]: the norm before the MLP
+    // Gemma 3: the norms of the attention's and the MLP's outputs, else undefined.
+    at::Tensor attn_out_norm, mlp_out_norm;  // dtype[hidden]
+    kernels::LinearWeight gate_up;           // dtype[2 * intermediate.tp, hidden]
+    kernels::LinearWeight down;              // dtype[hidden, intermediate.tp]
   };
 
   LlamaModel(const ModelConfig& cfg, const ShardPlan& plan, at::ScalarType dtype, Communicator* comm,
@@ -121,7 +125,8 @@ class LlamaModel {
   absl::Status AttentionBlock(size_t li, at::Tensor& x, const StepTensors& in, const AttentionBatch& batch,
                               KvPool& pool);
   absl::Status MlpBlock(size_t li, at::Tensor& x);
-  absl::Status AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w);
+  absl::Status AddProjected(at::Tensor& x, const at::Tensor& in, const kernels::LinearWeight& w,
+                            const at::Tensor& out_norm = at::Tensor());
   absl::StatusOr<at::Tensor> GatherNormed(const at::Tensor& x, const at::Tensor& weight);
   absl::StatusOr<at::Tensor> Head(const at::Tensor& x, const StepTensors& in);
 
@@ -134,12 +139,14 @@ class LlamaModel {
   kernels::LinearWeight embed_blocks_;  // the embedding kept in its blocks (rows looked up), or undefined
   kernels::LinearWeight lm_head_;       // dtype[vocab.tp, hidden]
   at::Tensor final_norm_;
-  at::Tensor inv_freq_;  // f32[head_dim / 2]
+  at::Tensor inv_freq_;        // f32[head_dim / 2]
+  at::Tensor inv_freq_local_;  // the windowed layers' (Gemma 3), or undefined
   std::vector<Layer> layers_;
   int64_t weight_bytes_ = 0;
 };
 
-// inv_freq of rotary embeddings, with llama3 scaling when configured.
-std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg);
+// inv_freq of rotary embeddings, with llama3 scaling when configured; with
+// `theta` > 0, of that base instead of cfg.rope_theta.
+std::vector<float> RotaryInverseFrequencies(const ModelConfig& cfg, double theta = 0.0);
 
 }  // namespace shardlm

@@ -28,6 +28,14 @@ struct AddedToken {
   bool rstrip = false;
 };
 
+// One normalizer: NFC or NFKC (ICU), or a literal Replace, or a Prepend to
+// non-empty text (the SentencePiece-style tokenizers' U+2581).
+struct NormStep {
+  enum Kind { kUnicode, kReplace, kPrepend } kind = kUnicode;
+  NormKind unicode = NormKind::kNfc;
+  std::string pattern, content;
+};
+
 struct PreTokStep {
   enum Kind { kSplit, kByteLevel } kind;
   std::shared_ptr<SplitRegex> regex;  // kSplit, or kByteLevel with use_regex
@@ -80,7 +88,11 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;
   std::unordered_map<unsigned char, std::vector<size_t>> added_by_first_byte_;  // longest first
   std::unordered_set<int32_t> special_ids_;
-  std::vector<NormKind> normalizers_;
+  std::vector<NormStep> normalizers_;
+  // SentencePiece-style vocabularies (model.byte_fallback): a code point not in
+  // the vocabulary becomes the <0xXX> tokens of its UTF-8 bytes.
+  bool byte_fallback_ = false;
+  int32_t byte_tokens_[256] = {};
   std::vector<PreTokStep> pretok_;
   std::vector<int32_t> prefix_ids_, suffix_ids_;  // TemplateProcessing "single"
   mutable std::mutex cache_mu_;

@@ -54,7 +54,6 @@ void SplitByRegex(const SplitRegex& re, std::string_view text, bool remove_match
   pcre2_match_data_free(md);
 }
 
-
 absl::StatusOr<std::string> Normalize(NormKind kind, const std::string& text) {
   UErrorCode err = U_ZERO_ERROR;
   const UNormalizer2* norm =

@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "common/status.h"
 #include "common/utf8.h"
 #include "formats/gguf.h"
@@ -82,8 +83,14 @@ absl::Status BpeTokenizer::MergeSymbols(std::vector<int32_t>& syms, const StopCh
 absl::Status BpeTokenizer::EncodeOrdinary(const std::string& raw, std::vector<int32_t>* ids,
                                           const StopCheck& stop) const {
   std::string text = raw;
-  for (NormKind n : normalizers_) {
-    SHARDLM_ASSIGN_OR_RETURN(text, Normalize(n, text));
+  for (const NormStep& n : normalizers_) {
+    if (n.kind == NormStep::kReplace) {
+      text = absl::StrReplaceAll(text, {{n.pattern, n.content}});
+    } else if (n.kind == NormStep::kPrepend) {
+      if (!text.empty()) text = n.content + text;
+    } else {
+      SHARDLM_ASSIGN_OR_RETURN(text, Normalize(n.unicode, text));
+    }
   }
   std::vector<std::string> pieces = {text};
   bool byte_level = false;

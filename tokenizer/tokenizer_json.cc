@@ -3,6 +3,8 @@
 // the post-processor's special tokens and the added tokens, each refused
 // with the file's name and the field when it is not one this engine runs.
 #include <algorithm>
+#include <cctype>
+#include <cstdio>
 #include <memory>
 #include <string>
 
@@ -18,6 +20,26 @@ namespace shardlm {
 namespace bpe {
 namespace {
 
+// The bytes a SentencePiece-style token stands for: U+2581 a space, <0xXX>
+// the byte (the Replace, ByteFallback and Fuse decoders).
+std::string SentencePieceBytes(const std::string& token) {
+  if (token.size() == 6 && token.compare(0, 3, "<0x") == 0 && token[5] == '>' &&
+      std::isxdigit(static_cast<unsigned char>(token[3])) &&
+      std::isxdigit(static_cast<unsigned char>(token[4]))) {
+    return std::string(1, static_cast<char>(std::stoi(token.substr(3, 2), nullptr, 16)));
+  }
+  std::string out;
+  for (size_t i = 0; i < token.size();) {
+    if (token.compare(i, 3, "\xE2\x96\x81") == 0) {
+      out += ' ';
+      i += 3;
+    } else {
+      out += token[i++];
+    }
+  }
+  return out;
+}
+
 // GPT-2's split pattern, used by ByteLevel pre-tokenizers with use_regex.
 constexpr char kGpt2Pattern[] =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
@@ -28,10 +50,8 @@ absl::Status BpeTokenizer::InitModel(const json& model, const std::string& label
   if (!model.is_object() || model.value("type", "") != "BPE") {
     return absl::InvalidArgumentError(label + ": model.type must be BPE (byte-level BPE is supported)");
   }
-  if (model.contains("byte_fallback") && model["byte_fallback"].is_boolean() &&
-      model["byte_fallback"].get<bool>()) {
-    return absl::InvalidArgumentError(label + ": BPE byte_fallback (SentencePiece-style) is not supported");
-  }
+  byte_fallback_ = model.contains("byte_fallback") && model["byte_fallback"].is_boolean() &&
+                   model["byte_fallback"].get<bool>();
   ignore_merges_ = model.contains("ignore_merges") && model["ignore_merges"].is_boolean() &&
                    model["ignore_merges"].get<bool>();
   if (!model.contains("vocab") || !model["vocab"].is_object()) {
@@ -47,8 +67,23 @@ absl::Status BpeTokenizer::InitModel(const json& model, const std::string& label
     vocab_[it.key()] = static_cast<int32_t>(id);
     if (static_cast<size_t>(id) >= token_bytes_.size()) token_bytes_.resize(id + 1);
     std::string bytes;
-    if (!table.Decode(it.key(), &bytes)) bytes = it.key();  // not byte-level spelled: keep as is
+    if (byte_fallback_) {
+      bytes = SentencePieceBytes(it.key());
+    } else if (!table.Decode(it.key(), &bytes)) {
+      bytes = it.key();  // not byte-level spelled: keep as is
+    }
     token_bytes_[id] = std::move(bytes);
+  }
+  if (byte_fallback_) {
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof(name), "<0x%02X>", b);
+      auto it = vocab_.find(name);
+      if (it == vocab_.end())
+        return absl::InvalidArgumentError(
+            absl::StrCat(label, ": byte_fallback without the byte token ", name));
+      byte_tokens_[b] = it->second;
+    }
   }
   if (!model.contains("merges") || !model["merges"].is_array()) {
     return absl::InvalidArgumentError(label + ": model.merges must be an array");
@@ -81,16 +116,28 @@ absl::Status BpeTokenizer::InitModel(const json& model, const std::string& label
 absl::Status BpeTokenizer::InitNormalizer(const json& node, const std::string& label) {
   if (node.is_null()) return absl::OkStatus();
   const std::string type = node.value("type", "");
-  if (type == "NFC") {
-    normalizers_.push_back(NormKind::kNfc);
-  } else if (type == "NFKC") {
-    normalizers_.push_back(NormKind::kNfkc);
+  NormStep step;
+  if (type == "NFC" || type == "NFKC") {
+    step.unicode = type == "NFC" ? NormKind::kNfc : NormKind::kNfkc;
+  } else if (type == "Replace" && node.contains("pattern") && node["pattern"].contains("String") &&
+             node["pattern"]["String"].is_string() && node.contains("content") &&
+             node["content"].is_string()) {
+    step.kind = NormStep::kReplace;
+    step.pattern = node["pattern"]["String"].get<std::string>();
+    step.content = node["content"].get<std::string>();
+    if (step.pattern.empty()) return absl::InvalidArgumentError(label + ": Replace with an empty pattern");
+  } else if (type == "Prepend" && node.contains("prepend") && node["prepend"].is_string()) {
+    step.kind = NormStep::kPrepend;
+    step.content = node["prepend"].get<std::string>();
   } else if (type == "Sequence" && node.contains("normalizers") && node["normalizers"].is_array()) {
     for (const json& n : node["normalizers"]) SHARDLM_RETURN_IF_ERROR(InitNormalizer(n, label));
+    return absl::OkStatus();
   } else {
-    return absl::InvalidArgumentError(label + ": normalizer '" + type +
-                                      "' is not supported (supported: none, NFC, NFKC, Sequence)");
+    return absl::InvalidArgumentError(
+        label + ": normalizer '" + type +
+        "' is not supported (supported: none, NFC, NFKC, Replace of a string, Prepend, Sequence)");
   }
+  normalizers_.push_back(std::move(step));
   return absl::OkStatus();
 }
 
@@ -179,7 +226,7 @@ absl::Status BpeTokenizer::Init(const json& root, const std::string& label) {
     const std::string type = root["decoder"].value("type", "");
     if (type != "ByteLevel" && type != "Sequence") {
       return absl::InvalidArgumentError(label + ": decoder '" + type +
-                                        "' is not supported (supported: ByteLevel)");
+                                        "' is not supported (supported: ByteLevel, Sequence)");
     }
   }
   if (root.contains("added_tokens") && root["added_tokens"].is_array()) {
@@ -240,7 +287,12 @@ absl::Status BpeTokenizer::Bpe(const std::string& spelled, std::vector<int32_t>*
     size_t len = 1;
     while (i + len < spelled.size() && (static_cast<unsigned char>(spelled[i + len]) & 0xC0) == 0x80) ++len;
     auto it = vocab_.find(spelled.substr(i, len));
-    if (it != vocab_.end()) syms.push_back(it->second);
+    if (it != vocab_.end()) {
+      syms.push_back(it->second);
+    } else if (byte_fallback_) {
+      for (size_t b = i; b < i + len; ++b)
+        syms.push_back(byte_tokens_[static_cast<unsigned char>(spelled[b])]);
+    }
     i += len;
   }
   SHARDLM_RETURN_IF_ERROR(MergeSymbols(syms, stop));

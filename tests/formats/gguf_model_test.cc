@@ -140,12 +140,12 @@ TEST(GgufModelTest, KQuantsAndQ5AreBlockViews) {
 
 TEST(GgufModelTest, RefusesWhatItCannotServe) {
   GgufBuilder other;
-  other.String("general.architecture", "gemma3");
+  other.String("general.architecture", "phi3");
   auto h = Parse(other.Build());
   ASSERT_THAT(h, IsOk());
-  EXPECT_THAT(
-      GgufConfigJson(*h, "t.gguf"),
-      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'gemma3' is not supported (supported: llama")));
+  EXPECT_THAT(GgufConfigJson(*h, "t.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'phi3' is not supported (supported: llama, qwen2, qwen3, gemma3)")));
   GgufBuilder k;
   k.String("general.architecture", "qwen2")
       .Tensor("blk.0.ffn_down.weight", {32, 1}, GgmlType::kQ8_1, std::string(36, '\0'));

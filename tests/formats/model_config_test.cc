@@ -62,11 +62,38 @@ TEST(ModelConfigTest, MistralUsesSlidingWindow) {
   EXPECT_EQ(m->num_kv_heads, 2) << "defaults to num_attention_heads";
 }
 
+// Gemma 3's text model as the GGUF reader describes it (docs/gemma3.md): GeGLU, a scaled
+// embedding, block output norms, five windowed layers to one full, the windowed RoPE base 10000.
+TEST(ModelConfigTest, Gemma3WindowsFiveLayersInSix) {
+  constexpr char kGemma[] = R"({"architectures":["Gemma3ForCausalLM"],"vocab_size":262144,"hidden_size":640,
+      "intermediate_size":2048,"num_hidden_layers":18,"num_attention_heads":4,"num_key_value_heads":1,
+      "head_dim":256,"rope_theta":1000000.0,"sliding_window":512,"use_sliding_window":true,
+      "hidden_act":"gelu_pytorch_tanh"})";
+  auto cfg = ParseModelConfig(kGemma, "gemma.gguf");
+  ASSERT_THAT(cfg, IsOk());
+  EXPECT_EQ(cfg->arch, Arch::kGemma3);
+  EXPECT_EQ(cfg->hidden_act, Activation::kGeluTanh);
+  EXPECT_TRUE(cfg->qk_norm && cfg->block_output_norms);
+  EXPECT_FLOAT_EQ(static_cast<float>(cfg->embedding_scale), 25.298221588134766f);
+  EXPECT_EQ(cfg->rope_local_theta, 10000.0);
+  std::vector<int64_t> full;
+  for (int64_t i = 0; i < cfg->num_layers; ++i) {
+    if (!LayerIsWindowed(*cfg, i)) full.push_back(i);
+  }
+  EXPECT_THAT(full, ElementsAre(5, 11, 17));
+  std::string other(kGemma);
+  other.insert(other.size() - 1, R"(,"query_pre_attn_scalar":168)");
+  EXPECT_THAT(ParseModelConfig(other, "gemma.gguf"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("query_pre_attn_scalar")));
+}
+
 TEST(ModelConfigTest, UnsupportedArchitectureListsSupported) {
-  EXPECT_THAT(ParseModelConfig(R"({"architectures":["GPT2LMHeadModel"]})", "cfg.json"),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("'GPT2LMHeadModel' is not supported (supported: LlamaForCausalLM, "
-                                 "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)")));
+  EXPECT_THAT(
+      ParseModelConfig(R"({"architectures":["GPT2LMHeadModel"]})", "cfg.json"),
+      StatusIs(
+          absl::StatusCode::kInvalidArgument,
+          HasSubstr("'GPT2LMHeadModel' is not supported (supported: LlamaForCausalLM, "
+                    "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM (GGUF))")));
 }
 
 TEST(ModelConfigTest, RejectsBadValuesNamingTheField) {

@@ -26,6 +26,9 @@
       10/9 and 7/6/6) against the file dequantized to f32: log-probs within --k-max-diff and
       --k-mean-diff, greedy tokens equal up to a near tie; the kept weights hold the file's
       bytes, not the dequantized ones (the engine's resident memory says which).
+  gemma3 (with --gemma-gguf): Gemma 3 270M's Q4_K_M blocks kept at --tp 1, 2 and 3 against the
+      file dequantized to f32 within --g-max-diff and --g-mean-diff (1.5x what was measured:
+      0.33 and 0.09); greedy tokens equal up to a near tie.
   bad_flag: --weights q9 exits 2 naming the flag.
 
 Usage:
@@ -191,6 +194,20 @@ def case_k_quants(args):
     assert kept_kb * 2 < dense_kb, "the kept weights take more than half the dense weights' memory"
 
 
+def case_gemma3(args):
+    if not args.gemma_gguf:
+        raise AssertionError("needs --gemma-gguf")
+    model = args.gemma_gguf
+    dense = scores(args, model, "--weights", "dense")
+    for tp in ("1", "2", "3"):
+        mx, mean = diffs(dense, scores(args, model, "--tp", tp))
+        print("  Gemma 3 kept, --tp %s: log-probs max |diff| %.3f, mean %.3f against dense (bounds %.2f, %.3f)"
+              % (tp, mx, mean, args.g_max_diff, args.g_mean_diff))
+        assert 0 < mx <= args.g_max_diff and mean <= args.g_mean_diff, "--tp %s beyond the bounds" % tp
+    check_greedy(args, greedy(args, model, "--weights", "dense"), greedy(args, model, "--tp", "2"),
+                 "Gemma 3 --tp 2")
+
+
 def peak_kb(args, model, *extra):
     """The largest resident set of `score` and its worker processes, in KB (a fresh Python's
     RUSAGE_CHILDREN, so no earlier run counts)."""
@@ -212,6 +229,7 @@ def case_bad_flag(args):
 
 CASES = [("real_model", case_real_model), ("tensor_parallel", case_tensor_parallel),
          ("quantize_at_load", case_quantize_at_load), ("kv_bf16", case_kv_bf16), ("k_quants", case_k_quants),
+         ("gemma3", case_gemma3),
          ("bad_flag", case_bad_flag)]
 
 
@@ -226,6 +244,9 @@ def main():
     ap.add_argument("--qwen-gguf", default="")
     ap.add_argument("--k-max-diff", type=float, default=0.26)
     ap.add_argument("--k-mean-diff", type=float, default=0.065)
+    ap.add_argument("--gemma-gguf", default="")
+    ap.add_argument("--g-max-diff", type=float, default=0.5)
+    ap.add_argument("--g-mean-diff", type=float, default=0.135)
     ap.add_argument("--only", default="")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)

@@ -26,6 +26,10 @@ of the lines.
                 100%. Also the tokenizer transformers builds from the same GGUF: its converter
                 leaves out Qwen2.5's NFC normalizer, so it must agree on every line NFC leaves
                 as it is, and the other lines that differ are counted and reported.
+  gemma3_gguf  (with --gemma-gguf) the engine reads Gemma 3 270M's SentencePiece vocabulary
+                from its GGUF (a BPE with byte fallback, its merges derived from the
+                vocabulary; docs/gemma3.md): against the tokenizer transformers builds from the
+                same file, 100%.
 Prints "hf_tokenizers: N passed, M failed"; exit 0 when every case passes.
 """
 
@@ -227,6 +231,21 @@ def qwen_coder_gguf(ctx, c):
 CASES.append(("qwen_coder_gguf", qwen_coder_gguf))
 
 
+def gemma3_gguf(ctx, c):
+    import transformers
+    if not c.check(bool(ctx.args.gemma_gguf), "--gemma-gguf given"):
+        return
+    folder, name = os.path.split(os.path.abspath(ctx.args.gemma_gguf))
+    converted = transformers.AutoTokenizer.from_pretrained(folder, gguf_file=name).backend_tokenizer
+    lines = [t for t in CORPUS + random_lines(ctx.args.random_lines) if t]
+    lines += ["<start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n", "  two  spaces\n\n\ttabs\t\t",
+              "<table><b>bold</b></table>", "<bos>text<eos>", "\u2581already\u2581spelled"]
+    compare(ctx, c, ctx.args.gemma_gguf, converted, lines, "transformers' conversion of the GGUF, ")
+
+
+CASES.append(("gemma3_gguf", gemma3_gguf))
+
+
 class Ctx(harness.Ctx):
     def __init__(self, workdir, args, binary):
         super().__init__(workdir, args)
@@ -240,6 +259,7 @@ def main():
     ap.add_argument("--npm-dir", required=True)
     ap.add_argument("--gguf", required=True)
     ap.add_argument("--qwen-gguf", default="")
+    ap.add_argument("--gemma-gguf", default="")
     ap.add_argument("--only", default="")
     ap.add_argument("--random-lines", type=int, default=300)
     args = ap.parse_args()

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -135,6 +136,42 @@ TEST(TokenizerTest, UnsupportedModelTypeIsNamed) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.type must be BPE")));
   EXPECT_THAT(Tokenizer::FromJson("{", "tok.json"),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tok.json")));
+}
+
+// A SentencePiece-style BPE (Gemma's shape, docs/gemma3.md): ' ' normalized to U+2581, code
+// points outside the vocabulary as their bytes' <0xXX> tokens, and decoded back.
+std::string SentencePieceJson() {
+  std::string vocab = R"("<unk>": 0, "<bos>": 1)";
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    absl::StrAppend(&vocab, ", \"", name, "\": ", 2 + b);
+  }
+  absl::StrAppend(&vocab, R"(, "h": 300, "i": 301, "\u2581": 302, "hi": 303, "\u2581hi": 304)");
+  return absl::StrCat(R"({"added_tokens": [{"id": 1, "content": "<bos>", "special": true}],
+    "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+    "model": {"type": "BPE", "byte_fallback": true, "vocab": {)",
+                      vocab,
+                      R"(}, "merges": [["h", "i"], ["\u2581", "hi"]]},
+    "decoder": {"type": "Sequence", "decoders": [{"type": "ByteFallback"}]}})");
+}
+
+TEST(TokenizerTest, SentencePieceByteFallbackEncodesAndDecodes) {
+  auto tok = Tokenizer::FromJson(SentencePieceJson(), "spm.json");
+  ASSERT_THAT(tok, IsOk());
+  // "hi hi é": hi, ▁hi, ▁ (no "▁é"), then é's two bytes C3 A9.
+  auto ids = (*tok)->Encode("hi hi \u00e9", false);
+  ASSERT_THAT(ids, IsOk());
+  EXPECT_THAT(*ids, ElementsAre(303, 304, 302, 2 + 0xC3, 2 + 0xA9));
+  EXPECT_EQ((*tok)->Decode(*ids, false), "hi hi \u00e9");
+  EXPECT_EQ((*tok)->Decode({1, 303}, /*skip_special=*/true), "hi");
+}
+
+TEST(TokenizerTest, ByteFallbackWithoutItsByteTokensIsRefused) {
+  EXPECT_THAT(Tokenizer::FromJson(R"({"model": {"type": "BPE", "byte_fallback": true, "vocab": {"a": 0},
+                                  "merges": []}})",
+                                  "spm.json"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("<0x00>")));
 }
 
 }  // namespace

@@ -175,19 +175,25 @@ def case_kv_bf16(args):
     assert mx <= args.max_diff and mean <= args.mean_diff, "beyond the quantized bounds"
 
 
+def kept_against_dense(args, model, what, max_diff, mean_diff, greedy_tps):
+    """`model`'s kept blocks at --tp 1, 2 and 3 against its dequantized f32 scores; greedy tokens
+    at `greedy_tps` against the dense run's up to a near tie."""
+    dense = scores(args, model, "--weights", "dense")
+    for tp in ("1", "2", "3"):
+        mx, mean = diffs(dense, scores(args, model, "--tp", tp))
+        print("  %s kept, --tp %s: log-probs max |diff| %.3f, mean %.3f against dense (bounds %.2f, %.3f)"
+              % (what, tp, mx, mean, max_diff, mean_diff))
+        assert 0 < mx <= max_diff and mean <= mean_diff, "--tp %s beyond the bounds" % tp
+    g_dense = greedy(args, model, "--weights", "dense")
+    for tp in greedy_tps:
+        check_greedy(args, g_dense, greedy(args, model, "--tp", tp), "%s --tp %s" % (what, tp))
+
+
 def case_k_quants(args):
     if not args.qwen_gguf:
         raise AssertionError("needs --qwen-gguf")
     model = args.qwen_gguf
-    dense = scores(args, model, "--weights", "dense")
-    g_dense = greedy(args, model, "--weights", "dense")
-    for tp in ("1", "2", "3"):
-        mx, mean = diffs(dense, scores(args, model, "--tp", tp))
-        print("  Q4_K_M kept, --tp %s: log-probs max |diff| %.3f, mean %.3f against dense (bounds %.2f, %.3f)"
-              % (tp, mx, mean, args.k_max_diff, args.k_mean_diff))
-        assert 0 < mx <= args.k_max_diff and mean <= args.k_mean_diff, "--tp %s beyond the bounds" % tp
-        if tp != "3":
-            check_greedy(args, g_dense, greedy(args, model, "--tp", tp), "Q4_K_M --tp " + tp)
+    kept_against_dense(args, model, "Q4_K_M", args.k_max_diff, args.k_mean_diff, ("1", "2"))
     # One rank's peak memory: the kept blocks (the 491 MB file) against f32 (about 2.5 GB).
     kept_kb, dense_kb = peak_kb(args, model), peak_kb(args, model, "--weights", "dense")
     print("  peak resident memory: kept %d MB, dense %d MB" % (kept_kb >> 10, dense_kb >> 10))
@@ -197,15 +203,7 @@ def case_k_quants(args):
 def case_gemma3(args):
     if not args.gemma_gguf:
         raise AssertionError("needs --gemma-gguf")
-    model = args.gemma_gguf
-    dense = scores(args, model, "--weights", "dense")
-    for tp in ("1", "2", "3"):
-        mx, mean = diffs(dense, scores(args, model, "--tp", tp))
-        print("  Gemma 3 kept, --tp %s: log-probs max |diff| %.3f, mean %.3f against dense (bounds %.2f, %.3f)"
-              % (tp, mx, mean, args.g_max_diff, args.g_mean_diff))
-        assert 0 < mx <= args.g_max_diff and mean <= args.g_mean_diff, "--tp %s beyond the bounds" % tp
-    check_greedy(args, greedy(args, model, "--weights", "dense"), greedy(args, model, "--tp", "2"),
-                 "Gemma 3 --tp 2")
+    kept_against_dense(args, args.gemma_gguf, "Gemma 3", args.g_max_diff, args.g_mean_diff, ("2",))
 
 
 def peak_kb(args, model, *extra):

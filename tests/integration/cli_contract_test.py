@@ -103,12 +103,13 @@ class Cli:
         os.makedirs(self.models_dir)
         self._built = {}
 
-    def run(self, *args, stdin=None, cwd=None):
+    def run(self, *args, stdin=None, cwd=None, env=None):
         argv = [self.binary] + [str(a) for a in args]
         # Run once: a crash (death by signal) is an answer, judged by the caller.
         proc, _ = run_binary(argv, TIMEOUT_S,
                             input=stdin.encode() if stdin is not None else None,
-                            stdin=None if stdin is not None else subprocess.DEVNULL, cwd=cwd)
+                            stdin=None if stdin is not None else subprocess.DEVNULL, cwd=cwd,
+                            env=dict(os.environ, **env) if env else None)
         return Result(argv, proc)
 
     def ok(self, *args, stdin=None):
@@ -416,6 +417,12 @@ def case_bad_input_exits_2(cli):
         if args[0] != "tokenize":
             check(r.out == "", "expected no stdout on a usage error: " + r.describe())
     check(not os.path.exists(os.path.join(cli.workdir, "gpt2-model")), "--arch gpt2 still wrote a directory")
+
+    # A SHARDLM_* switch that cannot be read: exit 2 naming the variable, before any command runs.
+    for var, value in (("SHARDLM_CPU_ISA", "avx3"), ("SHARDLM_GEMV_MAX_ROWS", "many")):
+        r = cli.run("generate", "--model", llama, "--prompt", "hi", env={var: value})
+        check(r.rc == 2 and var in r.err and value in r.err and r.out == "",
+              "%s=%s: expected exit 2 naming the variable: %s" % (var, value, r.describe()))
 
     missing_dir = os.path.join(cli.workdir, "no-such-model")
     r = cli.run("generate", "--model", missing_dir, "--prompt", "hi")

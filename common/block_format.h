@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace shardlm {
 
@@ -79,6 +80,36 @@ constexpr const char* BlockFormatName(BlockFormat format) {
       break;
   }
   return "none";
+}
+
+// IEEE binary16 bits (a block's f16 scale) to f32, exact. `static`: each
+// translation unit keeps its own copy under its own flags (the SIMD kernels'
+// are built for AVX-512 or AVX2), so a linker never picks one of those for
+// code that runs on any CPU.
+static inline float HalfBitsToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  uint32_t bits;
+  if (exp == 0) {
+    if (mant == 0) {
+      bits = sign;
+    } else {  // subnormal: normalize
+      int e = -1;
+      uint32_t m = mant;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400u) == 0);
+      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3ffu) << 13;
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | mant << 13;
+  } else {
+    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
+  }
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
 }
 
 }  // namespace shardlm

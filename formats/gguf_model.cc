@@ -368,36 +368,22 @@ absl::StatusOr<std::map<std::string, TensorView>> GgufTensorViews(const GgufHead
   return views;
 }
 
-absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::string& label) {
-  auto vocab = ReadVocab(h, label);
-  if (!vocab.ok()) return vocab.status();
-  auto model = GetString(h, "tokenizer.ggml.model", label);
-  if (!model.ok()) return model.status();
-  const GgufValue* arch = h.Find("general.architecture");
-  if (*model == "llama" && arch != nullptr && arch->s == "gemma3") {
-    SentencePieceVocab spm{vocab->tokens, vocab->types, vocab->bos, vocab->unk,
-                           GetBool(h, "tokenizer.ggml.add_bos_token", false)};
-    return GemmaTokenizerJson(spm, label);
-  }
-  if (*model != "gpt2") {
-    return BadGguf(label,
-                   "tokenizer.ggml.model '" + *model +
-                       "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' for "
-                       "gemma3 only)");
-  }
-  json root = json::object();
-  root["version"] = "1.0";
+namespace {
+
+// A byte-level BPE's vocabulary, merges, added tokens, pre-tokenizer and decoder into `root`.
+absl::Status ByteLevelInto(const GgufHeader& h, const GgufVocab& vocab, const std::string& label,
+                           json* root) {
   json added = json::array();
   json vocab_obj = json::object();
-  for (size_t id = 0; id < vocab->tokens->size(); ++id) {
-    const std::string& token = (*vocab->tokens)[id];
+  for (size_t id = 0; id < vocab.tokens->size(); ++id) {
+    const std::string& token = (*vocab.tokens)[id];
     vocab_obj[token] = id;
-    const int64_t type = vocab->types[id];
+    const int64_t type = vocab.types[id];
     if (type == 3 || type == 4) {  // control, user-defined: matched whole in the text
       added.push_back(AddedTokenJson(static_cast<int64_t>(id), token, type == 3));
     }
   }
-  root["added_tokens"] = std::move(added);
+  (*root)["added_tokens"] = std::move(added);
   json merges = json::array();
   if (const GgufValue* m = h.Find("tokenizer.ggml.merges")) {
     if (m->type != GgufValueType::kArray || m->array_type != GgufValueType::kString) {
@@ -405,37 +391,63 @@ absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::st
     }
     for (const std::string& s : m->strings) merges.push_back(s);
   }
-  root["model"] = {{"type", "BPE"},
-                   {"dropout", nullptr},
-                   {"unk_token", nullptr},
-                   {"fuse_unk", false},
-                   {"byte_fallback", false},
-                   {"vocab", std::move(vocab_obj)},
-                   {"merges", std::move(merges)}};
+  (*root)["model"] = {{"type", "BPE"},
+                      {"dropout", nullptr},
+                      {"unk_token", nullptr},
+                      {"fuse_unk", false},
+                      {"byte_fallback", false},
+                      {"vocab", std::move(vocab_obj)},
+                      {"merges", std::move(merges)}};
   std::string pre = "gpt-2";
   if (const GgufValue* p = h.Find("tokenizer.ggml.pre")) pre = p->s;
-  if (absl::Status st = GgufPreTokenizerInto(pre, label, &root); !st.ok()) return st;
+  SHARDLM_RETURN_IF_ERROR(GgufPreTokenizerInto(pre, label, root));
+  (*root)["decoder"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  return absl::OkStatus();
+}
+
+// BOS and EOS around the text where the file says to add them (TemplateProcessing), or null.
+json PostProcessor(const GgufHeader& h, const GgufVocab& vocab) {
   json single = json::array();
   json specials = json::object();
-  const bool add_bos = GetBool(h, "tokenizer.ggml.add_bos_token", false) && vocab->bos >= 0;
-  const bool add_eos = GetBool(h, "tokenizer.ggml.add_eos_token", false) && vocab->eos >= 0;
+  const bool add_bos = GetBool(h, "tokenizer.ggml.add_bos_token", false) && vocab.bos >= 0;
+  const bool add_eos = GetBool(h, "tokenizer.ggml.add_eos_token", false) && vocab.eos >= 0;
   if (add_bos) {
-    const std::string& text = (*vocab->tokens)[vocab->bos];
+    const std::string& text = (*vocab.tokens)[vocab.bos];
     single.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
-    specials[text] = {{"id", text}, {"ids", {vocab->bos}}, {"tokens", {text}}};
+    specials[text] = {{"id", text}, {"ids", {vocab.bos}}, {"tokens", {text}}};
   }
   single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
   if (add_eos) {
-    const std::string& text = (*vocab->tokens)[vocab->eos];
+    const std::string& text = (*vocab.tokens)[vocab.eos];
     single.push_back({{"SpecialToken", {{"id", text}, {"type_id", 0}}}});
-    specials[text] = {{"id", text}, {"ids", {vocab->eos}}, {"tokens", {text}}};
+    specials[text] = {{"id", text}, {"ids", {vocab.eos}}, {"tokens", {text}}};
   }
-  root["post_processor"] =
-      add_bos || add_eos
-          ? json{{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}}
-          : json(nullptr);
-  root["decoder"] = {
-      {"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  if (!add_bos && !add_eos) return json(nullptr);
+  return {{"type", "TemplateProcessing"}, {"single", single}, {"special_tokens", specials}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> GgufTokenizerJson(const GgufHeader& h, const std::string& label) {
+  auto vocab = ReadVocab(h, label);
+  if (!vocab.ok()) return vocab.status();
+  auto model = GetString(h, "tokenizer.ggml.model", label);
+  if (!model.ok()) return model.status();
+  const GgufValue* arch = h.Find("general.architecture");
+  json root = json::object();
+  root["version"] = "1.0";
+  if (*model == "llama" && arch != nullptr && arch->s == "gemma3") {
+    SHARDLM_RETURN_IF_ERROR(SentencePieceInto({vocab->tokens, vocab->types, vocab->unk}, label, &root));
+  } else if (*model == "gpt2") {
+    SHARDLM_RETURN_IF_ERROR(ByteLevelInto(h, *vocab, label, &root));
+  } else {
+    return BadGguf(label,
+                   "tokenizer.ggml.model '" + *model +
+                       "' is not supported (supported: gpt2, byte-level BPE; SentencePiece 'llama' for "
+                       "gemma3 only)");
+  }
+  root["post_processor"] = PostProcessor(h, *vocab);
   return Dump(root, label, "the tokenizer metadata");
 }
 

@@ -115,46 +115,34 @@ nlohmann::json AddedTokenJson(int64_t id, const std::string& content, bool speci
           {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
-absl::StatusOr<std::string> GemmaTokenizerJson(const SentencePieceVocab& v, const std::string& label) {
+absl::Status SentencePieceInto(const SentencePieceVocab& v, const std::string& label, nlohmann::json* root) {
+  if (v.unk < 0)
+    return absl::InvalidArgumentError(label + ": a SentencePiece vocabulary needs an unknown token");
   std::vector<std::string> spelled;
   spelled.reserve(v.tokens->size());
   std::unordered_map<std::string, int64_t> ids;
-  json vocab = json::object();
   for (size_t id = 0; id < v.tokens->size(); ++id) {
     spelled.push_back(Respell((*v.tokens)[id]));
     ids[spelled.back()] = static_cast<int64_t>(id);
   }
+  json vocab = json::object();
   for (const auto& [token, id] : ids) vocab[token] = id;
-  if (v.unk < 0)
-    return absl::InvalidArgumentError(label + ": a SentencePiece vocabulary needs an unknown token");
-  json root = json::object();
-  root["version"] = "1.0";
-  root["added_tokens"] = AddedTokens(v, ids);
-  root["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}};
-  root["pre_tokenizer"] = nullptr;
-  root["model"] = {{"type", "BPE"},
-                   {"dropout", nullptr},
-                   {"unk_token", (*v.tokens)[v.unk]},
-                   {"fuse_unk", true},
-                   {"byte_fallback", true},
-                   {"vocab", std::move(vocab)},
-                   {"merges", DerivedMerges(spelled, ids)}};
-  if (v.add_bos && v.bos >= 0) {
-    const std::string& bos = (*v.tokens)[v.bos];
-    root["post_processor"] = {
-        {"type", "TemplateProcessing"},
-        {"single", json::array({{{"SpecialToken", {{"id", bos}, {"type_id", 0}}}},
-                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"special_tokens", {{bos, {{"id", bos}, {"ids", {v.bos}}, {"tokens", {bos}}}}}}};
-  } else {
-    root["post_processor"] = nullptr;
-  }
-  root["decoder"] = {
+  (*root)["added_tokens"] = AddedTokens(v, ids);
+  (*root)["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", kSpace}};
+  (*root)["pre_tokenizer"] = nullptr;
+  (*root)["model"] = {{"type", "BPE"},
+                      {"dropout", nullptr},
+                      {"unk_token", (*v.tokens)[v.unk]},
+                      {"fuse_unk", true},
+                      {"byte_fallback", true},
+                      {"vocab", std::move(vocab)},
+                      {"merges", DerivedMerges(spelled, ids)}};
+  (*root)["decoder"] = {
       {"type", "Sequence"},
       {"decoders", json::array({{{"type", "Replace"}, {"pattern", {{"String", kSpace}}}, {"content", " "}},
                                 {{"type", "ByteFallback"}},
                                 {{"type", "Fuse"}}})}};
-  return root.dump(-1, ' ', false, json::error_handler_t::strict);
+  return absl::OkStatus();
 }
 
 }  // namespace shardlm

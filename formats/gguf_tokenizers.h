@@ -7,8 +7,7 @@
 // with runs of spaces spelled as U+2581; merges derived from the vocabulary
 // (every split of a token into two tokens, ranked by the token's position in
 // the file, the longer left part first); ' ' replaced by U+2581 before the
-// model; control tokens special and user-defined ones plain added tokens;
-// BOS prepended when the file says so.
+// model; control tokens special and user-defined ones plain added tokens.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +32,12 @@ nlohmann::json AddedTokenJson(int64_t id, const std::string& content, bool speci
 struct SentencePieceVocab {
   const std::vector<std::string>* tokens = nullptr;
   std::vector<int64_t> types;  // 1 normal, 2 unknown, 3 control, 4 user-defined, 6 byte
-  int64_t bos = -1, unk = -1;
-  bool add_bos = false;
+  int64_t unk = -1;
 };
 
-// The tokenizer.json text; `label` names the file in errors.
-absl::StatusOr<std::string> GemmaTokenizerJson(const SentencePieceVocab& vocab, const std::string& label);
+// Fills (*root)'s added tokens, normalizer, pre-tokenizer, model and decoder
+// (formats/gguf_model.cc adds the post-processor); `label` names the file in errors.
+absl::Status SentencePieceInto(const SentencePieceVocab& vocab, const std::string& label,
+                               nlohmann::json* root);
 
 }  // namespace shardlm

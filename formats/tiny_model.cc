@@ -104,6 +104,8 @@ const char* ArchitectureName(Arch arch) {
       return "Qwen2ForCausalLM";
     case Arch::kQwen3:
       return "Qwen3ForCausalLM";
+    case Arch::kGemma3:  // never written (--arch offers the others): Gemma 3 is read from GGUF only
+      break;
   }
   return "?";
 }

@@ -227,6 +227,18 @@ void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::
 
 // The operands of a quantized product: x in f32 or bf16 with unit column
 // stride, the bias in x's dtype.
+// `rows` are n rows of `format`'s GGUF blocks, k weights each, that a kernel keeps.
+void CheckQuantRows(BlockFormat format, const at::Tensor& rows, int64_t k) {
+  TORCH_CHECK(HasQuantKernels(format), "LinearWeight: no kernel keeps ", BlockFormatName(format), " blocks");
+  const int64_t unit = QuantUnit(format);
+  TORCH_CHECK(k > 0 && k % unit == 0, "LinearWeight: a ", BlockFormatName(format),
+              " weight's rows must be whole blocks of ", unit, ", got ", k);
+  TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
+                  rows.size(1) == k / unit * BlockLayoutOf(format).bytes,
+              "LinearWeight: ", BlockFormatName(format), " rows of ", k, " weights are ",
+              k / unit * BlockLayoutOf(format).bytes, " bytes, got ", rows.sizes());
+}
+
 PackedInputs QuantOperands(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
   TORCH_CHECK(x_in.device().is_cpu(), "linear: a quantized weight runs on the CPU only");
   const at::ScalarType dtype = x_in.scalar_type() == at::kBFloat16 ? at::kBFloat16 : at::kFloat;
@@ -262,37 +274,27 @@ LinearWeight LinearWeight::PrepareQuantized(const std::vector<QuantRows>& parts,
   TORCH_CHECK(!parts.empty(), "LinearWeight: a quantized weight needs rows");
   LinearWeight lw;
   lw.in_ = k;
-  int64_t bytes = 0;
+  // Consecutive parts of one format are one segment (q and k both Q4_K).
+  std::vector<std::vector<at::Tensor>> runs;
   for (const QuantRows& part : parts) {
-    const BlockFormat format = part.format;
-    const at::Tensor& rows = part.rows;
-    TORCH_CHECK(HasQuantKernels(format), "LinearWeight: no kernel keeps ", BlockFormatName(format),
-                " blocks");
-    const int64_t unit = QuantUnit(format);
-    TORCH_CHECK(k > 0 && k % unit == 0, "LinearWeight: a ", BlockFormatName(format),
-                " weight's rows must be whole blocks of ", unit, ", got ", k);
-    TORCH_CHECK(rows.dim() == 2 && rows.scalar_type() == at::kByte && rows.device().is_cpu() &&
-                    rows.size(1) == k / unit * BlockLayoutOf(format).bytes,
-                "LinearWeight: ", BlockFormatName(format), " rows of ", k, " weights are ",
-                k / unit * BlockLayoutOf(format).bytes, " bytes, got ", rows.sizes());
-    // Consecutive parts of one format are one segment (q and k both Q4_K).
-    if (!lw.segments_.empty() && lw.segments_.back().format == format) {
-      QuantSegment& last = lw.segments_.back();
-      bytes -= QuantPackedBytes(format, last.rows, k);
-      last.rows += rows.size(0);
-    } else {
-      lw.segments_.push_back({format, lw.out_, 0, bytes});
-      lw.segments_.back().rows = rows.size(0);
+    CheckQuantRows(part.format, part.rows, k);
+    if (lw.segments_.empty() || lw.segments_.back().format != part.format) {
+      lw.segments_.push_back({part.format, lw.out_, 0, 0});
+      runs.emplace_back();
     }
-    bytes += QuantPackedBytes(format, lw.segments_.back().rows, k);
-    lw.out_ += rows.size(0);
+    lw.segments_.back().rows += part.rows.size(0);
+    runs.back().push_back(part.rows);
+    lw.out_ += part.rows.size(0);
+  }
+  int64_t bytes = 0;
+  for (QuantSegment& seg : lw.segments_) {
+    seg.offset = bytes;
+    bytes += QuantPackedBytes(seg.format, seg.rows, k);
   }
   lw.data_ = at::empty({bytes}, at::kByte);
-  size_t next = 0;
-  for (const QuantSegment& seg : lw.segments_) {
-    std::vector<at::Tensor> same;
-    for (; next < parts.size() && parts[next].format == seg.format; ++next) same.push_back(parts[next].rows);
-    const at::Tensor src = (same.size() == 1 ? same[0] : at::cat(same, 0)).contiguous();
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const QuantSegment& seg = lw.segments_[i];
+    const at::Tensor src = (runs[i].size() == 1 ? runs[i][0] : at::cat(runs[i], 0)).contiguous();
     PackQuantWeight(seg.format, src.data_ptr<uint8_t>(), seg.rows, k,
                     lw.data_.data_ptr<uint8_t>() + seg.offset);
   }

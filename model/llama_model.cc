@@ -60,6 +60,13 @@ auto Timed(kernels::StepPart part, Fn&& fn) {
 
 }  // namespace
 
+// This rank's embedding rows `index`, dtype[index.size(0), hidden]: from the
+// table, its blocks, or the tied LM head.
+at::Tensor LlamaModel::EmbeddingRows(const at::Tensor& index) const {
+  if (embed_.defined()) return embed_.index_select(0, index);
+  return (embed_blocks_.defined() ? embed_blocks_.Rows(index) : lm_head_.Rows(index)).to(dtype_);
+}
+
 absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   // Vocab-parallel: this rank owns rows [start, start + vocab.tp).
   const int64_t per_rank = plan_.vocab_per_rank();
@@ -73,11 +80,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
     std::vector<int64_t> local(T);
     for (int64_t t = 0; t < T; ++t) local[t] = std::clamp<int64_t>(ip[t] - start, 0, per_rank - 1);
     at::Tensor index = at::from_blob(local.data(), {T}, at::kLong);
-    rows = (embed_.defined()          ? embed_.index_select(0, index)
-            : embed_blocks_.defined() ? embed_blocks_.Rows(index)
-                                      : lm_head_.Rows(index))
-               .to(dtype_)
-               .contiguous();
+    rows = EmbeddingRows(index).contiguous();
     const int64_t row_bytes = rows.size(1) * rows.element_size();
     for (int64_t t = 0; t < T; ++t) {
       // Another rank's token: zeros here, its row from the reduction.
@@ -87,10 +90,7 @@ absl::StatusOr<at::Tensor> LlamaModel::Embed(const at::Tensor& ids) {
   } else {
     at::Tensor local = ids - start;
     at::Tensor mine = (local >= 0).logical_and(local < per_rank);
-    const at::Tensor index = local.clamp(0, per_rank - 1);
-    rows = embed_.defined()          ? embed_.index_select(0, index)
-           : embed_blocks_.defined() ? embed_blocks_.Rows(index).to(dtype_)
-                                     : lm_head_.Rows(index).to(dtype_);
+    rows = EmbeddingRows(local.clamp(0, per_rank - 1));
     if (plan_.rank().world_size > 1) rows = rows * mine.unsqueeze(1).to(dtype_);
   }
   // rows: dtype[tokens, hidden] {tp unreduced}

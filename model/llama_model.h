@@ -121,6 +121,7 @@ class LlamaModel {
   int64_t WeightBytes() const;
 
   absl::StatusOr<at::Tensor> Embed(const at::Tensor& ids);
+  at::Tensor EmbeddingRows(const at::Tensor& index) const;
   // ForwardTensors' parts (llama_model.cc says what each does).
   absl::Status AttentionBlock(size_t li, at::Tensor& x, const StepTensors& in, const AttentionBatch& batch,
                               KvPool& pool);

@@ -56,26 +56,11 @@ inline __m512i Quad(const uint8_t* q, int s) {
 }
 
 // dot[i] += quads [s0, s1) of the sub-block at q times row i's activations qx + i k.
-// Below 4 rows each row's quads alternate between two accumulators, so that
-// no more than half of them wait on one VPDPBUSD's latency (at batch 1 one
-// chain of 8 held a step to 1.2x the memory floor); integer sums, so the
-// result is the same.
 template <int Bits, int R>
 inline void Dots(const uint8_t* q, const int8_t* qx, int64_t k, int s0, int s1, __m512i dot[R]) {
-  constexpr int kChains = R < 4 ? 2 : 1;
-  __m512i acc[kChains][R];
-  for (int i = 0; i < R; ++i) {
-    acc[0][i] = dot[i];
-    if constexpr (kChains == 2) acc[kChains - 1][i] = _mm512_setzero_si512();
-  }
   for (int s = s0; s < s1; ++s) {
     const __m512i w = Quad<Bits>(q, s);
-    __m512i* a = acc[(s - s0) % kChains];
-    for (int i = 0; i < R; ++i) a[i] = _mm512_dpbusd_epi32(a[i], w, Bcast4(qx + i * k + 4 * s));
-  }
-  for (int i = 0; i < R; ++i) {
-    dot[i] = acc[0][i];
-    if constexpr (kChains == 2) dot[i] = _mm512_add_epi32(dot[i], acc[kChains - 1][i]);
+    for (int i = 0; i < R; ++i) dot[i] = _mm512_dpbusd_epi32(dot[i], w, Bcast4(qx + i * k + 4 * s));
   }
 }
 

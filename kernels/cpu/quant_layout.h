@@ -94,34 +94,6 @@ constexpr int64_t kQuantKScales = 64;      // Q4_K/Q5_K sc u8[8][16], then mn u8
 constexpr int64_t kQuantKMins = 192;
 constexpr int64_t kQuant6Scales = 32;  // Q6_K sc s8[16][16]
 
-// IEEE binary16 bits to f32 (exact). `static`, as isa.h's conversions: each
-// translation unit keeps its own copy under its own flags.
-static inline float HalfBitsToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0) {
-    if (mant == 0) {
-      bits = sign;
-    } else {  // subnormal: normalize
-      int e = -1;
-      uint32_t m = mant;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400u) == 0);
-      bits = sign | static_cast<uint32_t>(127 - 15 - e) << 23 | (m & 0x3ffu) << 13;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | mant << 13;
-  } else {
-    bits = sign | (exp + 127 - 15) << 23 | mant << 13;
-  }
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
 static inline uint16_t LoadHalfBits(const uint8_t* p) {
   uint16_t v;
   std::memcpy(&v, p, sizeof(v));

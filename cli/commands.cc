@@ -40,6 +40,7 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
   LocalModel m;
   const std::string dir = flags.model.value_or("");
   eo.max_batch_tokens = flags.engine.max_batch_tokens;
+  ApplySpeculationFlags(flags.engine, &eo);
   if (flags.tp) {
     SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
     WorkerGroupOptions go;
@@ -168,6 +169,9 @@ void PrintGenerateJson(bool top_logprobs, const EngineResult& r, const std::stri
               {"logprobs", r.logprobs},
               {"text", text},
               {"finish_reason", FinishReasonName(r.finish_reason)}};
+  if (r.proposed_tokens > 0) {
+    out["speculation"] = {{"proposed_tokens", r.proposed_tokens}, {"accepted_tokens", r.accepted_tokens}};
+  }
   if (top_logprobs) {
     json top = json::array();
     for (const auto& alts : r.top_logprobs) {

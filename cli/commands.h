@@ -70,8 +70,13 @@ struct EngineFlags {
   StorageFlags storage;
   int64_t kv_cache_mb = 0;
   int64_t max_batch_tokens = 0;
+  std::string speculative;  // none or ngram (docs/speculative_decoding.md)
+  int64_t speculative_tokens = 0;
+  int64_t speculative_max_batch = 0;
 };
 void AddEngineFlags(FlagSet& f, EngineFlags* out);
+// --speculative, --speculative-tokens and --speculative-max-batch into the engine's options.
+void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options);
 
 // --device (model/device.h), the same on every command that computes, with
 // --cuda-graph-max-batch and --warmup-tokens. A server warms up by default (its

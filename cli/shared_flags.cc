@@ -62,6 +62,27 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
   AddStorageFlags(f, &out->storage);
   f.Int("kv-cache-mb", "KV cache budget per rank in MiB", 256, 1, 1 << 20).To(&out->kv_cache_mb);
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20).To(&out->max_batch_tokens);
+  f.String(
+       "speculative",
+       "speculative decoding: none, or ngram (prompt lookup: the tokens that followed the last earlier "
+       "occurrence of the sequence's last 1-4 tokens are proposed and verified in one pass; the output is "
+       "the same as without, greedy or sampled)",
+       false, "none", {"none", "ngram"})
+      .To(&out->speculative);
+  f.Int("speculative-tokens", "with --speculative: tokens proposed per step at most", 5, 1, 16)
+      .To(&out->speculative_tokens);
+  f.Int("speculative-max-batch",
+        "with --speculative: speculate only in steps of at most this many running sequences (past it the "
+        "proposals' rows cost more than they save)",
+        4, 1, 65536)
+      .To(&out->speculative_max_batch);
+}
+
+void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) {
+  using Method = Engine::Options::Speculation::Method;
+  options->speculation.method = engine.speculative == "ngram" ? Method::kNgram : Method::kNone;
+  options->speculation.tokens = static_cast<int32_t>(engine.speculative_tokens);
+  options->speculation.max_batch = static_cast<int32_t>(engine.speculative_max_batch);
 }
 
 void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out) {
@@ -99,6 +120,7 @@ absl::Status ApplyWorkerFlags(const EngineFlags& engine, const DeviceFlags& devi
 void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& engine,
                           Engine::Options* options) {
   options->max_batch_tokens = engine.max_batch_tokens;
+  ApplySpeculationFlags(engine, options);
   options->max_num_seqs = scheduling.max_num_seqs;
   // The flag's choices are the policies' names: parsed once, here.
   CHECK(Scheduler::ParsePolicy(scheduling.policy, &options->policy).ok())

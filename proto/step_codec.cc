@@ -86,7 +86,15 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t af
     if (r.params == nullptr) continue;
     row->set_has_params(true);
     wpb::Sequence* seq = req.mutable_sequences(r.seq);
-    if (seq->has_params()) continue;  // one sequence, one set of parameters
+    if (seq->has_params()) {  // one sequence, one set of parameters and history
+      // A later row whose history runs on past the sequence's: the rest.
+      if (NeedsHistory(*r.params) && r.generated != nullptr &&
+          static_cast<int>(r.generated->size()) > seq->generated_ids_size()) {
+        row->mutable_generated_suffix()->Add(r.generated->begin() + seq->generated_ids_size(),
+                                             r.generated->end());
+      }
+      continue;
+    }
     EncodeParams(*r.params, seq->mutable_params());
     if (r.sample && r.allowed != nullptr) {
       seq->set_allowed_tokens(std::string(reinterpret_cast<const char*>(r.allowed),
@@ -221,6 +229,15 @@ absl::Status DecodeSampleRows(const wpb::StepRequest& req, const StepLimits& lim
       row.params = &p;
       row.prompt = &d->prompts[r.seq()];
       row.generated = &d->generated[r.seq()];
+      if (r.generated_suffix_size() > 0) {
+        for (int32_t id : r.generated_suffix()) {
+          if (id < 0 || id >= lim.vocab_size)
+            return Bad(absl::StrCat("row ", r.row(), " history id ", id, " outside the vocabulary"));
+        }
+        std::vector<int32_t>& own = d->row_generated.emplace_back(d->generated[r.seq()]);
+        own.insert(own.end(), r.generated_suffix().begin(), r.generated_suffix().end());
+        row.generated = &own;
+      }
       if (r.sample() && !d->allowed[r.seq()].empty()) {
         row.allowed = d->allowed[r.seq()].data();
         row.allowed_words = static_cast<int64_t>(d->allowed[r.seq()].size());

@@ -11,6 +11,7 @@
 //   worker->Execute(decoded->step);
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <vector>
 
@@ -29,10 +30,11 @@ wpb::StepRequest EncodeStep(const StepInput& step, uint64_t step_id, uint64_t af
 // A decoded step and the storage its SampleRow pointers refer to.
 struct DecodedStep {
   StepInput step;
-  std::vector<SamplingParams> params;           // per sequence
-  std::vector<std::vector<int32_t>> prompts;    // per sequence
-  std::vector<std::vector<int32_t>> generated;  // per sequence
-  std::vector<std::vector<uint32_t>> allowed;   // per sequence: a constraint's mask, or empty
+  std::vector<SamplingParams> params;              // per sequence
+  std::vector<std::vector<int32_t>> prompts;       // per sequence
+  std::vector<std::vector<int32_t>> generated;     // per sequence
+  std::vector<std::vector<uint32_t>> allowed;      // per sequence: a constraint's mask, or empty
+  std::deque<std::vector<int32_t>> row_generated;  // a row's own history (generated_suffix)
 };
 
 struct StepLimits {

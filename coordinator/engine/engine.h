@@ -78,6 +78,14 @@ class Engine {
     // running and the one planned behind it), and decodes are not held up
     // behind a long prompt. 0: steps are bounded by max_batch_tokens alone.
     int64_t target_step_ms = 250;
+    // Speculative decoding (docs/speculative_decoding.md): kNgram proposes
+    // up to `tokens` tokens by prompt lookup for each decoding sequence, in
+    // steps with at most `max_batch` decoding sequences.
+    struct Speculation {
+      enum class Method { kNone, kNgram } method = Method::kNone;
+      int32_t tokens = 5;
+      int32_t max_batch = 4;
+    } speculation;
     ServiceMetrics* metrics = nullptr;  // counted into when set
     // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
     KvEventSink* kv_events = nullptr;
@@ -176,6 +184,16 @@ class Engine {
   void FailUnschedulable();
   void PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool ahead);
   void AddSampleRow(PlannedStep& plan, Sequence& seq, int32_t row_index, int32_t seq_index);
+  // Speculation's parts (engine_speculate.cc): proposals for the decoding
+  // sequences before the scheduler runs, dropped where it did not schedule
+  // them; a speculating sequence's rows; its rows applied while they accept;
+  // the step's sequences rolled back to what they kept.
+  void Propose();
+  void DropUnscheduledProposals();
+  void AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row, int32_t seq_index);
+  void ApplyRows(PlannedStep& plan, const std::vector<RowResult>& results);
+  void RollBackProposals(PlannedStep& plan);
+  void SettleProposals(PlannedStep& plan);
   // Points `row` at `seq`'s mask for its next token; a matcher error ends the
   // request once this step is applied.
   void MaskRow(Sequence& seq, SampleRow& row);

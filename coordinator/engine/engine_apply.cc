@@ -116,7 +116,9 @@ void Engine::RetireEnded(PlannedStep& plan) {
 
 absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<RowResult>> results) {
   SettleStep(plan, results.ok());
+  RollBackProposals(plan);
   if (!results.ok()) {
+    SettleProposals(plan);
     // Fail the work in flight, keep the engine usable. A sequence also in
     // the step behind this one ends when that one is applied.
     // One that had already ended ends as it did: its tokens' steps ran.
@@ -128,7 +130,8 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
     return results.status();
   }
   PublishComputed(plan);
-  for (size_t i = 0; i < plan.owners.size(); ++i) ApplyRow(plan.owners[i], (*results)[i]);
+  ApplyRows(plan, *results);
+  SettleProposals(plan);
   RetireEnded(plan);
   FlushKvEvents();
   UpdateGauges();

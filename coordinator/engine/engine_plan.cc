@@ -1,5 +1,6 @@
 // Engine::PlanStep and its parts: the scheduler's choice made into a
 // StepInput (coordinator/engine/engine.h).
+#include <algorithm>
 #include <chrono>
 
 #include "common/logging.h"
@@ -12,11 +13,13 @@ namespace shardlm {
 std::unique_ptr<PlannedStep> Engine::PlanStep(bool ahead) {
   ExpireHandles();
   const int64_t preemptions_before = scheduler_.preemptions();
+  Propose();
   const std::vector<Scheduler::Work> work = scheduler_.Schedule(kv_);
   if (options_.metrics && scheduler_.preemptions() > preemptions_before) {
     options_.metrics->preemptions->Add(static_cast<double>(scheduler_.preemptions() - preemptions_before));
   }
   if (work.empty()) {
+    DropUnscheduledProposals();
     // With a step in flight, the blocks it holds come back when it is applied.
     if (!seqs_.empty() && scheduler_.preemptions() == preemptions_before && steps_in_flight_ == 0) {
       FailUnschedulable();
@@ -26,6 +29,7 @@ std::unique_ptr<PlannedStep> Engine::PlanStep(bool ahead) {
   }
   auto plan = std::make_unique<PlannedStep>();
   for (const Scheduler::Work& w : work) PlanSequence(*plan, static_cast<Sequence&>(*w.seq), w.tokens, ahead);
+  DropUnscheduledProposals();
   ++steps_;
   ++steps_in_flight_;
   UpdateGauges();
@@ -47,10 +51,15 @@ void Engine::PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool a
   plan.takes.push_back(take);
   const int32_t first_row = static_cast<int32_t>(step.token_ids.size());
   const int32_t known = static_cast<int32_t>(seq.tokens.size());
+  // The proposals the scheduler left room for (it may cut them).
+  if (static_cast<int32_t>(seq.draft.size()) > take - 1) seq.draft.resize(std::max(0, take - 1));
+  const int32_t proposed = static_cast<int32_t>(seq.draft.size());
   for (int32_t i = 0; i < take; ++i) {
     const int32_t pos = seq.num_computed + i;
     if (pos < known) {
       step.token_ids.push_back(seq.tokens[pos]);
+    } else if (pos - known < proposed) {
+      step.token_ids.push_back(seq.draft[pos - known]);
     } else {
       // Sampled by the step in flight: the workers fill it in.
       CHECK(ahead && pos == known && seq.flight.pending == 1 && seq.flight.pending_row >= 0)
@@ -83,7 +92,11 @@ void Engine::PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool a
     plan.owners.push_back({&seq, RowOwner::kNextTopRow});
   }
   const bool samples = reaches_end && seq.request.max_new_tokens > 0;
-  if (samples) AddSampleRow(plan, seq, first_row + take - 1, seq_index);
+  if (samples && proposed > 0) {
+    AddProposalRows(plan, seq, first_row + take - 1 - proposed, seq_index);
+  } else if (samples) {
+    AddSampleRow(plan, seq, first_row + take - 1, seq_index);
+  }
   // The step counts as computed from now on; its sampled token is pending.
   seq.num_computed += take;
   seq.flight.ahead += take;
@@ -92,7 +105,7 @@ void Engine::PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool a
   // Goes on in the step planned behind this one (whether this one was
   // planned ahead or not) unless it certainly ends with it.
   seq.flight.lookahead =
-      overlaps() && samples && !seq.end_requested &&
+      overlaps() && samples && proposed == 0 && !seq.end_requested &&
       static_cast<int32_t>(seq.result.tokens.size()) + seq.flight.pending < seq.request.max_new_tokens;
   step.block_tables.push_back(seq.kv.blocks);
   step.request_ids.push_back(seq.request.request_id);

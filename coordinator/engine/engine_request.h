@@ -53,6 +53,9 @@ struct EngineRequest {
   // The handle is the service's own and lives briefly (n > 1 samples'
   // shared prompt): not counted against Options::max_handle_share.
   bool transient_handle = false;
+  // Speculative decoding where the engine has it on (docs/speculative_decoding.md);
+  // false: this request decodes one token a step.
+  bool speculate = true;
   // Who asks (an API key's id; empty without keys): a handle is visible to
   // its owner only, to anyone else it is NOT_FOUND.
   std::string owner;
@@ -84,6 +87,9 @@ struct EngineResult {
   FinishReason finish_reason = FinishReason::kNone;
   // With a constraint: it had not accepted the output when max_new_tokens ended it.
   bool constraint_unfinished = false;
+  // Speculative decoding: tokens proposed and verified, and of those accepted.
+  int32_t proposed_tokens = 0;
+  int32_t accepted_tokens = 0;
   absl::Status status;
 };
 

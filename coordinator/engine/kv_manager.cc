@@ -144,6 +144,15 @@ void KvManager::Publish(Sequence& seq) {
   }
 }
 
+void KvManager::Shrink(Sequence& seq) {
+  const int32_t keep =
+      static_cast<int32_t>(BlocksFor(static_cast<int64_t>(seq.tokens.size()), options_.block_size));
+  if (static_cast<int32_t>(seq.kv.blocks.size()) <= keep) return;
+  allocator_.Release(std::vector<int32_t>(seq.kv.blocks.begin() + keep, seq.kv.blocks.end()));
+  seq.kv.blocks.resize(keep);
+  if (static_cast<int32_t>(seq.kv.hashes.size()) > keep) seq.kv.hashes.resize(keep);
+}
+
 // --- Handles ----------------------------------------------------------------
 
 const KvManager::Handle* KvManager::Find(const std::string& handle, const std::string& owner) const {

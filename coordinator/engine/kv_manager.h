@@ -77,6 +77,9 @@ class KvManager : public KvSpace {
   StepHold EnterStep(Sequence& seq);
   // Publishes `seq`'s newly written full blocks to the prefix cache (when on).
   void Publish(Sequence& seq);
+  // Frees the blocks past those `seq`'s tokens need (rejected proposals'
+  // K/V, docs/speculative_decoding.md).
+  void Shrink(Sequence& seq);
   // Releases copy-on-write sources once their step ran (copied, or never needed).
   void ReleaseCopied(const std::vector<std::pair<int32_t, int32_t>>& copies);
   // `seq` ends with `status`: its blocks are freed, or, when it asked for a

@@ -96,7 +96,9 @@ struct Scheduler::StepBudget {
 
 namespace {
 
-bool IsPromptChunk(const SchedSeq& s) { return s.length() - s.num_computed > 1; }
+// A sequence that needs one token to go on (besides any it proposes).
+bool IsDecode(const SchedSeq& s) { return s.num_computed + 1 + s.proposed() == s.length(); }
+bool IsPromptChunk(const SchedSeq& s) { return !IsDecode(s) && s.length() - s.num_computed > 1; }
 
 }  // namespace
 
@@ -105,7 +107,7 @@ Scheduler::StepBudget Scheduler::BudgetForStep() const {
   b.tokens = options_.max_batch_tokens;
   if (step_limit_ > 0) {
     int64_t decodes = 0;
-    for (const SchedSeq* s : running_) decodes += s->num_computed + 1 == s->length() ? 1 : 0;
+    for (const SchedSeq* s : running_) decodes += IsDecode(*s) ? 1 : 0;
     b.tokens = std::min(b.tokens, std::max(step_limit_, decodes));
   }
   b.seconds_left = time_budget_ ? time_budget_->seconds : 0;
@@ -139,15 +141,23 @@ void Scheduler::Take(KvSpace& kv, SchedSeq& seq, int32_t take, StepBudget& b) {
 // prompt chunks, each oldest first, so a long prompt never starves decodes.
 void Scheduler::ScheduleRunning(KvSpace& kv, StepBudget& b) {
   std::vector<SchedSeq*> order = running_;
-  std::stable_partition(order.begin(), order.end(),
-                        [](const SchedSeq* s) { return s->num_computed + 1 == s->length(); });
+  const auto decodes_end =
+      std::stable_partition(order.begin(), order.end(), [](const SchedSeq* s) { return IsDecode(*s); });
+  int64_t decodes_left = decodes_end - order.begin();
   for (SchedSeq* seq : order) {
     if (b.tokens <= 0) break;
+    if (decodes_left > 0) --decodes_left;  // the decodes after this one
     // Preempted above, or still on the workers (unless it may go on behind its step).
     if (!seq->running || (seq->flight.steps > 0 && !seq->flight.lookahead)) continue;
     kv.Admit(*seq);  // a static batch's members join before their first chunk
-    const int32_t take = TakeOf(*seq, b);
+    int32_t take = TakeOf(*seq, b);
     if (take <= 0) continue;
+    if (seq->proposed() > 0) {
+      // Proposals take what the decodes after it leave of the budget, and
+      // only free blocks: never a preemption.
+      take = static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(take, b.tokens - decodes_left)));
+      if (take > 1 && kv.BlocksShort(*seq, seq->num_computed + take) > kv.FreeBlocks()) take = 1;
+    }
     // Sits this step out (keeping its blocks) if even preempting every newer
     // sequence does not make room; an older one takes them when it needs to.
     if (!MakeRoom(kv, *seq, seq->num_computed + take)) continue;

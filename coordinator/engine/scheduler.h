@@ -40,8 +40,11 @@ struct StepsInFlight {
 // What the scheduler sees of a request.
 struct SchedSeq {
   virtual ~SchedSeq() = default;
-  // Tokens known: prefix, prompt and those generated so far.
+  // Tokens known: prefix, prompt and those generated so far, and proposed().
   virtual int32_t length() const = 0;
+  // Tokens proposed beyond the one a decoding sequence needs (speculative
+  // decoding): its step verifies them; they are never worth a preemption.
+  virtual int32_t proposed() const { return 0; }
 
   int64_t id = 0;            // increases with arrival: a smaller id arrived first
   int32_t num_computed = 0;  // leading tokens whose K/V are in the cache

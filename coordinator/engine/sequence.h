@@ -36,13 +36,20 @@ struct KvHold {
 };
 
 struct Sequence : SchedSeq {
-  // Known tokens, and the one a step in flight samples (overlapped steps).
-  int32_t length() const override { return static_cast<int32_t>(tokens.size()) + flight.pending; }
+  // Known tokens, the one a step in flight samples (overlapped steps), and
+  // the proposals of the step being planned (speculation).
+  int32_t length() const override {
+    return static_cast<int32_t>(tokens.size() + draft.size()) + flight.pending;
+  }
+  int32_t proposed() const override { return static_cast<int32_t>(draft.size()); }
 
   EngineRequest request;
   std::vector<int32_t> tokens;   // prefix handle's tokens, prompt, then generated
   std::vector<int32_t> context;  // prefix + prompt: what penalties look back on
-  int32_t prompt_offset = 0;     // index of the first prompt token in `tokens`
+  // Tokens proposed after `tokens` for the step being planned (speculative
+  // decoding, docs/speculative_decoding.md); empty between steps.
+  std::vector<int32_t> draft;
+  int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`
 
   KvHold kv;
 

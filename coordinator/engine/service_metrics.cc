@@ -32,6 +32,12 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
   prefix_cache_hits = r->AddCounter("shardlm_prefix_cache_hits_total",
                                     "Prompt tokens whose KV the prefix cache already held");
   preemptions = r->AddCounter("shardlm_preemptions_total", "Sequences preempted for lack of KV blocks");
+  spec_draft_tokens = r->AddCounter("shardlm_spec_decode_num_draft_tokens_total",
+                                    "Tokens proposed and verified by speculative decoding");
+  spec_accepted_tokens = r->AddCounter("shardlm_spec_decode_num_accepted_tokens_total",
+                                       "Proposed tokens the target model accepted");
+  spec_drafts =
+      r->AddCounter("shardlm_spec_decode_num_drafts_total", "Sequence steps that verified proposals");
   constraint_mask = r->AddHistogram(
       "shardlm_constraint_mask_seconds", "Computing one constrained sequence's mask of allowed tokens",
       {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1});
@@ -85,6 +91,9 @@ void ServiceMetrics::AddVllmNames(const std::string& model_name, int64_t block_s
       {"vllm:prefix_cache_queries_total", "shardlm_prefix_cache_queries_total"},
       {"vllm:prefix_cache_hits_total", "shardlm_prefix_cache_hits_total"},
       {"vllm:num_preemptions_total", "shardlm_preemptions_total"},
+      {"vllm:spec_decode_num_draft_tokens_total", "shardlm_spec_decode_num_draft_tokens_total"},
+      {"vllm:spec_decode_num_accepted_tokens_total", "shardlm_spec_decode_num_accepted_tokens_total"},
+      {"vllm:spec_decode_num_drafts_total", "shardlm_spec_decode_num_drafts_total"},
       {"vllm:request_success_total", "shardlm_request_success_total"},
   };
   for (const auto& [alias, source] : names) {

@@ -51,6 +51,9 @@ class ServiceMetrics {
   Counter* prefix_cache_queries;     // prompt tokens looked up in the prefix cache
   Counter* prefix_cache_hits;        // of those, found
   Counter* preemptions;
+  Counter* spec_draft_tokens;     // tokens proposed and verified (speculative decoding)
+  Counter* spec_accepted_tokens;  // of those, accepted
+  Counter* spec_drafts;           // steps that verified a sequence's proposals
   Counter* steps;
   Counter* step_tokens;
   Histogram* step_duration;    // one engine step as the coordinator sees it

@@ -1,0 +1,123 @@
+// Speculative decoding in the engine (docs/speculative_decoding.md): the
+// proposals made before the scheduler runs, a speculating sequence's rows,
+// its rows applied while they accept, and the rollback to what it kept.
+#include <algorithm>
+
+#include "coordinator/engine/engine.h"
+#include "coordinator/engine/ngram_proposer.h"
+#include "coordinator/engine/service_metrics.h"
+#include "step/draw_seed.h"
+
+namespace shardlm {
+
+void Engine::Propose() {
+  const Options::Speculation& spec = options_.speculation;
+  if (spec.method == Options::Speculation::Method::kNone || spec.tokens <= 0) return;
+  // Beyond the crossover a batch's proposal rows cost more than they save.
+  if (static_cast<int32_t>(scheduler_.running().size()) > spec.max_batch) return;
+  int32_t reserved = 0;  // free blocks the proposals so far would take
+  for (SchedSeq* s : scheduler_.running()) {
+    Sequence& seq = static_cast<Sequence&>(*s);
+    const bool decoding = seq.flight.steps == 0 && seq.num_computed + 1 == seq.length();
+    if (!decoding || !seq.request.speculate || seq.matcher || seq.end_requested) continue;
+    // Tokens it may still take after the one this step draws anyway.
+    const int32_t left = seq.request.max_new_tokens - static_cast<int32_t>(seq.result.tokens.size()) - 1;
+    if (left <= 0) continue;
+    std::vector<int32_t> draft = ProposeNgram(seq.tokens, std::min(spec.tokens, left), NgramOptions{});
+    if (draft.empty()) continue;
+    const int32_t short_blocks =
+        kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
+    if (short_blocks > kv_.FreeBlocks() - reserved) continue;  // never worth a preemption
+    reserved += short_blocks;
+    seq.draft = std::move(draft);
+  }
+}
+
+void Engine::DropUnscheduledProposals() {
+  for (auto& [id, seq] : seqs_) {
+    if (seq->flight.steps == 0) seq->draft.clear();
+  }
+}
+
+void Engine::AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row, int32_t seq_index) {
+  StepInput& step = plan.input;
+  const int32_t index = static_cast<int32_t>(plan.speculating.size());
+  Speculation sp;
+  sp.seq = &seq;
+  sp.computed_before = seq.num_computed;
+  sp.proposed = seq.draft;
+  const int32_t drawn = static_cast<int32_t>(seq.result.tokens.size());
+  for (int32_t i = 0; i <= static_cast<int32_t>(sp.proposed.size()); ++i) {
+    SampleRow row;
+    row.row = first_row + i;
+    row.seq = seq_index;
+    row.sample = true;
+    row.params = &seq.request.sampling;
+    row.prompt = &seq.context;
+    if (i == 0) {
+      row.generated = &seq.result.tokens;
+    } else {
+      // Its penalties see the proposals before it as output.
+      std::vector<int32_t>& history = plan.proposal_histories.emplace_back(seq.result.tokens);
+      history.insert(history.end(), sp.proposed.begin(), sp.proposed.begin() + i);
+      row.generated = &history;
+    }
+    // The seed of the output index it would have had without speculation.
+    row.draw_seed = DrawSeed(seq.request.sampling.seed, drawn + i);
+    if (i == 0) seq.flight.pending_row = static_cast<int32_t>(step.rows.size());
+    step.rows.push_back(row);
+    RowOwner owner{&seq, i == 0 ? -1 : RowOwner::kProposalRow};
+    owner.speculation = index;
+    owner.speculation_row = i;
+    plan.owners.push_back(owner);
+  }
+  plan.speculating.push_back(std::move(sp));
+}
+
+void Engine::ApplyRows(PlannedStep& plan, const std::vector<RowResult>& results) {
+  for (size_t i = 0; i < plan.owners.size(); ++i) {
+    const RowOwner& owner = plan.owners[i];
+    if (owner.speculation < 0) {
+      ApplyRow(owner, results[i]);
+      continue;
+    }
+    Speculation& sp = plan.speculating[owner.speculation];
+    Sequence* seq = owner.seq;
+    if (owner.speculation_row > 0) {
+      if (sp.rejected || seq->end_requested) continue;
+      if (sp.last_drawn != sp.proposed[owner.speculation_row - 1]) {
+        sp.rejected = true;
+        continue;
+      }
+      // The row before drew the proposal this row stands on: its K/V, which
+      // this step wrote, is the sequence's now.
+      ++sp.accepted;
+      seq->num_computed = sp.computed_before + 1 + owner.speculation_row;
+    }
+    ApplyRow({seq, -1}, results[i]);
+    sp.last_drawn = results[i].token;
+  }
+}
+
+void Engine::RollBackProposals(PlannedStep& plan) {
+  // Until its rows accept them, the proposals' K/V is not the sequence's.
+  for (Speculation& sp : plan.speculating) sp.seq->num_computed = sp.computed_before + 1;
+}
+
+void Engine::SettleProposals(PlannedStep& plan) {
+  for (Speculation& sp : plan.speculating) {
+    Sequence& seq = *sp.seq;
+    seq.draft.clear();
+    if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
+    kv_.Shrink(seq);
+    seq.result.proposed_tokens += static_cast<int32_t>(sp.proposed.size());
+    seq.result.accepted_tokens += sp.accepted;
+    if (options_.metrics) {
+      options_.metrics->spec_drafts->Add();
+      options_.metrics->spec_draft_tokens->Add(static_cast<double>(sp.proposed.size()));
+      options_.metrics->spec_accepted_tokens->Add(static_cast<double>(sp.accepted));
+    }
+  }
+}
+
+}  // namespace shardlm

@@ -171,6 +171,13 @@ json Summary(const BatchFlags& f, const BatchResults& results, const BatchRunInf
     summary["max_num_seqs"] = f.scheduling.max_num_seqs;
     summary["engine_steps"] = info.engine_steps;
     summary["preemptions"] = info.preemptions;
+    summary["decode_tokens_per_s"] = info.decode_tokens_per_s;
+    if (info.proposed_tokens > 0) {
+      summary["speculation"] = {{"proposed_tokens", info.proposed_tokens},
+                                {"accepted_tokens", info.accepted_tokens},
+                                {"acceptance_rate", static_cast<double>(info.accepted_tokens) /
+                                                        static_cast<double>(info.proposed_tokens)}};
+    }
   }
   std::fprintf(stderr,
                "batch: %lld requests (%lld failed), %lld prompt tokens, %lld output tokens in %.2f s: "

@@ -36,6 +36,11 @@ struct BatchRunInfo {
   double load_s = 0;  // opening the model (in-process), before the clock starts
   int64_t engine_steps = 0;
   int64_t preemptions = 0;
+  // Decode throughput (in-process): tokens after each request's first over the
+  // span from the first first token to the last token.
+  double decode_tokens_per_s = 0;
+  int64_t proposed_tokens = 0;  // speculative decoding (in-process)
+  int64_t accepted_tokens = 0;
 };
 
 // Takes each line's outcome, in any order, and writes the result lines to

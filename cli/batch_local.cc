@@ -69,6 +69,13 @@ class LocalBatchRun {
                 size_t window)
       : engine_(engine), runner_(&engine), model_(model), lines_(lines), results_(results), window_(window) {}
 
+  // Decode throughput: tokens after each request's first over the span from
+  // the earliest first token to the latest last token.
+  double DecodeTokensPerSecond() const {
+    const double s = std::chrono::duration<double>(last_ - first_).count();
+    return decode_tokens_ > 0 && s > 0 ? static_cast<double>(decode_tokens_) / s : 0.0;
+  }
+
   absl::Status Run(const CliEnv& env) {
     results_.Start();
     absl::Status outcome = absl::OkStatus();
@@ -137,6 +144,7 @@ class LocalBatchRun {
       if (!r.status.ok()) {
         results_.Error(a.slot, r.status);
       } else {
+        CountDecode(r);
         const bool stopped = a.text.stopped();
         if (stopped && r.tokens.size() > a.stop_at) r.tokens.resize(a.stop_at);
         results_.Ok(a.slot, r.tokens, a.released + a.text.Finish(),
@@ -148,6 +156,17 @@ class LocalBatchRun {
     return finished.size();
   }
 
+  // Counts a finished request into DecodeTokensPerSecond.
+  void CountDecode(const EngineResult& r) {
+    if (r.tokens.size() < 2) return;
+    decode_tokens_ += static_cast<int64_t>(r.tokens.size()) - 1;
+    if (decode_tokens_ == static_cast<int64_t>(r.tokens.size()) - 1 || r.first_token < first_)
+      first_ = r.first_token;
+    last_ = std::max(last_, r.last_token);
+  }
+
+  int64_t decode_tokens_ = 0;
+  std::chrono::steady_clock::time_point first_{}, last_{};
   Engine& engine_;
   EngineRunner runner_;
   LocalModel& model_;
@@ -174,10 +193,14 @@ absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::ve
   SHARDLM_ASSIGN_OR_RETURN(LocalModel model, OpenModel(f.local, env, eo));
   info->load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   Engine& engine = *model.engine;
-  absl::Status outcome = LocalBatchRun(engine, model, lines, results, window).Run(env);
+  LocalBatchRun run(engine, model, lines, results, window);
+  absl::Status outcome = run.Run(env);
+  info->decode_tokens_per_s = run.DecodeTokensPerSecond();
   const Engine::Stats stats = engine.stats();
   info->engine_steps = stats.steps;
   info->preemptions = stats.preemptions;
+  info->proposed_tokens = stats.proposed_tokens;
+  info->accepted_tokens = stats.accepted_tokens;
   return outcome;
 }
 

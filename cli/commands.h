@@ -73,6 +73,7 @@ struct EngineFlags {
   std::string speculative;  // none or ngram (docs/speculative_decoding.md)
   int64_t speculative_tokens = 0;
   int64_t speculative_max_batch = 0;
+  int64_t speculative_max_rows = 0;
 };
 void AddEngineFlags(FlagSet& f, EngineFlags* out);
 // --speculative, --speculative-tokens and --speculative-max-batch into the engine's options.

@@ -73,9 +73,14 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
       .To(&out->speculative_tokens);
   f.Int("speculative-max-batch",
         "with --speculative: speculate only in steps of at most this many running sequences (past it the "
-        "proposals' rows cost more than they save)",
-        4, 1, 65536)
+        "proposals' rows cost more than they save; docs/benchmarks.md)",
+        2, 1, 65536)
       .To(&out->speculative_max_batch);
+  f.Int("speculative-max-rows",
+        "with --speculative: a step's decoding sequences and proposals together at most (proposals are "
+        "nearly free while a step is bound by reading the weights; on a CPU that holds to about 8 rows)",
+        8, 2, 65536)
+      .To(&out->speculative_max_rows);
 }
 
 void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) {
@@ -83,6 +88,7 @@ void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) 
   options->speculation.method = engine.speculative == "ngram" ? Method::kNgram : Method::kNone;
   options->speculation.tokens = static_cast<int32_t>(engine.speculative_tokens);
   options->speculation.max_batch = static_cast<int32_t>(engine.speculative_max_batch);
+  options->speculation.max_rows = static_cast<int32_t>(engine.speculative_max_rows);
 }
 
 void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out) {

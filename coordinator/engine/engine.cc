@@ -127,6 +127,8 @@ bool Engine::RetireIfEnded(Sequence& seq) {
   seq.result.handle = seq.kv.kept_handle;
   seq.result.handle_expiry_ms = seq.kv.kept_expiry_ms;
   seq.result.finish_reason = seq.end_reason;
+  seq.result.first_token = seq.first_token;
+  seq.result.last_token = seq.last_token;
   seq.result.status = std::move(status);
   done_[seq.id] = std::move(seq.result);
   seqs_.erase(seq.id);
@@ -260,6 +262,8 @@ Engine::Stats Engine::stats() const {
   s.prefix_cache_hits = blocks.cache_hits();
   s.steps = steps_;
   s.preemptions = scheduler_.preemptions();
+  s.proposed_tokens = proposed_tokens_;
+  s.accepted_tokens = accepted_tokens_;
   return s;
 }
 

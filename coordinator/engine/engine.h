@@ -80,11 +80,13 @@ class Engine {
     int64_t target_step_ms = 250;
     // Speculative decoding (docs/speculative_decoding.md): kNgram proposes
     // up to `tokens` tokens by prompt lookup for each decoding sequence, in
-    // steps with at most `max_batch` decoding sequences.
+    // steps with at most `max_batch` running sequences and `max_rows` rows
+    // of decodes and proposals.
     struct Speculation {
       enum class Method { kNone, kNgram } method = Method::kNone;
       int32_t tokens = 5;
-      int32_t max_batch = 4;
+      int32_t max_batch = 2;
+      int32_t max_rows = 8;
     } speculation;
     ServiceMetrics* metrics = nullptr;  // counted into when set
     // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
@@ -102,6 +104,8 @@ class Engine {
     int64_t prefix_cache_hits = 0;  // blocks reused by lookup
     int64_t steps = 0;              // steps planned
     int64_t preemptions = 0;        // sequences preempted
+    int64_t proposed_tokens = 0;    // speculative decoding: tokens proposed and verified
+    int64_t accepted_tokens = 0;    // of those, accepted
   };
 
   Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
@@ -189,6 +193,9 @@ class Engine {
   // them; a speculating sequence's rows; its rows applied while they accept;
   // the step's sequences rolled back to what they kept.
   void Propose();
+  // Whether `seq` may propose in its next step (then it is not planned
+  // ahead behind this one: its proposals need the token this one draws).
+  bool MayPropose(const Sequence& seq) const;
   void DropUnscheduledProposals();
   void AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row, int32_t seq_index);
   void ApplyRows(PlannedStep& plan, const std::vector<RowResult>& results);
@@ -223,6 +230,8 @@ class Engine {
   int64_t next_id_ = 1;
   int64_t steps_ = 0;
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
+  int64_t proposed_tokens_ = 0;  // speculation's totals (Stats)
+  int64_t accepted_tokens_ = 0;
   // The step time budget (Options::target_step_ms): what a step costs,
   // learnt from the steps run, and when the last step's rows came back.
   void LearnStepCost(const PlannedStep& plan, bool ran);

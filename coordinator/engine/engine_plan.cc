@@ -105,7 +105,7 @@ void Engine::PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool a
   // Goes on in the step planned behind this one (whether this one was
   // planned ahead or not) unless it certainly ends with it.
   seq.flight.lookahead =
-      overlaps() && samples && proposed == 0 && !seq.end_requested &&
+      overlaps() && samples && proposed == 0 && !MayPropose(seq) && !seq.end_requested &&
       static_cast<int32_t>(seq.result.tokens.size()) + seq.flight.pending < seq.request.max_new_tokens;
   step.block_tables.push_back(seq.kv.blocks);
   step.request_ids.push_back(seq.request.request_id);

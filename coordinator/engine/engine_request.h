@@ -90,6 +90,8 @@ struct EngineResult {
   // Speculative decoding: tokens proposed and verified, and of those accepted.
   int32_t proposed_tokens = 0;
   int32_t accepted_tokens = 0;
+  // When its first and last tokens were drawn (unset without tokens).
+  std::chrono::steady_clock::time_point first_token{}, last_token{};
   absl::Status status;
 };
 

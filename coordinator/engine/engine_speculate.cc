@@ -2,6 +2,7 @@
 // proposals made before the scheduler runs, a speculating sequence's rows,
 // its rows applied while they accept, and the rollback to what it kept.
 #include <algorithm>
+#include <cmath>
 
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/ngram_proposer.h"
@@ -9,28 +10,72 @@
 #include "step/draw_seed.h"
 
 namespace shardlm {
+namespace {
+
+// A step's accepted share weighs this much in a sequence's proposal_rate.
+constexpr double kRateWeight = 0.3;
+// A sequence whose proposals are seldom accepted proposes one token once in
+// this many steps, so that one which starts repeating its input is noticed.
+constexpr int32_t kProbeSteps = 8;
+
+// Tokens to propose for `seq` now: `most` scaled by how often its recent
+// proposals were accepted (all of them from a rate of one half), none below
+// a twentieth of `most`'s worth but for a one-token probe now and then. A
+// proposal costs a row in the step whether or not it is accepted, so a
+// sequence that does not repeat itself (free chat) stops paying for them.
+int32_t RateLength(const Sequence& seq, int32_t most) {
+  return std::min<int32_t>(most, static_cast<int32_t>(std::lround(2.0 * most * seq.proposal_rate)));
+}
+int32_t ProposalLength(Sequence& seq, int32_t most) {
+  const int32_t k = RateLength(seq, most);
+  if (k > 0) return k;
+  return ++seq.steps_unproposed % kProbeSteps == 0 ? 1 : 0;
+}
+
+}  // namespace
 
 void Engine::Propose() {
   const Options::Speculation& spec = options_.speculation;
   if (spec.method == Options::Speculation::Method::kNone || spec.tokens <= 0) return;
   // Beyond the crossover a batch's proposal rows cost more than they save.
-  if (static_cast<int32_t>(scheduler_.running().size()) > spec.max_batch) return;
+  const int32_t running = static_cast<int32_t>(scheduler_.running().size());
+  if (running > spec.max_batch) return;
+  // Rows are nearly free while the step stays bound by reading the weights:
+  // the proposals share what max_rows leaves, best acceptance first.
+  int32_t rows_left = spec.max_rows - running;
+  std::vector<Sequence*> order;
+  for (SchedSeq* s : scheduler_.running()) order.push_back(static_cast<Sequence*>(s));
+  std::stable_sort(order.begin(), order.end(),
+                   [](const Sequence* a, const Sequence* b) { return a->proposal_rate > b->proposal_rate; });
   int32_t reserved = 0;  // free blocks the proposals so far would take
-  for (SchedSeq* s : scheduler_.running()) {
-    Sequence& seq = static_cast<Sequence&>(*s);
+  for (Sequence* s : order) {
+    Sequence& seq = *s;
     const bool decoding = seq.flight.steps == 0 && seq.num_computed + 1 == seq.length();
     if (!decoding || !seq.request.speculate || seq.matcher || seq.end_requested) continue;
     // Tokens it may still take after the one this step draws anyway.
     const int32_t left = seq.request.max_new_tokens - static_cast<int32_t>(seq.result.tokens.size()) - 1;
     if (left <= 0) continue;
-    std::vector<int32_t> draft = ProposeNgram(seq.tokens, std::min(spec.tokens, left), NgramOptions{});
+    const int32_t k = std::min({ProposalLength(seq, spec.tokens), left, rows_left});
+    if (k <= 0) continue;
+    std::vector<int32_t> draft = ProposeNgram(seq.tokens, k, NgramOptions{});
     if (draft.empty()) continue;
     const int32_t short_blocks =
         kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
     if (short_blocks > kv_.FreeBlocks() - reserved) continue;  // never worth a preemption
     reserved += short_blocks;
+    rows_left -= static_cast<int32_t>(draft.size());
     seq.draft = std::move(draft);
+    seq.steps_unproposed = 0;
   }
+}
+
+bool Engine::MayPropose(const Sequence& seq) const {
+  const Options::Speculation& spec = options_.speculation;
+  if (spec.method == Options::Speculation::Method::kNone || spec.tokens <= 0 || !seq.request.speculate ||
+      seq.matcher || static_cast<int32_t>(scheduler_.running().size()) > spec.max_batch) {
+    return false;
+  }
+  return RateLength(seq, spec.tokens) > 0 || (seq.steps_unproposed + 1) % kProbeSteps == 0;
 }
 
 void Engine::DropUnscheduledProposals() {
@@ -110,8 +155,12 @@ void Engine::SettleProposals(PlannedStep& plan) {
     seq.draft.clear();
     if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
     kv_.Shrink(seq);
+    seq.proposal_rate = (1 - kRateWeight) * seq.proposal_rate +
+                        kRateWeight * sp.accepted / static_cast<double>(sp.proposed.size());
     seq.result.proposed_tokens += static_cast<int32_t>(sp.proposed.size());
     seq.result.accepted_tokens += sp.accepted;
+    proposed_tokens_ += static_cast<int64_t>(sp.proposed.size());
+    accepted_tokens_ += sp.accepted;
     if (options_.metrics) {
       options_.metrics->spec_drafts->Add();
       options_.metrics->spec_draft_tokens->Add(static_cast<double>(sp.proposed.size()));

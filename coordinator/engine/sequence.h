@@ -49,6 +49,10 @@ struct Sequence : SchedSeq {
   // Tokens proposed after `tokens` for the step being planned (speculative
   // decoding, docs/speculative_decoding.md); empty between steps.
   std::vector<int32_t> draft;
+  // Its proposals' recent acceptance (a moving average of each step's
+  // accepted share), and steps since it last proposed (engine_speculate.cc).
+  double proposal_rate = 0.5;
+  int32_t steps_unproposed = 0;
   int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`
 
   KvHold kv;

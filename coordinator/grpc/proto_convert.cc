@@ -60,6 +60,7 @@ GenerateJob GenerateJobFromProto(const pb::GenerateRequest& req, std::vector<int
   r.max_new_tokens = req.max_new_tokens();
   r.stop_token_ids.assign(req.stop_token_ids().begin(), req.stop_token_ids().end());
   r.ignore_eos = req.ignore_eos();
+  r.speculate = !req.no_speculation();
   r.keep_handle = req.return_chunk_result();
   job.constraint = ConstraintFromProto(req.constraint());
   job.n = req.n() == 0 ? 1 : req.n();

@@ -26,6 +26,8 @@ const std::set<std::string> kCommonKeys = {
     // vLLM's extensions, named as there
     "top_k", "min_p", "repetition_penalty", "ignore_eos", "stop_token_ids", "guided_json", "guided_regex",
     "guided_choice", "guided_grammar",
+    // shardlm's: opt out of the server's speculative decoding (docs/speculative_decoding.md)
+    "speculative",
     // OpenAI's structured outputs (chat), accepted by completions too as vLLM does
     "response_format"};
 
@@ -188,10 +190,12 @@ bool StopStringsOf(Params& p, GenerateJob& base) {
   return true;
 }
 
-// vLLM's ignore_eos and stop_token_ids.
+// vLLM's ignore_eos and stop_token_ids, and shardlm's opt-out of speculation.
 bool StopTokensOf(Params& p, const ModelContext& model, EngineRequest& base) {
   bool ignore_eos = false;
   if (p.Bool("ignore_eos", &ignore_eos)) base.ignore_eos = ignore_eos;
+  bool speculative = true;  // false: this request opts out of the server's --speculative
+  if (p.Bool("speculative", &speculative)) base.speculate = speculative;
   if (!p.Has("stop_token_ids")) return true;
   const Json& v = p.At("stop_token_ids");
   if (!v.is_array()) return p.Fail("stop_token_ids", "stop_token_ids must be a list of token ids");

@@ -200,7 +200,7 @@ class Engine {
   void AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row, int32_t seq_index);
   void ApplyRows(PlannedStep& plan, const std::vector<RowResult>& results);
   void RollBackProposals(PlannedStep& plan);
-  void SettleProposals(PlannedStep& plan);
+  void SettleProposals(PlannedStep& plan, bool ran);
   // Points `row` at `seq`'s mask for its next token; a matcher error ends the
   // request once this step is applied.
   void MaskRow(Sequence& seq, SampleRow& row);

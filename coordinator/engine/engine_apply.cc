@@ -118,7 +118,7 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
   SettleStep(plan, results.ok());
   RollBackProposals(plan);
   if (!results.ok()) {
-    SettleProposals(plan);
+    SettleProposals(plan, /*ran=*/false);
     // Fail the work in flight, keep the engine usable. A sequence also in
     // the step behind this one ends when that one is applied.
     // One that had already ended ends as it did: its tokens' steps ran.
@@ -131,7 +131,7 @@ absl::Status Engine::ApplyStep(PlannedStep& plan, absl::StatusOr<std::vector<Row
   }
   PublishComputed(plan);
   ApplyRows(plan, *results);
-  SettleProposals(plan);
+  SettleProposals(plan, /*ran=*/true);
   RetireEnded(plan);
   FlushKvEvents();
   UpdateGauges();

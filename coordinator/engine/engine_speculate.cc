@@ -149,12 +149,14 @@ void Engine::RollBackProposals(PlannedStep& plan) {
   for (Speculation& sp : plan.speculating) sp.seq->num_computed = sp.computed_before + 1;
 }
 
-void Engine::SettleProposals(PlannedStep& plan) {
+void Engine::SettleProposals(PlannedStep& plan, bool ran) {
   for (Speculation& sp : plan.speculating) {
     Sequence& seq = *sp.seq;
     seq.draft.clear();
-    if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
     kv_.Shrink(seq);
+    // A failed step wrote nothing anyone may rely on: published nothing, counted nothing.
+    if (!ran) continue;
+    if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
     seq.proposal_rate = (1 - kRateWeight) * seq.proposal_rate +
                         kRateWeight * sp.accepted / static_cast<double>(sp.proposed.size());
     seq.result.proposed_tokens += static_cast<int32_t>(sp.proposed.size());

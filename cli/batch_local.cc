@@ -160,8 +160,7 @@ class LocalBatchRun {
   void CountDecode(const EngineResult& r) {
     if (r.tokens.size() < 2) return;
     decode_tokens_ += static_cast<int64_t>(r.tokens.size()) - 1;
-    if (decode_tokens_ == static_cast<int64_t>(r.tokens.size()) - 1 || r.first_token < first_)
-      first_ = r.first_token;
+    if (first_ == std::chrono::steady_clock::time_point{} || r.first_token < first_) first_ = r.first_token;
     last_ = std::max(last_, r.last_token);
   }
 

@@ -222,7 +222,7 @@ void RunQuantTyped(Fn fn, const at::Tensor& x, const LinearWeight& w, const at::
   // fixed in advance wait on the slower thread (docs/quantized_weights.md).
   const int64_t grain = UnitsPerTask(unit_bytes, 1);
   const int64_t most = std::max<int64_t>(grain, (1 << 20) / std::max<int64_t>(1, unit_bytes));
-  ParallelForGuided(0, first_panel.back(), grain, grain, most, [&](int64_t b, int64_t e) {
+  ParallelForGuided(0, first_panel.back(), grain, most, [&](int64_t b, int64_t e) {
     for (size_t i = 0; i < args.size(); ++i) {
       const int64_t lo = std::max(b, first_panel[i]), hi = std::min(e, first_panel[i + 1]);
       if (lo < hi) fn(args[i], lo - first_panel[i], hi - first_panel[i]);

@@ -45,26 +45,28 @@ void ParallelFor(int64_t begin, int64_t end, int64_t grain, const F& f) {
 }
 
 // ParallelFor's contract, but each thread takes its next run of units as it
-// finishes its last: remaining / (2 threads) of them, at least `least` and at
-// most `most` (guided scheduling); on one thread when no longer than `grain`. A thread slowed by the host
-// does less of the work, and the runs shrink toward the end so that neither thread waits long for the other's
-// last one (a quantized product's stream, kernels/linear.cc). With the pool off: ParallelFor.
+// finishes its last: remaining / (2 threads) of them, at least `grain` and at
+// most `most` (guided scheduling); on one thread when no longer than `grain`.
+// A thread slowed by the host does less of the work, and the runs shrink
+// toward the end so that neither thread waits long for the other's last one
+// (a quantized product's stream, kernels/linear.cc). With the pool off:
+// ParallelFor.
 template <typename F>
-void ParallelForGuided(int64_t begin, int64_t end, int64_t grain, int64_t least, int64_t most, const F& f) {
+void ParallelForGuided(int64_t begin, int64_t end, int64_t grain, int64_t most, const F& f) {
   const int64_t n = end - begin;
   const int threads = LoopThreads();
   if (n <= std::max<int64_t>(grain, 1) || threads == 1 || !StepPoolEnabled()) {
     ParallelFor(begin, end, grain, f);
     return;
   }
-  const int64_t g = std::max<int64_t>(1, grain), lo = std::max<int64_t>(1, least), hi = std::max(lo, most);
+  const int64_t g = std::max<int64_t>(1, grain), hi = std::max(g, most);
   const int parts = static_cast<int>(std::min<int64_t>(threads, (n + g - 1) / g));
   std::atomic<int64_t> next{begin};
   RunParts(parts, [&](int) {
     int64_t b = next.load(std::memory_order_relaxed);
     for (;;) {
       if (b >= end) return;
-      const int64_t take = std::clamp<int64_t>((end - b) / (2 * parts), lo, hi);
+      const int64_t take = std::clamp<int64_t>((end - b) / (2 * parts), g, hi);
       if (!next.compare_exchange_weak(b, b + take, std::memory_order_relaxed)) continue;
       f(b, std::min(end, b + take));
       b = next.load(std::memory_order_relaxed);

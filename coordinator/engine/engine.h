@@ -193,6 +193,9 @@ class Engine {
   // them; a speculating sequence's rows; its rows applied while they accept;
   // the step's sequences rolled back to what they kept.
   void Propose();
+  // Whether speculation is on for the next step (its method, and the
+  // running sequences within max_batch).
+  bool SpeculationOn() const;
   // Whether `seq` may propose in its next step (then it is not planned
   // ahead behind this one: its proposals need the token this one draws).
   bool MayPropose(const Sequence& seq) const;

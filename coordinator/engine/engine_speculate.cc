@@ -20,26 +20,33 @@ constexpr int32_t kProbeSteps = 8;
 
 // Tokens to propose for `seq` now: `most` scaled by how often its recent
 // proposals were accepted (all of them from a rate of one half), none below
-// a twentieth of `most`'s worth but for a one-token probe now and then. A
-// proposal costs a row in the step whether or not it is accepted, so a
-// sequence that does not repeat itself (free chat) stops paying for them.
-int32_t RateLength(const Sequence& seq, int32_t most) {
-  return std::min<int32_t>(most, static_cast<int32_t>(std::lround(2.0 * most * seq.proposal_rate)));
-}
-int32_t ProposalLength(Sequence& seq, int32_t most) {
-  const int32_t k = RateLength(seq, most);
+// a twentieth of `most`'s worth but for a one-token probe once in
+// kProbeSteps steps without a proposal. A proposal costs a row in the step
+// whether or not it is accepted, so a sequence that does not repeat itself
+// (free chat) stops paying for them.
+int32_t ProposalLength(const Sequence& seq, int32_t most) {
+  const int32_t k =
+      std::min<int32_t>(most, static_cast<int32_t>(std::lround(2.0 * most * seq.proposal_rate)));
   if (k > 0) return k;
-  return ++seq.steps_unproposed % kProbeSteps == 0 ? 1 : 0;
+  return (seq.steps_unproposed + 1) % kProbeSteps == 0 ? 1 : 0;
 }
+
+// Whether the request lets `seq` speculate at all.
+bool Speculates(const Sequence& seq) { return seq.request.speculate && !seq.matcher && !seq.end_requested; }
 
 }  // namespace
 
-void Engine::Propose() {
+bool Engine::SpeculationOn() const {
   const Options::Speculation& spec = options_.speculation;
-  if (spec.method == Options::Speculation::Method::kNone || spec.tokens <= 0) return;
   // Beyond the crossover a batch's proposal rows cost more than they save.
+  return spec.method != Options::Speculation::Method::kNone && spec.tokens > 0 &&
+         static_cast<int32_t>(scheduler_.running().size()) <= spec.max_batch;
+}
+
+void Engine::Propose() {
+  if (!SpeculationOn()) return;
+  const Options::Speculation& spec = options_.speculation;
   const int32_t running = static_cast<int32_t>(scheduler_.running().size());
-  if (running > spec.max_batch) return;
   // Rows are nearly free while the step stays bound by reading the weights:
   // the proposals share what max_rows leaves, best acceptance first.
   int32_t rows_left = spec.max_rows - running;
@@ -51,17 +58,19 @@ void Engine::Propose() {
   for (Sequence* s : order) {
     Sequence& seq = *s;
     const bool decoding = seq.flight.steps == 0 && seq.num_computed + 1 == seq.length();
-    if (!decoding || !seq.request.speculate || seq.matcher || seq.end_requested) continue;
+    if (!decoding || !Speculates(seq)) continue;
     // Tokens it may still take after the one this step draws anyway.
     const int32_t left = seq.request.max_new_tokens - static_cast<int32_t>(seq.result.tokens.size()) - 1;
     if (left <= 0) continue;
     const int32_t k = std::min({ProposalLength(seq, spec.tokens), left, rows_left});
-    if (k <= 0) continue;
-    std::vector<int32_t> draft = ProposeNgram(seq.tokens, k, NgramOptions{});
-    if (draft.empty()) continue;
+    std::vector<int32_t> draft;
+    if (k > 0) draft = ProposeNgram(seq.tokens, k, NgramOptions{});
     const int32_t short_blocks =
-        kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
-    if (short_blocks > kv_.FreeBlocks() - reserved) continue;  // never worth a preemption
+        draft.empty() ? 0 : kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
+    if (draft.empty() || short_blocks > kv_.FreeBlocks() - reserved) {  // never worth a preemption
+      ++seq.steps_unproposed;
+      continue;
+    }
     reserved += short_blocks;
     rows_left -= static_cast<int32_t>(draft.size());
     seq.draft = std::move(draft);
@@ -70,12 +79,7 @@ void Engine::Propose() {
 }
 
 bool Engine::MayPropose(const Sequence& seq) const {
-  const Options::Speculation& spec = options_.speculation;
-  if (spec.method == Options::Speculation::Method::kNone || spec.tokens <= 0 || !seq.request.speculate ||
-      seq.matcher || static_cast<int32_t>(scheduler_.running().size()) > spec.max_batch) {
-    return false;
-  }
-  return RateLength(seq, spec.tokens) > 0 || (seq.steps_unproposed + 1) % kProbeSteps == 0;
+  return SpeculationOn() && Speculates(seq) && ProposalLength(seq, options_.speculation.tokens) > 0;
 }
 
 void Engine::DropUnscheduledProposals() {

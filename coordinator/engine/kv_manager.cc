@@ -149,8 +149,7 @@ void KvManager::Shrink(Sequence& seq) {
       static_cast<int32_t>(BlocksFor(static_cast<int64_t>(seq.tokens.size()), options_.block_size));
   if (static_cast<int32_t>(seq.kv.blocks.size()) <= keep) return;
   allocator_.Release(std::vector<int32_t>(seq.kv.blocks.begin() + keep, seq.kv.blocks.end()));
-  seq.kv.blocks.resize(keep);
-  if (static_cast<int32_t>(seq.kv.hashes.size()) > keep) seq.kv.hashes.resize(keep);
+  seq.kv.blocks.resize(keep);  // never published: Publish stops at the tokens
 }
 
 // --- Handles ----------------------------------------------------------------

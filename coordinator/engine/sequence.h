@@ -50,7 +50,8 @@ struct Sequence : SchedSeq {
   // decoding, docs/speculative_decoding.md); empty between steps.
   std::vector<int32_t> draft;
   // Its proposals' recent acceptance (a moving average of each step's
-  // accepted share), and steps since it last proposed (engine_speculate.cc).
+  // accepted share), and its decoding steps without a proposal since its
+  // last one (engine_speculate.cc).
   double proposal_rate = 0.5;
   int32_t steps_unproposed = 0;
   int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`

@@ -35,6 +35,7 @@
 #include "coordinator/group/worker_group.h"
 #include "formats/gguf.h"
 #include "formats/tiny_model.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cuda_attention.h"
 #include "kernels/cuda_fused.h"
 #include "kernels/kernel_options.h"
@@ -365,6 +366,9 @@ int Main(int argc, char** argv) {
   const double bw = read_bandwidth();
   std::printf("machine: %u hardware threads, torch threads %d, device %s\n",
               std::thread::hardware_concurrency(), threads, device->str().c_str());
+  // The instruction set the CPU kernels run (SHARDLM_CPU_ISA may cap it below the CPU's).
+  std::printf("cpu kernels: %s (this CPU: %s)\n", kernels::IsaName(kernels::ActiveIsa()).c_str(),
+              kernels::IsaName(kernels::DetectedIsa()).c_str());
   if (gpu) {
     std::printf("read bandwidth (2 GiB device-to-device copy, bytes read and written): %.1f GB/s\n",
                 bw / 1e9);

@@ -8,6 +8,9 @@ this script only runs the binaries it is given:
         --llama-bench /path/llama-bench --llama-batched-bench /path/llama-batched-bench \\
         --model third_party/models/SmolLM2-135M-Instruct.Q4_1.gguf --model other.Q8_0.gguf
 
+On an AVX-512 host, --isa avx2 caps shardlm's kernels (SHARDLM_CPU_ISA=avx2); pair it with a
+llama.cpp built with -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF.
+
 Each round runs, per file, shardlm_bench (512-token prompt at batch 1; decode at batch 1 and 8
 after a 16-token prompt, 64 steps; the read-bandwidth floor of the weights' bytes), then
 llama-bench (-p 512 -n 64, one repetition) and llama-batched-bench (8 parallel sequences of a
@@ -28,6 +31,8 @@ import sys
 def shardlm_round(args, model):
     # The same threads as llama.cpp: shardlm's kernels use ATen's thread count.
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    if args.isa:
+        env["SHARDLM_CPU_ISA"] = args.isa
     out = subprocess.run([args.shardlm_bench, "--model-dir", model, "--dtypes", "f32", "--batches", "1,8",
                           "--decode-steps", "64", "--prompt-len", "512", "--weights", "auto"],
                          capture_output=True, text=True, check=True, env=env).stdout
@@ -79,6 +84,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json-out", default="")
+    ap.add_argument("--isa", default="", choices=["", "scalar", "avx2", "avx512"],
+                    help="cap shardlm's CPU kernels (SHARDLM_CPU_ISA); give llama.cpp binaries built for the same")
     args = ap.parse_args()
     runs = {(m, who): [] for m in args.model for who in ("shardlm", "llama.cpp")}
     for r in range(args.rounds):
@@ -103,10 +110,14 @@ def main():
                 name, who, cell(m, who, "decode_ms", "%.2f"), cell(m, who, "floor_ms", "%.2f"),
                 cell(m, who, "step_over_floor", "%.2f"), cell(m, who, "prompt_tps", "%.0f"),
                 cell(m, who, "batch8_tps", "%.0f")))
-    print("\nmedian (min-max) of %d interleaved rounds, %d threads" % (args.rounds, args.threads))
+    print("\nmedian (min-max) of %d interleaved rounds, %d threads, shardlm's CPU kernels capped at %s" %
+          (args.rounds, args.threads, args.isa or "none (the CPU's best)"))
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"%s|%s" % k: v for k, v in runs.items()}, f, indent=1)
+            out = {"%s|%s" % k: v for k, v in runs.items()}
+            out["settings"] = {"threads": args.threads, "shardlm_isa_cap": args.isa or None,
+                               "llama_bench": args.llama_bench}
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

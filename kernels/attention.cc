@@ -130,8 +130,8 @@ void HostChunkAttention(const at::Tensor& q, const at::Tensor& k_layer, const at
 
 // Decode rows (and short chunks): one task per (row, KV head) computes all
 // `group` query heads that share that KV head, so each key and value row is
-// read once per group rather than once per query head (GQA). The AVX-512
-// kernel of kernels/cpu/attention.h runs it where the CPU and head size
+// read once per group rather than once per query head (GQA). The AVX-512 or
+// AVX2 kernel of kernels/cpu/attention.h runs it where the CPU and head size
 // allow; this loop is the portable fallback with the same arithmetic.
 template <typename T>
 void PortableRow(const kernels::DecodeAttentionArgs<T>& a) {
@@ -389,8 +389,9 @@ at::Tensor PagedAttention(const at::Tensor& q, const at::Tensor& k_layer, const 
   // use matrix products and the rest (decodes, short chunks) the per-row loop.
   const bool fast = qc.scalar_type() == at::kFloat ? FastKernel<float>(qc.size(2)) != nullptr
                                                    : FastKernel<uint16_t>(qc.size(2)) != nullptr;
-  // With the AVX-512 kernel every row goes through it, prompt chunks too: it
-  // beat the matrix products at 128 and at 1024 prompt tokens (docs/cpu_kernels.md).
+  // With a vector kernel every row goes through it, prompt chunks too: the
+  // AVX-512 one beat the matrix products at 128 and at 1024 prompt tokens
+  // (docs/cpu_kernels.md); the AVX2 one has not been measured against them.
   const int64_t matmul_min_rows = fast ? std::numeric_limits<int64_t>::max() : kMatmulMinRows;
   std::vector<int64_t> kernel_rows;
   for (int64_t begin = 0; begin < tokens;) {

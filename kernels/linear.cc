@@ -29,7 +29,7 @@ int64_t UnitsPerTask(int64_t unit_bytes, int64_t min_units) {
   return std::max<int64_t>(min_units, kTaskBytes / std::max<int64_t>(1, unit_bytes));
 }
 
-// Activation rows per pass of the AVX-512 kernels: each group of weight rows
+// Activation rows per pass of the SIMD kernels: each group of weight rows
 // meets every activation row of the pass, which must stay in L2 (256 rows of
 // 768 f32 features are 768 KB). Larger products go through in passes, each
 // streaming the weight again, a small cost beside 256 rows of compute.
@@ -161,7 +161,7 @@ bool PackingWanted() { return CurrentKernelOptions().pack_weights; }
 bool FusionWanted() { return CurrentKernelOptions().fused_epilogues; }
 
 bool Packable(const at::Tensor& w) {
-  return w.device().is_cpu() && ActiveIsa() == Isa::kAvx512 && PackingWanted() &&
+  return w.device().is_cpu() && ActiveIsa() >= Isa::kAvx2 && PackingWanted() &&
          (w.scalar_type() == at::kFloat || w.scalar_type() == at::kBFloat16) && w.numel() > 0;
 }
 

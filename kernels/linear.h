@@ -20,9 +20,10 @@
 // written again by a separate element-wise pass over cold cache lines.
 //
 // A model's weights are prepared once at load (LinearWeight::Prepare): on a
-// CPU with the AVX-512 kernels they are repacked into the panels of
+// CPU with the AVX-512 or AVX2 kernels they are repacked into the panels of
 // cpu/packed.h, which every number of rows then goes through (the weight
-// streams once per call; docs/cpu_kernels.md, "Packed weights").
+// streams once per call; docs/cpu_kernels.md, "Packed weights"). Unpacked
+// weights (packing turned off) take the GEMV kernels and ATen's GEMM above.
 //
 //   layer.qkv = kernels::LinearWeight::Prepare(at::cat({q, k, v}, 0));
 //   at::Tensor y = kernels::Linear(h, layer.qkv, layer.qkv_bias);
@@ -48,7 +49,7 @@ class LinearWeight {
  public:
   LinearWeight() = default;
 
-  // Packs an f32 or bf16 CPU weight when the active ISA is AVX-512 (and
+  // Packs an f32 or bf16 CPU weight when the active ISA is AVX2 or AVX-512 (and
   // KernelOptions::pack_weights is on); otherwise keeps `w` as it is. The
   // unpacked tensor is released.
   static LinearWeight Prepare(at::Tensor w);

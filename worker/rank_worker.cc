@@ -10,6 +10,7 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "common/step_memory.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/parallel.h"
 #include "kernels/step_profile.h"
 #include "model/device.h"
@@ -124,6 +125,12 @@ absl::StatusOr<std::unique_ptr<RankWorker>> RankWorker::Load(const RankWorkerOpt
             << " ms: config " << Ms(t_config - t0).count() << " ms, weights "
             << Ms(t_weights - t_config).count() << " ms, KV pool " << Ms(t_pool - t_weights).count()
             << " ms, warm-up " << Ms(Clock::now() - t_pool).count() << " ms";
+  if (w->model_->device().is_cpu()) {
+    // Which kernels run (kernels/cpu/isa.h; SHARDLM_CPU_ISA caps them below the CPU's best).
+    LOG(INFO) << "rank " << w->comm_->rank_info().rank << ": CPU kernels "
+              << kernels::IsaName(kernels::ActiveIsa())
+              << " (this CPU: " << kernels::IsaName(kernels::DetectedIsa()) << ")";
+  }
   return w;
 }
 

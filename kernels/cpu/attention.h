@@ -36,14 +36,16 @@ struct DecodeAttentionArgs {
 using DecodeAttentionF32Fn = void (*)(const DecodeAttentionArgs<float>&);
 using DecodeAttentionBf16Fn = void (*)(const DecodeAttentionArgs<uint16_t>&);
 
-// The kernel for `isa`, or nullptr where there is none or the shape is not
-// one it takes (d a multiple of 16 up to 256).
+// The kernel for `isa` (AVX-512 or AVX2), or nullptr where there is none or
+// the shape is not one it takes (d a multiple of 16 up to 256).
 DecodeAttentionF32Fn DecodeAttentionF32(Isa isa, int64_t d);
 DecodeAttentionBf16Fn DecodeAttentionBf16(Isa isa, int64_t d);
 
 namespace internal {
 void DecodeAttentionF32Avx512(const DecodeAttentionArgs<float>&);
 void DecodeAttentionBf16Avx512(const DecodeAttentionArgs<uint16_t>&);
+void DecodeAttentionF32Avx2(const DecodeAttentionArgs<float>&);
+void DecodeAttentionBf16Avx2(const DecodeAttentionArgs<uint16_t>&);
 }  // namespace internal
 
 }  // namespace shardlm::kernels

@@ -3,15 +3,16 @@
 // the log-sum-exp of a row of logits (one exp per vocabulary entry, for every
 // sampled token's logprob) and its arg max (the greedy token). In bf16 the scalar loops spend their time
 // converting one element at a time (a batch-8 step's norms, rotary and adds
-// took 7x the time their bytes take to read); these convert 16 at a time.
-// Torch-free, one translation unit per instruction set as cpu/gemv.h;
-// kernels/fused.cc and model/sampling.cc call them and keep scalar loops for
-// CPUs without one.
+// took 7x the time their bytes take to read); these convert 16 (AVX-512) or
+// 8 (AVX2) at a time. Torch-free, one translation unit per instruction set as
+// cpu/gemv.h; kernels/fused.cc and model/sampling.cc call them and keep
+// scalar loops for CPUs with neither.
 //
 // Rounding is the scalar loops' (kernels/fused.h): RMSNorm normalises in f32,
 // rounds to the dtype, then scales by the weight in it; rotary and the add
 // compute in f32 and round once. Only the order of the RMSNorm's sum of
-// squares differs (16 partial sums).
+// squares differs (16 partial sums). The AVX2 loops give the AVX-512 ones'
+// bits, all but log-sum-exp, which adds in its own order.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +41,7 @@ using RotaryBf16Fn = void (*)(uint16_t* x, int64_t heads, int64_t half, const fl
 using AddF32Fn = void (*)(float* x, const float* y, int64_t n);
 using AddBf16Fn = void (*)(uint16_t* x, const uint16_t* y, int64_t n);
 
-// nullptr where `isa` has none.
+// nullptr for Isa::kScalar (the callers' own loops).
 SiluMulF32Fn SiluMulF32Kernel(Isa isa);
 SiluMulBf16Fn SiluMulBf16Kernel(Isa isa);
 LogSumExpFn LogSumExpKernel(Isa isa);
@@ -63,6 +64,17 @@ void RotaryF32Avx512(float*, int64_t, int64_t, const float*, const float*);
 void RotaryBf16Avx512(uint16_t*, int64_t, int64_t, const float*, const float*);
 void AddF32Avx512(float*, const float*, int64_t);
 void AddBf16Avx512(uint16_t*, const uint16_t*, int64_t);
+
+void SiluMulF32Avx2(const float*, const float*, float*, int64_t);
+void SiluMulBf16Avx2(const uint16_t*, const uint16_t*, uint16_t*, int64_t);
+float LogSumExpAvx2(const float*, int64_t);
+int64_t ArgMaxAvx2(const float*, int64_t);
+void RmsNormF32Avx2(const float*, const float*, float*, int64_t, float);
+void RmsNormBf16Avx2(const uint16_t*, const uint16_t*, uint16_t*, int64_t, float);
+void RotaryF32Avx2(float*, int64_t, int64_t, const float*, const float*);
+void RotaryBf16Avx2(uint16_t*, int64_t, int64_t, const float*, const float*);
+void AddF32Avx2(float*, const float*, int64_t);
+void AddBf16Avx2(uint16_t*, const uint16_t*, int64_t);
 }  // namespace internal
 
 }  // namespace shardlm::kernels

@@ -96,7 +96,8 @@ T* PackPanel(const T* w, int64_t rows, int64_t k, T* out) {
 template <typename T>
 void PackWeight(const T* w, int64_t n, int64_t k, T* out) {
   // Panel-major, so the writes are sequential.
-  for (int64_t p = 0; p * kPanelRows < n; ++p) out = PackPanel(w + p * kPanelRows * k, n - p * kPanelRows, k, out);
+  for (int64_t p = 0; p * kPanelRows < n; ++p)
+    out = PackPanel(w + p * kPanelRows * k, n - p * kPanelRows, k, out);
 }
 
 template <typename T>
@@ -138,10 +139,24 @@ void PackedBf16Scalar(const PackedArgs<uint16_t>& a, int64_t b, int64_t e) { Por
 }  // namespace internal
 
 PackedF32Fn PackedF32(Isa isa) {
-  return isa == Isa::kAvx512 ? internal::PackedF32Avx512 : internal::PackedF32Scalar;
+  switch (isa) {
+    case Isa::kAvx512:
+      return internal::PackedF32Avx512;
+    case Isa::kAvx2:
+      return internal::PackedF32Avx2;
+    default:
+      return internal::PackedF32Scalar;
+  }
 }
 PackedBf16Fn PackedBf16(Isa isa) {
-  return isa == Isa::kAvx512 ? internal::PackedBf16Avx512 : internal::PackedBf16Scalar;
+  switch (isa) {
+    case Isa::kAvx512:
+      return internal::PackedBf16Avx512;
+    case Isa::kAvx2:
+      return internal::PackedBf16Avx2;
+    default:
+      return internal::PackedBf16Scalar;
+  }
 }
 
 }  // namespace shardlm::kernels

@@ -1,5 +1,5 @@
 // Projections over a weight repacked into output panels, the layout the
-// AVX-512 kernels stream fastest (docs/cpu_kernels.md, "Packed weights"):
+// SIMD kernels stream fastest (docs/cpu_kernels.md, "Packed weights"):
 //
 //   y[m, n] = sum_k x[m, k] * w[n, k] (+ bias[n])
 //
@@ -80,8 +80,9 @@ struct PackedArgs {
 using PackedF32Fn = void (*)(const PackedArgs<float>&, int64_t p_begin, int64_t p_end);
 using PackedBf16Fn = void (*)(const PackedArgs<uint16_t>&, int64_t p_begin, int64_t p_end);
 
-// The kernels per instruction set: AVX-512, else a portable loop (correct at
-// any ISA, kept for weights packed before the ISA was capped in tests).
+// The kernels per instruction set: AVX-512 (packed_avx512.cc), AVX2 + FMA
+// (packed_avx2.cc, the same bits), else a portable loop (correct at any ISA,
+// kept for weights packed before the ISA was capped in tests).
 PackedF32Fn PackedF32(Isa isa);
 PackedBf16Fn PackedBf16(Isa isa);
 
@@ -90,6 +91,8 @@ void PackedF32Scalar(const PackedArgs<float>&, int64_t, int64_t);
 void PackedBf16Scalar(const PackedArgs<uint16_t>&, int64_t, int64_t);
 void PackedF32Avx512(const PackedArgs<float>&, int64_t, int64_t);
 void PackedBf16Avx512(const PackedArgs<uint16_t>&, int64_t, int64_t);
+void PackedF32Avx2(const PackedArgs<float>&, int64_t, int64_t);
+void PackedBf16Avx2(const PackedArgs<uint16_t>&, int64_t, int64_t);
 }  // namespace internal
 
 }  // namespace shardlm::kernels

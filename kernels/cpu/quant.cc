@@ -97,9 +97,20 @@ void QuantScalar(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
 template <typename T>
 void QuantizeActivationRows(const T* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
                             float* dx, int32_t* sx, int32_t* sx16) {
+  // The SIMD loops give the same bytes and scales as the loop below.
+  const Isa isa = ActiveIsa();
   if constexpr (std::is_same_v<T, float>) {
-    if (ActiveIsa() == Isa::kAvx512) {
+    if (isa == Isa::kAvx512) {
       internal::QuantizeRowsF32Avx512(x, ldx, k, begin, end, qx, dx, sx, sx16);
+      return;
+    }
+    if (isa == Isa::kAvx2) {
+      internal::QuantizeRowsF32Avx2(x, ldx, k, begin, end, qx, dx, sx, sx16);
+      return;
+    }
+  } else {
+    if (isa >= Isa::kAvx2) {  // bf16 has no AVX-512 loop: AVX2's serves both
+      internal::QuantizeRowsBf16Avx2(x, ldx, k, begin, end, qx, dx, sx, sx16);
       return;
     }
   }

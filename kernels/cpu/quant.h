@@ -109,6 +109,10 @@ void QuantF32Avx2(const QuantArgs<float>&, int64_t, int64_t);
 void QuantBf16Avx2(const QuantArgs<uint16_t>&, int64_t, int64_t);
 void QuantizeRowsF32Avx512(const float* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
                            float* dx, int32_t* sx, int32_t* sx16);
+void QuantizeRowsF32Avx2(const float* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
+                         float* dx, int32_t* sx, int32_t* sx16);
+void QuantizeRowsBf16Avx2(const uint16_t* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx,
+                          float* dx, int32_t* sx, int32_t* sx16);
 }  // namespace internal
 
 }  // namespace shardlm::kernels

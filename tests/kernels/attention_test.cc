@@ -1,6 +1,7 @@
-// The AVX-512 decode attention kernel against a double-precision reference:
-// head sizes 16 to 256, groups of query heads beyond one pass of 8, key
-// counts around the kernel's blocks of 8 and 16, keys scattered over slots.
+// The AVX2 and AVX-512 decode attention kernels against a double-precision
+// reference: head sizes 16 to 256, groups of query heads beyond one pass of
+// 8, key counts around the kernels' blocks of 8 and 16, keys scattered over
+// slots. Each runs where the CPU has its instruction set.
 #include "kernels/cpu/attention.h"
 
 #include <ATen/ATen.h>
@@ -15,7 +16,7 @@ namespace shardlm::kernels {
 namespace {
 
 template <typename T>
-void CheckShape(int64_t d, int64_t group, int64_t n, at::ScalarType dtype, double tol) {
+void CheckShape(Isa isa, int64_t d, int64_t group, int64_t n, at::ScalarType dtype, double tol) {
   const int64_t slots_total = n + 5, kv_heads = 2, kvh = 1;
   at::manual_seed(d * 131 + group * 17 + n);
   at::Tensor q = at::randn({group, d}).to(dtype);
@@ -42,9 +43,9 @@ void CheckShape(int64_t d, int64_t group, int64_t n, at::ScalarType dtype, doubl
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
   a.scratch = scratch.data();
   if constexpr (std::is_same_v<T, float>) {
-    DecodeAttentionF32(Isa::kAvx512, d)(a);
+    DecodeAttentionF32(isa, d)(a);
   } else {
-    DecodeAttentionBf16(Isa::kAvx512, d)(a);
+    DecodeAttentionBf16(isa, d)(a);
   }
   at::Tensor index = at::tensor(slots, at::kLong);
   at::Tensor kd = k.select(1, kvh).index_select(0, index).to(at::kDouble);  // [n, d]
@@ -55,24 +56,33 @@ void CheckShape(int64_t d, int64_t group, int64_t n, at::ScalarType dtype, doubl
   EXPECT_LT(err, tol) << "d=" << d << " group=" << group << " n=" << n;
 }
 
-TEST(DecodeAttentionTest, Avx512MatchesReference) {
-  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "no AVX-512 on this CPU";
-  for (int64_t d : {16, 64, 128, 256}) {
+// The parameter is the instruction set whose kernel runs.
+class DecodeAttentionTest : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(DecodeAttentionTest, MatchesReference) {
+  const Isa isa = GetParam();
+  if (isa > DetectedIsa()) GTEST_SKIP() << IsaName(isa) << " not on this CPU";
+  for (int64_t d : {16, 48, 64, 128, 256}) {
     for (int64_t group : {1, 3, 8, 10}) {
       for (int64_t n : {1, 7, 8, 9, 17, 300}) {
-        CheckShape<float>(d, group, n, at::kFloat, 2e-6);
+        CheckShape<float>(isa, d, group, n, at::kFloat, 2e-6);
         // bf16: the output's rounding (2^-8 relative) dominates.
-        CheckShape<uint16_t>(d, group, n, at::kBFloat16, 2e-2);
+        CheckShape<uint16_t>(isa, d, group, n, at::kBFloat16, 2e-2);
       }
     }
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(Isas, DecodeAttentionTest, ::testing::Values(Isa::kAvx2, Isa::kAvx512),
+                         [](const ::testing::TestParamInfo<Isa>& info) { return IsaName(info.param); });
+
 TEST(DecodeAttentionTest, ShapesOutsideTheKernelFallBack) {
   EXPECT_EQ(DecodeAttentionF32(Isa::kAvx512, 24), nullptr);   // not a multiple of 16
   EXPECT_EQ(DecodeAttentionF32(Isa::kAvx512, 512), nullptr);  // beyond 256
   EXPECT_EQ(DecodeAttentionBf16(Isa::kScalar, 64), nullptr);
-  EXPECT_EQ(DecodeAttentionF32(Isa::kAvx2, 64), nullptr);
+  EXPECT_EQ(DecodeAttentionBf16(Isa::kAvx2, 40), nullptr);
+  EXPECT_NE(DecodeAttentionF32(Isa::kAvx2, 64), nullptr);
+  EXPECT_NE(DecodeAttentionBf16(Isa::kAvx2, 256), nullptr);
 }
 
 }  // namespace

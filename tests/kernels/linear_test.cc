@@ -6,6 +6,7 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -26,6 +27,13 @@ class IsaGuard {
 };
 
 using Case = std::tuple<Isa, at::ScalarType>;
+
+// "avx2_bf16": the case's name in the test list, so that a summary says which
+// instruction set did not run on a CPU without it.
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  return IsaName(std::get<0>(info.param)) + (std::get<1>(info.param) == at::kFloat ? "_f32" : "_bf16");
+}
+
 class GemvTest : public ::testing::TestWithParam<Case> {};
 
 // Rows 1..9 (every tile size and one past the AVX2 limit), several tiles of 8
@@ -104,18 +112,20 @@ TEST(GemvRawTest, Avx512AnyRowCount) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, GemvTest,
                          ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
-                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+                                            ::testing::Values(at::kFloat, at::kBFloat16)),
+                         CaseName);
 
 // Weights packed into panels (cpu/packed.h): every tile shape (1-4 rows span
 // several panels, up to 8 one panel, more go through in blocks of k), panel
 // tails (n not a multiple of 48), odd k (bf16's half-padded last pair), k over
-// several blocks, bias and strided activations, through the AVX-512 kernel
-// and the portable one, against ATen in double precision.
+// several blocks, bias and strided activations, through the AVX-512 and AVX2
+// kernels and the portable one, against ATen in double precision.
 class PackedTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PackedTest, MatchesAtenLinear) {
   const auto [isa, dtype] = GetParam();
-  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "weights are packed only on AVX2 and AVX-512 CPUs";
+  if (isa > DetectedIsa()) GTEST_SKIP() << IsaName(isa) << " not on this CPU";
   for (int64_t n : {1, 47, 97, 200}) {
     for (int64_t k : {1, 37, 300}) {
       for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 260}) {
@@ -151,19 +161,21 @@ TEST_P(PackedTest, MatchesAtenLinear) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, PackedTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx512),
-                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)),
+                         CaseName);
 
 // The fused epilogues (cpu/packed.h): a gate/up weight packed in pairs gives
 // the bits of the product followed by SiluMul, and the product added into y
 // the bits of the product followed by AddInPlace, for every tile shape,
-// panel tail (inter not a multiple of 48) and k, through the AVX-512 kernel
-// and the portable one.
+// panel tail (inter not a multiple of 48) and k, through the AVX-512 and
+// AVX2 kernels and the portable one.
 class FusedEpilogueTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FusedEpilogueTest, SameBitsAsTheUnfusedCalls) {
   const auto [isa, dtype] = GetParam();
-  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "weights are packed only on AVX2 and AVX-512 CPUs";
+  if (isa > DetectedIsa()) GTEST_SKIP() << IsaName(isa) << " not on this CPU";
   for (int64_t inter : {1, 47, 48, 97, 200}) {
     for (int64_t k : {1, 37, 300}) {
       for (int64_t m : {1, 2, 3, 4, 5, 8, 9, 17, 260}) {
@@ -180,7 +192,8 @@ TEST_P(FusedEpilogueTest, SameBitsAsTheUnfusedCalls) {
         at::Tensor fused = LinearSwiGlu(x, gated);
         at::Tensor unfused = SiluMul(Linear(x, plain));
         ASSERT_EQ(fused.sizes(), (std::vector<int64_t>{m, inter}));
-        EXPECT_TRUE(at::equal(fused, unfused)) << IsaName(isa) << " m=" << m << " inter=" << inter << " k=" << k;
+        EXPECT_TRUE(at::equal(fused, unfused))
+            << IsaName(isa) << " m=" << m << " inter=" << inter << " k=" << k;
         at::Tensor added = y0.clone();
         LinearAddTo(added, x, plain, bias);
         at::Tensor want = y0.clone();
@@ -192,23 +205,24 @@ TEST_P(FusedEpilogueTest, SameBitsAsTheUnfusedCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, FusedEpilogueTest,
-                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx512),
-                                            ::testing::Values(at::kFloat, at::kBFloat16)));
+                         ::testing::Combine(::testing::Values(Isa::kScalar, Isa::kAvx2, Isa::kAvx512),
+                                            ::testing::Values(at::kFloat, at::kBFloat16)),
+                         CaseName);
 
-// A packed gate/up weight goes only through LinearSwiGlu; without AVX-512 it
+// A packed gate/up weight goes only through LinearSwiGlu; without AVX2 it
 // stays as loaded and LinearSwiGlu and LinearAddTo fall back to the unfused
 // calls.
 TEST(FusedEpilogueTest, GatedWeightsOnlyThroughLinearSwiGlu) {
   at::manual_seed(3);
   at::Tensor w = at::randn({2 * 50, 20});
   at::Tensor x = at::randn({3, 20});
-  if (DetectedIsa() == Isa::kAvx512) {
+  if (DetectedIsa() >= Isa::kAvx2) {
     LinearWeight gated = LinearWeight::PrepareGated(w.clone());
     EXPECT_THROW(Linear(x, gated), c10::Error);
     EXPECT_THROW(gated.Rows(at::tensor({0}, at::kLong)), c10::Error);
   }
   EXPECT_THROW(LinearWeight::PrepareGated(at::randn({3, 20})), c10::Error);
-  IsaGuard guard(Isa::kAvx2);
+  IsaGuard guard(Isa::kScalar);
   LinearWeight plain = LinearWeight::PrepareGated(w.clone());
   EXPECT_FALSE(plain.packed());
   EXPECT_FALSE(plain.gated());
@@ -222,8 +236,48 @@ TEST(FusedEpilogueTest, GatedWeightsOnlyThroughLinearSwiGlu) {
 // A row's result does not depend on the rows batched with it (each output
 // sums in k order in every tile shape), so a sequence decodes the same alone
 // or in a batch of any size.
+void RowResultsDoNotDependOnTheBatchAt(Isa isa);
+
 TEST(PackedTest, RowResultsDoNotDependOnTheBatch) {
-  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "weights are packed only on AVX-512 CPUs";
+  if (DetectedIsa() < Isa::kAvx2) GTEST_SKIP() << "weights are packed only on AVX2 and AVX-512 CPUs";
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
+    if (isa > DetectedIsa()) continue;
+    IsaGuard guard(isa);
+    RowResultsDoNotDependOnTheBatchAt(isa);
+  }
+}
+
+// The AVX2 kernels give the AVX-512 kernels' bits, for every tile shape, tail
+// and epilogue: a model decodes the same tokens on either CPU.
+TEST(PackedTest, Avx2GivesTheAvx512Bits) {
+  if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "avx512 not on this CPU: nothing to compare with";
+  for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
+    for (int64_t k : {1, 2, 37, 300}) {
+      for (int64_t m : {1, 2, 3, 5, 8, 9, 40}) {
+        at::manual_seed(m * 101 + k);
+        const int64_t n = 97, inter = 53;
+        at::Tensor x = at::randn({m, k}).to(dtype);
+        at::Tensor bias = at::randn({n}).to(dtype);
+        LinearWeight w = LinearWeight::Prepare(at::randn({n, k}).to(dtype));
+        LinearWeight gated = LinearWeight::PrepareGated(at::randn({2 * inter, k}).to(dtype));
+        at::Tensor y0 = at::randn({m, n}).to(dtype);
+        auto run = [&](Isa isa) {
+          IsaGuard guard(isa);
+          at::Tensor added = y0.clone();
+          LinearAddTo(added, x, w, bias);
+          return std::make_tuple(Linear(x, w, bias), LinearSwiGlu(x, gated), added);
+        };
+        const auto [plain2, swiglu2, added2] = run(Isa::kAvx2);
+        const auto [plain5, swiglu5, added5] = run(Isa::kAvx512);
+        EXPECT_TRUE(at::equal(plain2, plain5)) << dtype << " m=" << m << " k=" << k;
+        EXPECT_TRUE(at::equal(swiglu2, swiglu5)) << dtype << " m=" << m << " k=" << k;
+        EXPECT_TRUE(at::equal(added2, added5)) << dtype << " m=" << m << " k=" << k;
+      }
+    }
+  }
+}
+
+void RowResultsDoNotDependOnTheBatchAt(Isa isa) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     at::manual_seed(5);
     const int64_t k = 301, n = 150;
@@ -232,15 +286,16 @@ TEST(PackedTest, RowResultsDoNotDependOnTheBatch) {
     at::Tensor all = Linear(x, w);
     for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 16, 40, 300}) {
       at::Tensor part = Linear(x.narrow(0, 0, m), w);
-      EXPECT_TRUE(at::equal(part, all.narrow(0, 0, m))) << "m=" << m << " " << dtype;
+      EXPECT_TRUE(at::equal(part, all.narrow(0, 0, m))) << IsaName(isa) << " m=" << m << " " << dtype;
       at::Tensor one = Linear(x.narrow(0, m - 1, 1), w);
-      EXPECT_TRUE(at::equal(one, all.narrow(0, m - 1, 1))) << "row " << m - 1 << " " << dtype;
+      EXPECT_TRUE(at::equal(one, all.narrow(0, m - 1, 1)))
+          << IsaName(isa) << " row " << m - 1 << " " << dtype;
     }
   }
 }
 
 // Rows() reads the original rows back out of the packed layout (the tied
-// embedding's lookup); without AVX-512 (or with SHARDLM_CPU_ISA below it)
+// embedding's lookup); without AVX2 (or with SHARDLM_CPU_ISA below it)
 // weights stay as loaded.
 TEST(PackedTest, RowsAndUnpackedFallback) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
@@ -248,9 +303,9 @@ TEST(PackedTest, RowsAndUnpackedFallback) {
     at::Tensor w = at::randn({97, 37}).to(dtype);
     at::Tensor index = at::tensor({0, 96, 48, 47, 5, 5}, at::kLong);
     LinearWeight lw = LinearWeight::Prepare(w.clone());
-    EXPECT_EQ(lw.packed(), DetectedIsa() == Isa::kAvx512);
+    EXPECT_EQ(lw.packed(), DetectedIsa() >= Isa::kAvx2);
     EXPECT_TRUE(at::equal(lw.Rows(index), w.index_select(0, index))) << dtype;
-    IsaGuard guard(Isa::kAvx2);
+    IsaGuard guard(Isa::kScalar);
     LinearWeight plain = LinearWeight::Prepare(w.clone());
     EXPECT_FALSE(plain.packed());
     EXPECT_TRUE(at::equal(plain.plain(), w));

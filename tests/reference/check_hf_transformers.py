@@ -45,6 +45,9 @@ tiny_llama3_rope, tiny_qwen2_bias, tiny_qwen3_qknorm, tiny_mistral_window:
     above (16 tokens, random prompt ids), at tp 1 to 5 (6 query heads over 2 KV heads, an
     FFN of 100 and a hidden size of 96: tp 4 and 5 split them unevenly).
 
+The engine's processes inherit the environment: SHARDLM_CPU_ISA=avx2 (ctest's
+integration.engine_vs_transformers_avx2) runs the same references on the AVX2 kernels.
+
 The script shares no code with the engine: transformers' modeling code and gguf-py's
 dequantization are the reference. Prints one line per check and
 "hf_transformers: N passed, M failed"; exit 0 when every case passes.
@@ -284,6 +287,8 @@ CASES = [
 
 
 def main():
+    if os.environ.get("SHARDLM_CPU_ISA"):
+        print("note  the engine's CPU kernels capped at SHARDLM_CPU_ISA=%s" % os.environ["SHARDLM_CPU_ISA"])
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--workdir", required=True)

@@ -46,6 +46,13 @@
 namespace shardlm {
 namespace {
 
+// Engine options with `tokens` per step, the rest as their defaults.
+Engine::Options BatchTokens(int64_t tokens) {
+  Engine::Options o;
+  o.max_batch_tokens = tokens;
+  return o;
+}
+
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -112,7 +119,7 @@ void BenchTensorParallel(const std::string& dir, const std::string& exe, const s
     double rss = 0;
     for (const auto& r : exec->ranks()) rss = std::max(rss, r.resident_bytes() / 1e6);
     for (int32_t batch : batches) {
-      Engine engine(exec, *cfg, exec->num_blocks(), exec->block_size(), Engine::Options{4096});
+      Engine engine(exec, *cfg, exec->num_blocks(), exec->block_size(), BatchTokens(4096));
       EngineRunner runner(&engine);
       runner.Run(Request(16, 2, 99, cfg->vocab_size)).IgnoreError();  // warm-up
       // Step by step: ms per step, and the parts of it (summed).
@@ -192,7 +199,7 @@ void BenchCachedPrefix(const std::string& dir, const std::string& dtype, const S
     return 1e3 * Seconds(t0, Clock::now());
   };
   Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()), static_cast<int32_t>(w.block_size()),
-                Engine::Options{4096});
+                BatchTokens(4096));
   EngineRunner runner(&engine);
   runner.Run(Request(16, 1, 99, vocab)).IgnoreError();  // warm-up
   EngineRequest full = Request(1000, 1, 7, vocab);
@@ -412,7 +419,7 @@ int Main(int argc, char** argv) {
     const int64_t vocab = w.config().vocab_size;
     for (int32_t batch : batches) {
       Engine engine(&w, w.config(), static_cast<int32_t>(w.num_blocks()),
-                    static_cast<int32_t>(w.block_size()), Engine::Options{4096});
+                    static_cast<int32_t>(w.block_size()), BatchTokens(4096));
       EngineRunner runner(&engine);
       // Warm-up (first-touch of weights, allocator, thread pool).
       runner.Run(Request(16, 2, 99, vocab)).IgnoreError();

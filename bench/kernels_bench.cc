@@ -177,7 +177,7 @@ int Main(int argc, char** argv) {
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {
     const int64_t elem = dtype == at::kFloat ? 4 : 2;
     std::vector<at::Tensor> ws;
-    std::vector<kernels::LinearWeight> prepared;  // as the model holds them (packed on AVX-512)
+    std::vector<kernels::LinearWeight> prepared;  // as the model holds them (packed on AVX2 and AVX-512)
     double elements = 0;
     for (auto [n, kk] : shapes) {
       ws.push_back(at::rand({n, kk}).sub(0.5).to(dtype));

@@ -26,7 +26,7 @@ struct KernelOptions {
   int64_t pool_spin_us = 100;
   // The step's loops on the step pool (else on ATen's OpenMP regions).
   bool step_pool = true;
-  // f32/bf16 weights repacked for the AVX-512 kernels at load.
+  // f32/bf16 weights repacked for the AVX-512 and AVX2 kernels at load.
   bool pack_weights = true;
   // SwiGLU and residual adds fused into the products' epilogues.
   bool fused_epilogues = true;

@@ -14,7 +14,11 @@ Isa Detect() {
       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16")) {
     return Isa::kAvx512;
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::kAvx2;
+  // F16C too: the AVX2 quantized kernels widen the blocks' f16 scales with it (every CPU with
+  // AVX2 has it, but a VM may show an odd set).
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")) {
+    return Isa::kAvx2;
+  }
 #endif
   return Isa::kScalar;
 }

@@ -1,5 +1,5 @@
 // Which SIMD instruction set the CPU kernels use, chosen once at run time:
-// AVX-512 (with AVX512-BF16 for bf16 dot products), else AVX2+FMA, else
+// AVX-512 (with AVX512-BF16 for bf16 dot products), else AVX2+FMA+F16C, else
 // portable scalar code. CapIsa caps the choice for comparing variants: main
 // calls it with KernelOptions::isa_cap (SHARDLM_CPU_ISA), tests directly; it
 // never raises the choice above what the CPU has.

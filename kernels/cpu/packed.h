@@ -12,9 +12,9 @@
 //
 // Rows past n and the odd k of the last bf16 pair are zero. A thread's share
 // of panels is then one sequential stream, and each weight vector loaded
-// meets up to 8 activation rows held as broadcasts, with the 48 x 8 outputs
-// in registers: no horizontal sums, and the hardware prefetchers see one
-// stream. Each output sums its products in k order whatever m is, so a row's
+// meets several activation rows held as broadcasts (AVX-512: up to 8, the
+// 48 x 8 outputs in registers; AVX2: 2), with no horizontal sums, and the
+// hardware prefetchers see one stream. Each output sums its products in k order whatever m is, so a row's
 // result does not depend on the rows batched with it.
 //
 // Epilogues: a product can also finish the element-wise step that follows it
@@ -23,7 +23,7 @@
 // gate/up pair packed by PackGatedWeight and writes silu(gate) * up. Each
 // rounds as the unfused pair of calls does, so the results are the same bits.
 //
-// Torch-free, like gemv.h, so that the AVX-512 variant has its own flags.
+// Torch-free, like gemv.h, so that each SIMD variant has its own flags.
 #pragma once
 
 #include <cstdint>

@@ -9,7 +9,8 @@
 // mask), and multiplies them into a broadcast of each row's activation.
 // The bf16 pair is multiplied odd k first, then even, each an FMA of an exact
 // product: the order and rounding of VDPBF16PS, so these kernels give the
-// AVX-512 kernels' bits (denormal inputs aside, which VDPBF16PS reads as 0).
+// AVX-512 kernels' bits (denormals aside: VDPBF16PS reads denormal inputs as
+// 0 and flushes denormal sums, where these FMAs keep them).
 // Each output sums in k order whatever m is, so a row's result does not
 // depend on the rows batched with it.
 //
@@ -231,10 +232,9 @@ void Panels(const PackedArgs<T>& a, int64_t p_begin, int64_t p_end) {
       for (int64_t i0 = 0; i0 < a.m; i0 += kTileRows) {
         t.x = a.x + i0 * a.ldx;
         t.y = a.y + i0 * a.ldy;
-        t.gate = gate.data() + i0 * kPanelRows;
+        t.gate = gate.empty() ? nullptr : gate.data() + i0 * kPanelRows;  // kSwiGlu only
         t.park_in = s0 > 0 ? park.data() + i0 * kPanelRows : nullptr;
         t.park_out = t.s1 < steps ? park.data() + i0 * kPanelRows : nullptr;
-        // The first tile over a block asks for the lines ahead.
         // Over a block, the pairs of rows take turns asking for the next
         // block's steps (pair j the steps j, j + pairs, ...), so the requests
         // spread over the whole block's compute.

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/quant.h"
 #include "kernels/cpu/quant_layout.h"
 
@@ -86,13 +87,6 @@ inline void Dots(const uint8_t* q, int h, const int8_t* qx, int64_t k, int s0, i
       for (int i = 0; i < R; ++i) dot[i] = _mm256_add_epi32(dot[i], _mm256_madd_epi16(s16[i], ones));
     }
   }
-}
-
-inline float HorizontalMax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
 }
 
 inline __m256 Bytes8(const uint8_t* p, bool is_signed) {
@@ -270,12 +264,6 @@ void Run(const QuantArgs<T>& a, int64_t p_begin, int64_t p_end) {
 
 namespace {
 
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
 inline int32_t Sum8(__m256i v) {
   __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
@@ -284,7 +272,8 @@ inline int32_t Sum8(__m256i v) {
 }
 
 // The portable loop's activation quantization (quant.cc), 8 lanes at a time:
-// the same maximum, scale and round-to-nearest-even, so the same bytes.
+// the same maximum, scale and round-to-nearest-even, so the same bytes for
+// finite activations (a NaN or inf is garbage in either, differently).
 template <typename T>
 void QuantizeRows(const T* x, int64_t ldx, int64_t k, int64_t begin, int64_t end, int8_t* qx, float* dx,
                   int32_t* sx, int32_t* sx16) {
@@ -295,11 +284,11 @@ void QuantizeRows(const T* x, int64_t ldx, int64_t k, int64_t begin, int64_t end
     for (int64_t b = 0; b < blocks; ++b) {
       const T* xb = x + i * ldx + b * kQuantBlock;
       __m256 v[4];
-      for (int j = 0; j < 4; ++j) v[j] = Load8(xb + 8 * j);
+      for (int j = 0; j < 4; ++j) v[j] = LoadPart(xb + 8 * j, 8);
       const __m256 m =
           _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
                         _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));
-      const float amax = HorizontalMax(m);
+      const float amax = HorizontalMax8(m);
       const float d = amax / 127.0f, id = d != 0.0f ? 127.0f / amax : 0.0f;
       const __m256 s = _mm256_set1_ps(id);
       __m256i q[4];

@@ -248,7 +248,8 @@ TEST(PackedTest, RowResultsDoNotDependOnTheBatch) {
 }
 
 // The AVX2 kernels give the AVX-512 kernels' bits, for every tile shape, tail
-// and epilogue: a model decodes the same tokens on either CPU.
+// and epilogue: a model's products are the same on either CPU (its attention
+// and log-sum-exp add in other orders, within their bounds).
 TEST(PackedTest, Avx2GivesTheAvx512Bits) {
   if (DetectedIsa() < Isa::kAvx512) GTEST_SKIP() << "avx512 not on this CPU: nothing to compare with";
   for (at::ScalarType dtype : {at::kFloat, at::kBFloat16}) {

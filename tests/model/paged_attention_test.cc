@@ -73,8 +73,10 @@ TEST_P(PagedAttentionTest, MatchesDenseAttentionForScatteredBlocks) {
   at::Tensor k = at::randn({total, c.kv_heads, d}).to(c.dtype);
   at::Tensor v = at::randn({total, c.kv_heads, d}).to(c.dtype);
   WriteKv(k, v, k_pool, v_pool, batch);
-  // The portable loop and this CPU's kernel (kernels/cpu/attention.h).
-  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::DetectedIsa()}) {
+  // The portable loop and this CPU's kernels (kernels/cpu/attention.h): AVX2, and AVX-512 where
+  // the CPU has it (a cap above the CPU's set leaves its best).
+  for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512}) {
+    if (isa > kernels::DetectedIsa()) continue;
     const kernels::Isa previous = kernels::CapIsa(isa);
     at::Tensor out = PagedAttention(q, k_pool, v_pool, batch).to(at::kFloat);
     kernels::CapIsa(previous);
@@ -130,10 +132,14 @@ TEST(PagedAttentionUnevenTest, ARankOfAnUnevenSplitComputesItsHeadsOfTheWhole) {
     PrepareDeviceBatch(part, slots, key_slots, /*with_keys=*/true);
     part.slots = at::from_blob(slots.data(), {static_cast<int64_t>(slots.size())}, at::kLong);
     part.key_slots = at::from_blob(key_slots.data(), {static_cast<int64_t>(key_slots.size())}, at::kLong);
-    for (int path = 0; path < 3; ++path) {
-      const kernels::Isa previous =
-          kernels::CapIsa(path == 0 ? kernels::Isa::kScalar : kernels::DetectedIsa());
-      kernels::ForceAtenOps(path == 2);
+    // The portable loop, the AVX2 kernel, this CPU's best kernel, ATen's operators.
+    for (int path = 0; path < 4; ++path) {
+      const kernels::Isa isa = path == 0   ? kernels::Isa::kScalar
+                               : path == 1 ? kernels::Isa::kAvx2
+                                           : kernels::DetectedIsa();
+      if (isa > kernels::DetectedIsa()) continue;
+      const kernels::Isa previous = kernels::CapIsa(isa);
+      kernels::ForceAtenOps(path == 3);
       at::Tensor out = PagedAttention(qr, kr, vr, part);
       kernels::ForceAtenOps(false);
       kernels::CapIsa(previous);

@@ -22,6 +22,13 @@
 namespace shardlm {
 namespace {
 
+// Engine options with `tokens` per step, the rest as their defaults.
+Engine::Options BatchTokens(int64_t tokens) {
+  Engine::Options o;
+  o.max_batch_tokens = tokens;
+  return o;
+}
+
 using ::shardlm::testing::IsOk;
 using ::shardlm::testing::StatusIs;
 using ::testing::HasSubstr;
@@ -59,7 +66,7 @@ class EngineTest : public ::testing::Test {
 
   static std::unique_ptr<Engine> MakeEngine(RankWorker* w, int64_t max_batch_tokens) {
     return std::make_unique<Engine>(w, w->config(), static_cast<int32_t>(w->num_blocks()),
-                                    static_cast<int32_t>(w->block_size()), Engine::Options{max_batch_tokens});
+                                    static_cast<int32_t>(w->block_size()), BatchTokens(max_batch_tokens));
   }
 
   static EngineRequest Greedy(std::vector<int32_t> prompt, int32_t n) {

@@ -144,14 +144,18 @@ def dense_bounds(ctx):
 
 
 # Blocks kept, about 1.5x what was measured (2026-11-29, the four prompts). Qwen2.5-Coder-0.5B's
-# Q4_K_M: worst |log-prob diff| 0.086, one difference, at token 12 where transformers' top two
-# were 0.010 apart. SmolLM2's Q4_1 (4 bits and a 135M model: the int8 activations move its
-# log-probs by up to 0.41) differs at tokens 0, 3, 20 and 23 of the four prompts, where the top
-# two were 0.08 to 0.63 apart: a 0.1-nat tie cannot hold there, the 0.95 bound is the measured
-# noise, and it is the kept-against-dense bounds of tests/integration/quantized_test.py that
-# hold this file tighter. Gemma 3 270M's Q4_K_M: worst 0.25; differences at token 7 of two
-# prompts, where the top two were 0.036 and 0.002 apart.
-KEPT = {"smollm2": Bounds(0.6, 0.95, 0), "qwen_coder": Bounds(0.13, 0.1, 8), "gemma3": Bounds(0.38, 0.1, 4)}
+# Q4_K_M: worst |log-prob diff| 0.086 on AVX-512 and 0.131 with SHARDLM_CPU_ISA=avx2, one
+# difference, at token 12 where transformers' top two were 0.010 apart. (The quantized products
+# give the same bits on both; attention adds in another order, ~1e-6 relative, and where that
+# moves an activation across an int8 rounding boundary the kept model's log-probs move by up to
+# 0.1: the two sets' kept log-probs differ by a median 0.006 on 48 tokens, dense ones by 4e-6.)
+# SmolLM2's Q4_1 (4 bits and a 135M model: the int8 activations move its log-probs by up to 0.41)
+# differs at tokens 0, 3, 20 and 23 of the four prompts, where the top two were 0.08 to 0.63 apart:
+# a 0.1-nat tie cannot hold there, the 0.95 bound is the measured noise, and it is the
+# kept-against-dense bounds of tests/integration/quantized_test.py that hold this file tighter.
+# Gemma 3 270M's Q4_K_M: worst 0.25; differences at token 7 of two prompts, where the top two were
+# 0.036 and 0.002 apart.
+KEPT = {"smollm2": Bounds(0.6, 0.95, 0), "qwen_coder": Bounds(0.2, 0.1, 8), "gemma3": Bounds(0.38, 0.1, 4)}
 
 
 def kept_bounds(ctx, model):

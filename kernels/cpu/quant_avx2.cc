@@ -118,6 +118,13 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h0, int64_t i0, float out[][
   const int32_t* sx16 = a.a.sx16 + i0 * 2 * blocks;
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = panel + u * kUnitBytes;
+    // The unit's f16 scales, widened once for its sub-blocks (a K-quant has 8).
+    __m256 ds[H], seconds[H];
+#pragma GCC unroll 2
+    for (int j = 0; j < H; ++j) {
+      ds[j] = Halfs8(unit + 16 * (h0 + j));
+      seconds[j] = HasSecondScale(F) ? Halfs8(unit + kQuantSecondScale + 16 * (h0 + j)) : _mm256_setzero_ps();
+    }
     for (int64_t sb = 0; sb < kSubs; ++sb) {
       const uint8_t* q = unit + kL.scale_bytes + sb * kL.sub_bytes;
       const int64_t b = u * kSubs + sb;
@@ -125,9 +132,7 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h0, int64_t i0, float out[][
 #pragma GCC unroll 2
       for (int j = 0; j < H; ++j) {
         const int h = h0 + j;
-        const __m256 d = Halfs8(unit + 16 * h);
-        __m256 second = _mm256_setzero_ps();
-        if constexpr (HasSecondScale(F)) second = Halfs8(unit + kQuantSecondScale + 16 * h);
+        const __m256 d = ds[j], second = seconds[j];
         __m256i dot[R], dot_hi[R];
         for (int i = 0; i < R; ++i) dot[i] = dot_hi[i] = _mm256_setzero_si256();
         if constexpr (F == BlockFormat::kQ6_K) {

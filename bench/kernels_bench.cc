@@ -11,10 +11,18 @@
 //   time its K and V bytes take to read, and the element-wise kernels
 //   (two RMSNorms, rotary, two residual adds, SiLU x up per layer).
 //
+// - with --dispatch, only what starting one parallel loop costs: an empty run
+//   on every thread through the step pool (kernels::ParallelFor), through
+//   at::parallel_for, and as an empty `#pragma omp parallel` region, each
+//   round's mean over many runs (docs/cpu_kernels.md, "The step thread pool").
+//
 //   build/shardlm_kernels_bench [--rows 1,2,4,8,16,32] [--mb 400 | --model-shapes] [--ops] [--context 160]
+//   build/shardlm_kernels_bench --dispatch
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,6 +38,7 @@
 #include "kernels/fused.h"
 #include "kernels/kernel_options.h"
 #include "kernels/linear.h"
+#include "kernels/parallel.h"
 
 namespace shardlm {
 namespace {
@@ -132,10 +141,42 @@ void BenchStepOps(const std::vector<int32_t>& rows, int64_t context, double bw) 
   }
 }
 
+// Microseconds per empty parallel run on every thread, five rounds of
+// `runs` each, through the step pool, at::parallel_for and an OpenMP region.
+void BenchDispatch() {
+  const int threads = at::get_num_threads();
+  constexpr int kRuns = 20000, kRounds = 5;
+  std::atomic<int64_t> sink{0};
+  auto time_runs = [&](auto&& one) {
+    for (int i = 0; i < 1000; ++i) one();  // warm: threads started and spinning
+    auto t0 = Clock::now();
+    for (int i = 0; i < kRuns; ++i) one();
+    return 1e6 * std::chrono::duration<double>(Clock::now() - t0).count() / kRuns;
+  };
+  auto body = [&](int64_t b, int64_t e) { sink.fetch_add(e - b, std::memory_order_relaxed); };
+  std::printf("\n| %d threads, an empty run on each | round us per run | median |\n|---|---|---|\n", threads);
+  auto report = [&](const char* what, auto&& one) {
+    std::vector<double> us;
+    for (int r = 0; r < kRounds; ++r) us.push_back(time_runs(one));
+    std::string cells;
+    for (double u : us) cells += (cells.empty() ? "" : ", ") + std::to_string(u).substr(0, 4);
+    std::vector<double> sorted = us;
+    std::sort(sorted.begin(), sorted.end());
+    std::printf("| %s | %s | %.2f |\n", what, cells.c_str(), sorted[kRounds / 2]);
+  };
+  report("step pool (kernels::ParallelFor)", [&] { kernels::ParallelFor(0, threads, 1, body); });
+  report("at::parallel_for", [&] { at::parallel_for(0, threads, 1, body); });
+  report("#pragma omp parallel", [&] {
+#pragma omp parallel
+    sink.fetch_add(1, std::memory_order_relaxed);
+  });
+  if (sink.load() == 0) std::printf("(nothing ran)\n");
+}
+
 int Main(int argc, char** argv) {
   std::string row_list;
   int64_t mb = 0, k = 0, context = 0;
-  bool ops = false, only_ops = false, model_shapes = false;
+  bool ops = false, only_ops = false, model_shapes = false, dispatch = false;
   FlagSet f("kernels_bench");
   f.String("rows", "comma-separated activation rows (batch sizes)", false, "1,2,4,8,16,32").To(&row_list);
   f.Int("mb", "weight megabytes per dtype-f32 matrix set (halved for bf16)", 400, 16, 4096).To(&mb);
@@ -146,8 +187,14 @@ int Main(int argc, char** argv) {
   f.Bool("model-shapes",
          "the projections of a decode step of the benchmark model instead of [4k, k] matrices")
       .To(&model_shapes);
+  f.Bool("dispatch", "time only what starting a parallel loop costs (step pool, at::parallel_for, OpenMP)")
+      .To(&dispatch);
   int exit_code = 0;
   if (!ParseArguments(f, argc, argv, 1, "", 0, &exit_code)) return exit_code;
+  if (dispatch) {
+    BenchDispatch();
+    return 0;
+  }
   std::vector<int32_t> rows;
   ParseIdList("rows", row_list, &rows).IgnoreError();
   const double bw = bench::ReadBandwidth();

@@ -358,10 +358,11 @@ def drain_bounded(ctx, chk):
 def deadline_mid_prefill(ctx, chk):
     """A deadline stops work mid-prefill: SmolLM2 (tp 2), a Prefill of 8 x 2000 tokens with
     keep and top_k 5 (logprobs of every position: the heaviest steps) and a 1 s deadline ends
-    DEADLINE_EXCEEDED at 1 s, and every block is free within 1.2 s after (steps are cut to
-    --target-step-ms, 250 ms, from the learnt cost of a token and of the keys it attends to:
-    0.25-0.5 s after; before the cut, 2048-token steps held the blocks 2.2 s past it, and with a
-    cost per token alone, deep chunks ran to 530 ms and once held them 1.22 s past it in CI)."""
+    DEADLINE_EXCEEDED at 1 s, and every block is free within 0.8 s after, the README's "about
+    0.5 s" with room for a busy host (steps are cut to --target-step-ms, 250 ms, from the learnt
+    cost of a token and of the keys it attends to: 0.25-0.5 s after; before the cut, 2048-token
+    steps held the blocks 2.2 s past it, and with a cost per token alone, deep chunks ran to
+    530 ms and once held them 1.22 s past it in CI)."""
     model = os.path.join(ROOT, "third_party", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     srv = Proc(ctx, "deadline-prefill", ["serve", "--model", model, "--tp", 2, "--port", 0],
                ready_text="shardlm serving")
@@ -385,8 +386,8 @@ def deadline_mid_prefill(ctx, chk):
             freed = time.monotonic() - t0
             chk.check(code == grpc.StatusCode.DEADLINE_EXCEEDED and ended < 1.3,
                       "run %d: DEADLINE_EXCEEDED after %.2f s" % (attempt, ended))
-            chk.check(freed < 2.2, "run %d: every block free %.2f s after the call began (deadline 1 s)"
-                      % (attempt, freed))
+            chk.check(freed < 1.8, "run %d: every block free %.2f s after the call began (deadline 1 s, "
+                      "free within 0.8 s after it)" % (attempt, freed))
     finally:
         ch.close()
         srv.stop()

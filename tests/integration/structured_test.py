@@ -19,8 +19,10 @@ Cases:
                 (finish_reason "tool_calls", content null) whose arguments validate against the
                 tool's parameters, streamed (delta.tool_calls assembled as the client does) and
                 not; tool_choice "auto" with an assistant tool call and a tool result in the
-                conversation (rendered by the chat template) answers; a named function that is
-                not among tools, or tool_choice with response_format, is a 400
+                conversation (rendered by the chat template) answers with a well-formed call or
+                with text; tool_choice "none" with tools offered answers with text and no call; a
+                named function that is not among tools, or tool_choice with response_format, is a
+                400
   unfinished    a schema whose shortest output is longer than max_tokens: finish_reason
                 "length", no hang, and the server goes on serving
   npm_tools     the official `openai` npm package asks for a weather tool call (required, and a
@@ -322,8 +324,19 @@ def case_tools(ctx, chk):
                 {"role": "tool", "tool_call_id": "call_1", "content": '{"temperature": 21, "sky": "clear"}'}]
     r = srv.client.chat.completions.create(model=MODEL, messages=messages, tools=[WEATHER], tool_choice="auto",
                                            max_tokens=40, temperature=0)
-    chk.check(r.choices[0].finish_reason in ("stop", "length", "tool_calls"),
-              "auto after a tool result: %s, %r" % (r.choices[0].finish_reason, r.choices[0].message.content))
+    # "auto" lets the model choose; whichever it chose must be well formed: a call whose
+    # arguments validate and finish_reason "tool_calls" with no text, or text and no call.
+    m, finish = r.choices[0].message, r.choices[0].finish_reason
+    if m.tool_calls:
+        check_call(chk, "auto after a tool result", m.tool_calls, "get_weather", finish)
+    else:
+        chk.check(finish in ("stop", "length") and bool((m.content or "").strip()),
+                  "auto after a tool result: text answer, finish_reason %s, %r" % (finish, m.content))
+    # "none": tools offered, but no call is made: text, finish_reason stop or length.
+    r = chat(srv, ask, temperature=0, max_tokens=40, tools=[WEATHER, TIME], tool_choice="none")
+    m, finish = r.choices[0].message, r.choices[0].finish_reason
+    chk.check(not m.tool_calls and finish in ("stop", "length") and bool((m.content or "").strip()),
+              "none: text and no tool call (finish_reason %s, tool_calls %r, %r)" % (finish, m.tool_calls, m.content))
     bad_request(chk, "a named function not among tools", "tool_choice",
                 lambda: chat(srv, ask, tools=[WEATHER], tool_choice={"type": "function", "function": {"name": "x"}}))
     bad_request(chk, "tool_choice required with response_format", "tool_choice",

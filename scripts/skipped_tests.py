@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Lists the tests a ctest run skipped, with why; under CI=true, fails on a skip the machine does not explain.
+
+    python3 scripts/skipped_tests.py build/ctest-junit.xml     (written by ctest --output-junit)
+
+ctest counts a test that exits with its SKIP_RETURN_CODE (77 here) or prints gtest's
+"[  SKIPPED ]" as not run, and still passes. Each such test is printed with the reason it gave.
+A skip is expected where the test needs what this machine lacks:
+  - a GPU (the name says cuda, nccl or gpu) where `nvidia-smi -L` lists none;
+  - AVX-512 (avx512 in the name) on a CPU without avx512f, avx512bw, avx512vl and avx512_bf16;
+  - AVX2 (avx2 in the name) on a CPU without avx2, fma and f16c.
+Under CI=true any other skip fails (exit 1): a path that did not run is a path CI did not check.
+Without CI=true the list is only printed.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+
+def cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def has_gpu():
+    if shutil.which("nvidia-smi") is None:
+        return False
+    p = subprocess.run(["nvidia-smi", "-L"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    return p.returncode == 0 and "GPU" in p.stdout
+
+
+def lacking(name, flags, gpu):
+    """What this machine lacks that the test named `name` needs, or None."""
+    low = name.lower()
+    if re.search(r"cuda|nccl|gpu", low) and not gpu:
+        return "no GPU here"
+    if "avx512" in low and not {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= flags:
+        return "no AVX-512 here"
+    if "avx2" in low and not {"avx2", "fma", "f16c"} <= flags:
+        return "no AVX2 here"
+    return None
+
+
+def reason(case):
+    """The skip's own words: the line after gtest's "file:line: Skipped", or a script's "SKIP ..."
+    line, else ctest's message."""
+    lines = (case.findtext("system-out") or "").splitlines()
+    for i, line in enumerate(lines):
+        if line.rstrip().endswith(": Skipped") and i + 1 < len(lines) and lines[i + 1].strip():
+            return lines[i + 1].strip()
+        if line.startswith("SKIP"):
+            return line.strip()
+    skipped = case.find("skipped")
+    return (skipped.get("message") if skipped is not None else "") or "no reason given"
+
+
+def main():
+    if len(sys.argv) != 2:
+        sys.exit("usage: skipped_tests.py CTEST_JUNIT_XML")
+    cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
+    skipped = [c for c in cases if c.find("skipped") is not None or c.get("status") == "notrun"]
+    flags, gpu = cpu_flags(), has_gpu()
+    unexplained = []
+    for c in skipped:
+        name = c.get("name")
+        why = lacking(name, flags, gpu)
+        print("SKIPPED %s: %s%s" % (name, reason(c), "" if why else "  <- not explained by this machine"))
+        if why is None:
+            unexplained.append(name)
+    print("skipped_tests: %d skipped, %d not explained by this machine (%s, %s)"
+          % (len(skipped), len(unexplained), "GPU" if gpu else "no GPU",
+             "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"))
+    if unexplained and os.environ.get("CI") == "true":
+        print("skipped_tests: CI=true, and %d test(s) did not run: %s" % (len(unexplained), ", ".join(unexplained)))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -25,7 +25,7 @@ import time
 
 def load(args, torch, transformers):
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[args.dtype]
-    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, torch_dtype=dtype,
+    model = transformers.AutoModelForCausalLM.from_pretrained(args.model, dtype=dtype,
                                                               attn_implementation=args.attn)
     return model.to(args.device).eval()
 

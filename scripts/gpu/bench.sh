@@ -2,8 +2,9 @@
 # Runs ON the GPU machine after scripts/gpu/preflight.sh (or build.sh): the Llama-3-8B-shaped benchmark of
 # docs/gpu.md. The random bf16 checkpoint (16 GB) is written on the machine, not carried;
 # shardlm_bench prints decode at batch 1/8/32/64 next to the HBM floor (weight bytes / the
-# read bandwidth of a device-to-device copy) and cuBLAS' GEMM rate; bench/gpu_eager.py adds
-# transformers' generate on the same weights; bench/seed001.sh runs seed 001's workload
+# read bandwidth of a device-to-device copy) and cuBLAS' GEMM rate; bench/gpu_transformers.py adds
+# transformers' generate on the same weights, prompt and steps (eager, static cache, and static cache
+# under torch.compile's CUDA graphs, each labelled); bench/seed001.sh runs seed 001's workload
 # (continuous against static, issue 9's 2.5x) on one GPU when SEED001=1. Output also in
 # $OUT/bench.txt. QUICK=1 leaves out what an earlier run measured and nothing since changed:
 # graphs off, the long contexts, transformers at batch 8.
@@ -43,7 +44,8 @@ if [ "$quick" != 1 ]; then
 fi
 eager_batches=1,8
 [ "$quick" = 1 ] && eager_batches=1
-python3 "$here/bench/gpu_eager.py" --model "$model" --batches "$eager_batches" --steps 64 | tee -a "$out/bench.txt"
+python3 "$here/bench/gpu_transformers.py" --model "$model" --batches "$eager_batches" --steps 64 --prompt-len 16 \
+  | tee -a "$out/bench.txt"
 if [ "${SEED001:-0}" = 1 ]; then
   TPS=1 DEVICE=cuda "$here/bench/seed001.sh" "$build/shardlm" "$model" bf16 | tee -a "$out/bench.txt"
 fi

@@ -21,11 +21,11 @@ build: configure
 demo: build
 	BUILD=$(BUILD) DEMO_MODEL=$(DEMO_MODEL) bash scripts/demo.sh
 
-# Each ctest run's skipped tests are listed with their reasons (scripts/skipped_tests.py); under
+# Each ctest run's skipped tests are listed with their reasons (tests/testing/skipped_tests.py); under
 # CI=true a skip this machine does not explain (no GPU, no AVX-512) fails the run.
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --output-junit $(abspath $(BUILD))/ctest-junit.xml
-	python3 scripts/skipped_tests.py $(BUILD)/ctest-junit.xml
+	python3 tests/testing/skipped_tests.py $(BUILD)/ctest-junit.xml
 	$(MAKE) test-cuda
 
 # The CUDA variant (docs/gpu.md), on this CPU machine: configured against the venv's PyTorch
@@ -41,7 +41,7 @@ test-cuda: setup
 	SHARDLM_PYTHON=.venv/bin/python bash scripts/gpu/preflight.sh
 	cd $(CUDA_BUILD) && ctest --output-on-failure -j $(JOBS) -LE 'host_code|cpu_variant' \
 	  --output-junit $(abspath $(CUDA_BUILD))/ctest-junit.xml
-	python3 scripts/skipped_tests.py $(CUDA_BUILD)/ctest-junit.xml
+	python3 tests/testing/skipped_tests.py $(CUDA_BUILD)/ctest-junit.xml
 
 bench: build
 	$(BUILD)/shardlm_kernels_bench

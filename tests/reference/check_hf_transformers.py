@@ -290,23 +290,12 @@ CASES = [
      for k in ("llama3_rope", "qwen2_bias", "qwen3_qknorm", "mistral_window")]
 
 
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def main():
     isa = os.environ.get("SHARDLM_CPU_ISA")
     if isa:
         # A cap above the CPU's own set would run its best kernels instead: not this run's point.
         need = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}}
-        missing = sorted(need.get(isa, set()) - cpu_flags())
+        missing = sorted(need.get(isa, set()) - harness.cpu_flags())
         if missing:
             print("SKIP: SHARDLM_CPU_ISA=%s, but this CPU lacks %s" % (isa, ", ".join(missing)))
             return 77

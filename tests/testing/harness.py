@@ -249,6 +249,18 @@ def last_json_object(text):
     return None
 
 
+def cpu_flags():
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def ids_arg(ids):
     """Token ids as a --prompt-ids value: "1,2,3"."""
     return ",".join(str(int(t)) for t in ids)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Lists the tests a ctest run skipped, with why; under CI=true, fails on a skip the machine does not explain.
 
-    python3 scripts/skipped_tests.py build/ctest-junit.xml     (written by ctest --output-junit)
+    python3 tests/testing/skipped_tests.py build/ctest-junit.xml     (written by ctest --output-junit)
 
 ctest counts a test that exits with its SKIP_RETURN_CODE (77 here) or prints gtest's
 "[  SKIPPED ]" as not run, and still passes. Each such test is printed with the reason it gave.
@@ -19,16 +19,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import cpu_flags  # noqa: E402
 
 
 def has_gpu():
@@ -65,7 +57,7 @@ def reason(case):
 
 def main():
     if len(sys.argv) != 2:
-        sys.exit("usage: skipped_tests.py CTEST_JUNIT_XML")
+        sys.exit("usage: tests/testing/skipped_tests.py CTEST_JUNIT_XML")
     cases = ET.parse(sys.argv[1]).getroot().iter("testcase")
     skipped = [c for c in cases if c.find("skipped") is not None or c.get("status") == "notrun"]
     flags, gpu = cpu_flags(), has_gpu()

@@ -19,6 +19,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace shardlm::bench {
 
@@ -27,11 +28,14 @@ double ReferenceGemvBytesPerSecond(at::ScalarType dtype, int64_t weight_bytes);
 double GemmFlops(at::ScalarType dtype);
 
 // The same limits of a GPU (any device ATen has), timed to a stream sync:
-//   DeviceReadBandwidth  bytes/s read by a device-to-device copy of 2 GiB; a
-//                        copy reads and writes every byte, so this is twice
-//                        the bytes copied per second (HBM serves both);
+//   DeviceReadBandwidth  bytes/s read by a read-only kernel: the sum of 2 GiB
+//                        of f32 (each byte read once, nothing written but the
+//                        sum), the best of five rounds of four; `rounds`, when
+//                        given, receives every round's figure (the spread).
+//                        A decode step only reads its weights: a copy, which
+//                        reads and writes, is not the limit it is held to;
 //   DeviceGemmFlops      an 8192^3 product in `dtype` (cuBLAS).
-double DeviceReadBandwidth(at::Device device);
+double DeviceReadBandwidth(at::Device device, std::vector<double>* rounds = nullptr);
 double DeviceGemmFlops(at::Device device, at::ScalarType dtype);
 
 }  // namespace shardlm::bench

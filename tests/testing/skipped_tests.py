@@ -6,10 +6,12 @@
 ctest counts a test that exits with its SKIP_RETURN_CODE (77 here) or prints gtest's
 "[  SKIPPED ]" as not run, and still passes. Each such test is printed with the reason it gave.
 A skip is expected where the test needs what this machine lacks:
-  - a GPU (the name says cuda, nccl or gpu) where `nvidia-smi -L` lists none;
+  - a GPU (the name or the skip's reason says cuda, nccl or gpu) where `nvidia-smi -L` lists none;
   - AVX-512 (avx512 in the name) on a CPU without avx512f, avx512bw, avx512vl and avx512_bf16;
-  - AVX2 (avx2 in the name) on a CPU without avx2, fma and f16c.
-Under CI=true any other skip fails (exit 1): a path that did not run is a path CI did not check.
+  - AVX2 (avx2 in the name) on a CPU without avx2, fma and f16c;
+  - network namespaces (integration.multihost: no root, no CAP_SYS_ADMIN or no `ip`).
+Every skip is printed, explained or not, under a banner naming what did not run. Under CI=true
+any other skip fails (exit 1): a path that did not run is a path CI did not check.
 Without CI=true the list is only printed.
 """
 import os
@@ -30,15 +32,17 @@ def has_gpu():
     return p.returncode == 0 and "GPU" in p.stdout
 
 
-def lacking(name, flags, gpu):
-    """What this machine lacks that the test named `name` needs, or None."""
+def lacking(name, why, flags, gpu):
+    """What this machine lacks that the test named `name`, skipped saying `why`, needs, or None."""
     low = name.lower()
-    if re.search(r"cuda|nccl|gpu", low) and not gpu:
+    if re.search(r"cuda|nccl|gpu", low + " " + why.lower()) and not gpu:
         return "no GPU here"
     if "avx512" in low and not {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= flags:
         return "no AVX-512 here"
     if "avx2" in low and not {"avx2", "fma", "f16c"} <= flags:
         return "no AVX2 here"
+    if "namespaces cannot be made" in why:
+        return "no network namespaces here (the cross-host path did not run)"
     return None
 
 
@@ -63,11 +67,17 @@ def main():
     flags, gpu = cpu_flags(), has_gpu()
     unexplained = []
     for c in skipped:
-        name = c.get("name")
-        why = lacking(name, flags, gpu)
-        print("SKIPPED %s: %s%s" % (name, reason(c), "" if why else "  <- not explained by this machine"))
+        name, said = c.get("name"), reason(c)
+        why = lacking(name, said, flags, gpu)
+        print("SKIPPED %s: %s%s" % (name, said, "" if why else "  <- not explained by this machine"))
         if why is None:
             unexplained.append(name)
+    if skipped:
+        print("=" * 72)
+        print("skipped_tests: these paths did NOT run on this machine:")
+        for c in skipped:
+            print("  %s" % c.get("name"))
+        print("=" * 72)
     print("skipped_tests: %d skipped, %d not explained by this machine (%s, %s)"
           % (len(skipped), len(unexplained), "GPU" if gpu else "no GPU",
              "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"))

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/machine_limits.h"
 #include "cli/commands.h"
@@ -286,8 +287,10 @@ void DeclareFlags(FlagSet& f, BenchFlags* o) {
   f.String("shardlm", "the shardlm binary that runs the workers (default: next to this one)").To(&o->shardlm);
   f.Bool("ttft", "also time the first token of a 1000-token prompt with a 900-token cached prefix")
       .To(&o->ttft);
-  f.String("device", "the engine's device (cpu, cuda, cuda:N); on a GPU the floor is its read bandwidth (a read-only sum)",
-           false, "cpu")
+  f.String(
+       "device",
+       "the engine's device (cpu, cuda, cuda:N); on a GPU the floor is its read bandwidth (a read-only sum)",
+       false, "cpu")
       .To(&o->device);
   f.String("shape", "the model written when --model-dir has none: bench (~100M) or llama3-8b (bf16, random)",
            false, "bench", {"bench", "llama3-8b"})
@@ -369,12 +372,9 @@ int Main(int argc, char** argv) {
     }
   }
   const int threads = at::get_num_threads();
-  std::vector<double> probe_rounds;  // the first GPU probe's rounds, for its spread
-  auto read_bandwidth = [&] {
-    return gpu ? bench::DeviceReadBandwidth(*device, probe_rounds.empty() ? &probe_rounds : nullptr)
-               : bench::ReadBandwidth();
-  };
-  const double bw = read_bandwidth();
+  auto read_bandwidth = [&] { return gpu ? bench::DeviceReadBandwidth(*device) : bench::ReadBandwidth(); };
+  std::vector<double> probe_rounds;  // the GPU probe's rounds at the start, for its spread
+  const double bw = gpu ? bench::DeviceReadBandwidth(*device, &probe_rounds) : bench::ReadBandwidth();
   std::printf("machine: %u hardware threads, torch threads %d, device %s\n",
               std::thread::hardware_concurrency(), threads, device->str().c_str());
   // The instruction set the CPU kernels run (SHARDLM_CPU_ISA may cap it below the CPU's).
@@ -382,7 +382,8 @@ int Main(int argc, char** argv) {
               kernels::IsaName(kernels::DetectedIsa()).c_str());
   if (gpu) {
     std::string spread;
-    for (double r : probe_rounds) spread += (spread.empty() ? "" : ", ") + std::to_string(r / 1e9).substr(0, 6);
+    for (double r : probe_rounds)
+      absl::StrAppendFormat(&spread, "%s%.1f", spread.empty() ? "" : ", ", r / 1e9);
     std::printf("read bandwidth (the sum of 2 GiB, read-only; best of rounds %s GB/s): %.1f GB/s\n",
                 spread.c_str(), bw / 1e9);
   } else {

@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "bench/machine_limits.h"
 #include "cli/flags.h"
 #include "common/openmp_env.h"
@@ -159,7 +160,7 @@ void BenchDispatch() {
     std::vector<double> us;
     for (int r = 0; r < kRounds; ++r) us.push_back(time_runs(one));
     std::string cells;
-    for (double u : us) cells += (cells.empty() ? "" : ", ") + std::to_string(u).substr(0, 4);
+    for (double u : us) absl::StrAppendFormat(&cells, "%s%.2f", cells.empty() ? "" : ", ", u);
     std::vector<double> sorted = us;
     std::sort(sorted.begin(), sorted.end());
     std::printf("| %s | %s | %.2f |\n", what, cells.c_str(), sorted[kRounds / 2]);

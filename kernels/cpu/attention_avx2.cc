@@ -30,9 +30,6 @@ constexpr int kMaxHeadsPerPass = 8;
 constexpr int64_t kPrefetchRows = 16;
 constexpr int kRegisters = 16;
 
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) { return LoadBf16x8(p); }
-
 // 16 bf16 (bits) as f32 without a shuffle: the even-indexed elements (the low
 // half of each 32-bit lane, shifted up) and the odd-indexed ones (the high
 // half, the low one cleared).

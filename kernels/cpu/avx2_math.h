@@ -1,5 +1,5 @@
 // Vector helpers shared by the AVX2 translation units (packed_avx2.cc,
-// attention_avx2.cc, elementwise_avx2.cc): the AVX2 + FMA counterparts of
+// attention_avx2.cc, elementwise_avx2.cc, quant_avx2.cc, gemv_avx2.cc): the AVX2 + FMA counterparts of
 // cpu/avx512_math.h, 8 lanes wide. Include only from files compiled with
 // -mavx2 -mfma.
 //
@@ -63,6 +63,10 @@ inline __m256 LoadBf16x8(const uint16_t* p) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
+
+// 8 floats, or 8 bf16 values (bits) widened to f32.
+inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 Load8(const uint16_t* p) { return LoadBf16x8(p); }
 
 // f32 to bf16 bits rounded to nearest even (c10::BFloat16's rounding), still
 // in the high half of each 32-bit lane with the low half zero. NaN becomes a

@@ -1,27 +1,13 @@
 // AVX2 + FMA GEMV (compiled with -mavx2 -mfma; used where AVX-512 BF16 is
 // missing). Same shape as gemv_avx512.cc with 8-float vectors; bf16 is
 // widened to f32 by a 16-bit shift before the FMA.
-#include <immintrin.h>
-
+#include "kernels/cpu/avx2_math.h"
 #include "kernels/cpu/gemv.h"
 
 namespace shardlm::kernels::internal {
 namespace {
 
 constexpr int RowsPerGroup(int m) { return m <= 2 ? 4 : 2; }
-
-inline float HorizontalSum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 Load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
 
 template <int M, int R, typename T>
 void Group(const GemvArgs<T>& a, int64_t n, int rows) {
@@ -45,7 +31,7 @@ void Group(const GemvArgs<T>& a, int64_t n, int rows) {
   for (int r = 0; r < rows; ++r) {
     const float b = a.bias != nullptr ? ToFloat(a.bias[n + r]) : 0.0f;
     for (int i = 0; i < M; ++i) {
-      float s = HorizontalSum(acc[r][i]);
+      float s = HorizontalSum8(acc[r][i]);
       for (int64_t kk = k; kk < a.k; ++kk) s += ToFloat(a.x[i * a.ldx + kk]) * ToFloat(w[r][kk]);
       PutFloat(a.y + i * a.ldy + n + r, s + b);
     }
@@ -88,7 +74,7 @@ float SumF32Avx2(const float* p, int64_t n) {
     s2 = _mm256_add_ps(s2, _mm256_loadu_ps(p + i + 16));
     s3 = _mm256_add_ps(s3, _mm256_loadu_ps(p + i + 24));
   }
-  float s = HorizontalSum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
+  float s = HorizontalSum8(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3)));
   for (; i < n; ++i) s += p[i];
   return s;
 }

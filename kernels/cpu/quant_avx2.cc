@@ -119,11 +119,12 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h0, int64_t i0, float out[][
   for (int64_t u = 0; u < units; ++u) {
     const uint8_t* unit = panel + u * kUnitBytes;
     // The unit's f16 scales, widened once for its sub-blocks (a K-quant has 8).
-    __m256 ds[H], seconds[H];
+    __m256 unit_d[H], unit_second[H];
 #pragma GCC unroll 2
     for (int j = 0; j < H; ++j) {
-      ds[j] = Halfs8(unit + 16 * (h0 + j));
-      seconds[j] = HasSecondScale(F) ? Halfs8(unit + kQuantSecondScale + 16 * (h0 + j)) : _mm256_setzero_ps();
+      unit_d[j] = Halfs8(unit + 16 * (h0 + j));
+      unit_second[j] =
+          HasSecondScale(F) ? Halfs8(unit + kQuantSecondScale + 16 * (h0 + j)) : _mm256_setzero_ps();
     }
     for (int64_t sb = 0; sb < kSubs; ++sb) {
       const uint8_t* q = unit + kL.scale_bytes + sb * kL.sub_bytes;
@@ -132,7 +133,7 @@ void HalfRows(const QuantArgs<T>& a, int64_t p, int h0, int64_t i0, float out[][
 #pragma GCC unroll 2
       for (int j = 0; j < H; ++j) {
         const int h = h0 + j;
-        const __m256 d = ds[j], second = seconds[j];
+        const __m256 d = unit_d[j], second = unit_second[j];
         __m256i dot[R], dot_hi[R];
         for (int i = 0; i < R; ++i) dot[i] = dot_hi[i] = _mm256_setzero_si256();
         if constexpr (F == BlockFormat::kQ6_K) {
@@ -289,7 +290,7 @@ void QuantizeRows(const T* x, int64_t ldx, int64_t k, int64_t begin, int64_t end
     for (int64_t b = 0; b < blocks; ++b) {
       const T* xb = x + i * ldx + b * kQuantBlock;
       __m256 v[4];
-      for (int j = 0; j < 4; ++j) v[j] = LoadPart(xb + 8 * j, 8);
+      for (int j = 0; j < 4; ++j) v[j] = Load8(xb + 8 * j);
       const __m256 m =
           _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v[0]), _mm256_andnot_ps(sign, v[1])),
                         _mm256_max_ps(_mm256_andnot_ps(sign, v[2]), _mm256_andnot_ps(sign, v[3])));

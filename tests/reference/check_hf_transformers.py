@@ -294,8 +294,7 @@ def main():
     isa = os.environ.get("SHARDLM_CPU_ISA")
     if isa:
         # A cap above the CPU's own set would run its best kernels instead: not this run's point.
-        need = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}}
-        missing = sorted(need.get(isa, set()) - harness.cpu_flags())
+        missing = sorted(harness.ISA_FLAGS.get(isa, set()) - harness.cpu_flags())
         if missing:
             print("SKIP: SHARDLM_CPU_ISA=%s, but this CPU lacks %s" % (isa, ", ".join(missing)))
             return 77

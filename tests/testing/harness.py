@@ -249,6 +249,10 @@ def last_json_object(text):
     return None
 
 
+# The /proc/cpuinfo flags each SHARDLM_CPU_ISA set needs (kernels/cpu/isa.cc's test).
+ISA_FLAGS = {"avx2": {"avx2", "fma", "f16c"}, "avx512": {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"}}
+
+
 def cpu_flags():
     """The CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
     try:

@@ -22,7 +22,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import cpu_flags  # noqa: E402
+from harness import ISA_FLAGS, cpu_flags  # noqa: E402
 
 
 def has_gpu():
@@ -37,9 +37,9 @@ def lacking(name, why, flags, gpu):
     low = name.lower()
     if re.search(r"cuda|nccl|gpu", low + " " + why.lower()) and not gpu:
         return "no GPU here"
-    if "avx512" in low and not {"avx512f", "avx512bw", "avx512vl", "avx512_bf16"} <= flags:
+    if "avx512" in low and not ISA_FLAGS["avx512"] <= flags:
         return "no AVX-512 here"
-    if "avx2" in low and not {"avx2", "fma", "f16c"} <= flags:
+    if "avx2" in low and not ISA_FLAGS["avx2"] <= flags:
         return "no AVX2 here"
     if "namespaces cannot be made" in why:
         return "no network namespaces here (the cross-host path did not run)"

@@ -3,7 +3,8 @@
 
 For each round, each task (a code edit: rewrite a given function; a chat answer; a summary of a
 given paragraph) and each batch size, `shardlm batch` runs the task's request (greedy, the same
-request `batch` times, --max-num-seqs batch) plainly and with --speculative ngram, interleaved.
+request `batch` times, --max-num-seqs batch) plainly and with each proposer of --methods
+(--speculative ngram; --speculative draft with --draft-model), interleaved.
 Reported per task and batch: decode tokens/s (tokens after each request's first over the span
 from the first first token to the last token, `batch`'s decode_tokens_per_s), the acceptance
 rate, the ratio to plain decoding, and at batch 1 the ratio to the memory floor's rate (1000 /
@@ -63,7 +64,7 @@ TASKS = {
 }
 
 
-def run_batch(args, prompt, batch, speculative, workdir):
+def run_batch(args, prompt, batch, method, workdir):
     inp = os.path.join(workdir, "in.jsonl")
     with open(inp, "w") as f:
         for _ in range(batch):
@@ -71,9 +72,11 @@ def run_batch(args, prompt, batch, speculative, workdir):
     summary = os.path.join(workdir, "summary.json")
     cmd = [args.shardlm, "batch", "--model", args.model, "--input", inp, "--output",
            os.path.join(workdir, "out.jsonl"), "--json-summary", summary, "--max-num-seqs", str(batch)]
-    if speculative:
-        cmd += ["--speculative", "ngram", "--speculative-tokens", str(args.speculative_tokens),
+    if method != "plain":
+        cmd += ["--speculative", method, "--speculative-tokens", str(args.speculative_tokens),
                 "--speculative-max-batch", str(args.speculative_max_batch)]
+    if method == "draft":
+        cmd += ["--draft-model", args.draft_model]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     with open(summary) as f:
@@ -115,32 +118,38 @@ def main():
     ap.add_argument("--speculative-tokens", type=int, default=5)
     ap.add_argument("--speculative-max-batch", type=int, default=4)
     ap.add_argument("--tasks", default=",".join(TASKS))
+    ap.add_argument("--methods", default="ngram", help="proposers against plain: ngram, draft or both")
+    ap.add_argument("--draft-model", default="", help="with --methods draft: the draft model's file")
     ap.add_argument("--json-out", default="")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     tasks = args.tasks.split(",")
+    methods = args.methods.split(",")
+    if "draft" in methods and not args.draft_model:
+        sys.exit("--methods draft needs --draft-model")
     rounds = []
     with tempfile.TemporaryDirectory() as workdir:
         for r in range(args.rounds):
             one = {"floor_ms": floor_ms(args), "runs": {}}
             for task in tasks:
                 for batch in batches:
-                    for speculative in (False, True):
-                        key = f"{task}|{batch}|{'ngram' if speculative else 'plain'}"
-                        one["runs"][key] = run_batch(args, TASKS[task], batch, speculative, workdir)
+                    for method in ["plain"] + methods:
+                        key = f"{task}|{batch}|{method}"
+                        one["runs"][key] = run_batch(args, TASKS[task], batch, method, workdir)
             rounds.append(one)
             print(f"round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
-    print("| task | batch | plain tok/s | ngram tok/s | speedup | acceptance | ngram / floor rate |")
-    print("|---|---|---|---|---|---|---|")
+    print("| task | batch | method | plain tok/s | speculating tok/s | speedup | acceptance | / floor rate |")
+    print("|---|---|---|---|---|---|---|---|")
     for task in tasks:
         for batch in batches:
             plain = [x["runs"][f"{task}|{batch}|plain"]["decode_tps"] for x in rounds]
-            spec = [x["runs"][f"{task}|{batch}|ngram"]["decode_tps"] for x in rounds]
-            acc = [x["runs"][f"{task}|{batch}|ngram"]["acceptance"] for x in rounds]
-            speedup = [s / p for s, p in zip(spec, plain)]
-            over_floor = [s / (1000.0 / x["floor_ms"]) for s, x in zip(spec, rounds)] if batch == 1 else None
-            print(f"| {task} | {batch} | {med(plain)} | {med(spec)} | {med(speedup)} | {med(acc)} | "
-                  f"{med(over_floor) if over_floor else ''} |")
+            for method in methods:
+                spec = [x["runs"][f"{task}|{batch}|{method}"]["decode_tps"] for x in rounds]
+                acc = [x["runs"][f"{task}|{batch}|{method}"]["acceptance"] for x in rounds]
+                speedup = [s / p for s, p in zip(spec, plain)]
+                over_floor = [s / (1000.0 / x["floor_ms"]) for s, x in zip(spec, rounds)] if batch == 1 else None
+                print(f"| {task} | {batch} | {method} | {med(plain)} | {med(spec)} | {med(speedup)} | {med(acc)} | "
+                      f"{med(over_floor) if over_floor else ''} |")
     print(f"\nmedian (min-max) of {args.rounds} interleaved rounds, {args.threads} threads, "
           f"{os.path.basename(args.model)}, greedy, {args.tokens} tokens, K = {args.speculative_tokens}")
     if args.json_out:

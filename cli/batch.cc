@@ -59,7 +59,7 @@ absl::Status CheckMode(const FlagSet& f) {
   static const std::vector<const char*> kLocal = {
       "tp",           "dtype",   "device",           "kv-cache-mb",          "max-batch-tokens",
       "max-num-seqs", "policy",  "no-overlap-steps", "cuda-graph-max-batch", "warmup-tokens",
-      "collectives",  "weights", "kv-dtype"};
+      "collectives",  "weights", "kv-dtype",         "speculative",          "draft-model"};
   static const std::vector<const char*> kRemote = {"concurrency", "timeout-s", "tls-ca",
                                                    "tls-cert",    "tls-key",   "api-key-file"};
   for (const char* name : remote ? kLocal : kRemote) {

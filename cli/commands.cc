@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "cli/constraint_flags.h"
+#include "cli/draft_model.h"
 #include "cli/flags.h"
 #include "cli/remote_client.h"
 #include "common/grpc_security.h"
@@ -36,11 +37,22 @@ int Fail(const absl::Status& st) {
 
 using json = nlohmann::json;
 
+LocalModel::LocalModel() = default;
+LocalModel::LocalModel(LocalModel&&) noexcept = default;
+LocalModel::~LocalModel() = default;
+
 absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env, Engine::Options eo) {
   LocalModel m;
   const std::string dir = flags.model.value_or("");
   eo.max_batch_tokens = flags.engine.max_batch_tokens;
   ApplySpeculationFlags(flags.engine, &eo);
+  SHARDLM_RETURN_IF_ERROR(CheckSpeculationFlags(flags.engine));
+  if (flags.engine.draft_model) {
+    // Before any worker starts: a draft that does not fit the target fails fast.
+    SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
+    SHARDLM_ASSIGN_OR_RETURN(m.draft, OpenDraftModel(flags.engine, flags.device, dir, cfg));
+    eo.speculation.draft = m.draft->proposer.get();
+  }
   if (flags.tp) {
     SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
     WorkerGroupOptions go;

@@ -70,7 +70,9 @@ struct EngineFlags {
   StorageFlags storage;
   int64_t kv_cache_mb = 0;
   int64_t max_batch_tokens = 0;
-  std::string speculative;  // none or ngram (docs/speculative_decoding.md)
+  std::string speculative;                   // none, ngram or draft (docs/speculative_decoding.md)
+  std::optional<std::string> draft_model;    // --draft-model: implies --speculative draft
+  std::optional<std::string> draft_weights;  // --draft-weights: the draft's --weights (default: --weights)
   int64_t speculative_tokens = 0;
   int64_t speculative_max_batch = 0;
   int64_t speculative_max_rows = 0;
@@ -132,9 +134,14 @@ void AddModelFlags(FlagSet& f, ModelFlags* out);
 
 // An engine over a checkpoint, plus its tokenizer when present. Without
 // --tp the model runs in this process; with --tp N on N worker processes.
+struct DraftModel;
 struct LocalModel {
+  LocalModel();
+  LocalModel(LocalModel&&) noexcept;
+  ~LocalModel();
   std::unique_ptr<RankWorker> worker;  // in-process
   std::unique_ptr<WorkerGroup> group;  // --tp
+  std::unique_ptr<DraftModel> draft;   // --draft-model: in-process, proposing for `engine`
   std::unique_ptr<Engine> engine;
   std::unique_ptr<Tokenizer> tokenizer;  // null when the directory has none
   // Built on the first constrained request (cli/constraint_flags.h); it

@@ -28,6 +28,7 @@
 #include "chat/chat_template.h"
 #include "chat/fill_in_middle.h"
 #include "cli/commands.h"
+#include "cli/draft_model.h"
 #include "cli/flags.h"
 #include "cli/serve_flags.h"
 #include "cli/serve_ollama.h"
@@ -421,6 +422,9 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
 
   auto go = GroupOptions(f, env, *in, spawn_local, &metrics);
   if (!go.ok()) return Fail(go.status());
+  // The draft model (in this process) before the workers: one that does not fit the target fails fast.
+  auto draft = OpenDraftModel(f.engine, f.device, in->dir, in->cfg);
+  if (!draft.ok()) return Fail(draft.status());
   auto kv_events = StartKvEvents(f, *go);  // before the engine, which publishes into it
   if (!kv_events.ok()) return Fail(kv_events.status());
   auto group = WorkerGroup::Start(*go);
@@ -429,6 +433,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   const GroupState initial = g->state();
   Engine::Options eo = EngineOptions(f, &metrics);
   eo.kv_events = kv_events->get();
+  if (*draft) eo.speculation.draft = (*draft)->proposer.get();
   EngineLoop loop(std::make_unique<Engine>(g, in->cfg, initial.num_blocks, initial.block_size, eo),
                   [g] { return g->state(); });
   ServedModel served{go->dtype == "auto" ? (in->cfg.torch_dtype == "float32" ? "f32" : "bf16") : go->dtype,

@@ -64,11 +64,21 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
   f.Int("max-batch-tokens", "tokens per engine step", 2048, 1, 1 << 20).To(&out->max_batch_tokens);
   f.String(
        "speculative",
-       "speculative decoding: none, or ngram (prompt lookup: the tokens that followed the last earlier "
+       "speculative decoding: none, ngram (prompt lookup: the tokens that followed the last earlier "
        "occurrence of the sequence's last 1-4 tokens are proposed and verified in one pass; the output is "
-       "the same as without, greedy or sampled)",
-       false, "none", {"none", "ngram"})
+       "the same as without, greedy or sampled), or draft (--draft-model proposes greedily)",
+       false, "none", {"none", "ngram", "draft"})
       .To(&out->speculative);
+  f.String(
+       "draft-model",
+       "speculative decoding's draft model (a checkpoint directory or .gguf with the target's tokenizer), "
+       "run in this process; implies --speculative draft")
+      .To(&out->draft_model);
+  f.String("draft-weights",
+           "the draft model's --weights (default: --weights); q4_0 requantizes its projections and head at "
+           "load, which makes each proposal cheaper to draft (docs/speculative_decoding.md)",
+           false, "", {"auto", "dense", "q8_0", "q4_0", "q4_1"})
+      .To(&out->draft_weights);
   f.Int("speculative-tokens", "with --speculative: tokens proposed per step at most", 5, 1, 16)
       .To(&out->speculative_tokens);
   f.Int("speculative-max-batch",
@@ -85,7 +95,9 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
 
 void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) {
   using Method = Engine::Options::Speculation::Method;
-  options->speculation.method = engine.speculative == "ngram" ? Method::kNgram : Method::kNone;
+  options->speculation.method = engine.speculative == "ngram"                         ? Method::kNgram
+                                : engine.speculative == "draft" || engine.draft_model ? Method::kDraft
+                                                                                      : Method::kNone;
   options->speculation.tokens = static_cast<int32_t>(engine.speculative_tokens);
   options->speculation.max_batch = static_cast<int32_t>(engine.speculative_max_batch);
   options->speculation.max_rows = static_cast<int32_t>(engine.speculative_max_rows);

@@ -121,6 +121,7 @@ void Engine::End(Sequence& seq, FinishReason reason, absl::Status status) {
 bool Engine::RetireIfEnded(Sequence& seq) {
   if (!seq.end_requested || seq.flight.steps > 0) return false;
   scheduler_.Remove(&seq);
+  if (options_.speculation.draft != nullptr) options_.speculation.draft->Forget(seq.id);
   absl::Status status = kv_.Retire(seq, std::move(seq.end_status));
   if (options_.metrics) RecordEnd(seq, status);
   seq.result.cached_tokens = seq.kv.cached_tokens;

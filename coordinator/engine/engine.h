@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/engine/draft_proposer.h"
 #include "coordinator/engine/engine_request.h"
 #include "coordinator/engine/kv_manager.h"
 #include "coordinator/engine/planned_step.h"
@@ -78,15 +79,19 @@ class Engine {
     // running and the one planned behind it), and decodes are not held up
     // behind a long prompt. 0: steps are bounded by max_batch_tokens alone.
     int64_t target_step_ms = 250;
-    // Speculative decoding (docs/speculative_decoding.md): kNgram proposes
-    // up to `tokens` tokens by prompt lookup for each decoding sequence, in
-    // steps with at most `max_batch` running sequences and `max_rows` rows
-    // of decodes and proposals.
+    // Speculative decoding (docs/speculative_decoding.md): up to `tokens`
+    // tokens proposed for each decoding sequence, by prompt lookup (kNgram)
+    // or by `draft` (kDraft), in steps with at most `max_batch` running
+    // sequences and `max_rows` rows of decodes and proposals.
     struct Speculation {
-      enum class Method { kNone, kNgram } method = Method::kNone;
+      enum class Method { kNone, kNgram, kDraft } method = Method::kNone;
       int32_t tokens = 5;
       int32_t max_batch = 2;
       int32_t max_rows = 8;
+      DraftModelProposer* draft = nullptr;  // kDraft: the draft model; outlives the engine
+      // kDraft: a draft pass's cost in verifying steps, which sets how many
+      // tokens it proposes (engine_speculate.cc); 0: as measured.
+      double draft_cost = 0;
     } speculation;
     ServiceMetrics* metrics = nullptr;  // counted into when set
     // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
@@ -196,6 +201,8 @@ class Engine {
   // Whether speculation is on for the next step (its method, and the
   // running sequences within max_batch).
   bool SpeculationOn() const;
+  // Tokens `seq` would propose now at most (the proposer's rule).
+  int32_t ProposalLength(const Sequence& seq) const;
   // Whether `seq` may propose in its next step (then it is not planned
   // ahead behind this one: its proposals need the token this one draws).
   bool MayPropose(const Sequence& seq) const;
@@ -235,6 +242,7 @@ class Engine {
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
   int64_t proposed_tokens_ = 0;  // speculation's totals (Stats)
   int64_t accepted_tokens_ = 0;
+  double verify_ms_ = 0;  // a verifying step's time (moving average), against the draft's passes
   // The step time budget (Options::target_step_ms): what a step costs,
   // learnt from the steps run, and when the last step's rows came back.
   void LearnStepCost(const PlannedStep& plan, bool ran);

@@ -16,7 +16,12 @@ void Engine::LearnStepCost(const PlannedStep& plan, bool ran) {
   // A failed step's time says nothing of the cost (a hang ran to the step
   // timeout; a refusal came back at once).
   const bool timed = plan.finished != std::chrono::steady_clock::time_point{};
-  if (options_.target_step_ms <= 0 || !ran || !timed) return;
+  if (!ran || !timed) return;
+  if (!plan.speculating.empty()) {
+    const double ms = std::chrono::duration<double, std::milli>(plan.finished - began).count();
+    verify_ms_ = verify_ms_ > 0 ? 0.8 * verify_ms_ + 0.2 * ms : ms;
+  }
+  if (options_.target_step_ms <= 0) return;
   // Steps of decodes alone are mostly fixed cost (a batch-1 decode reads
   // every weight for one token): they would make prompt tokens look dear.
   if (std::none_of(plan.takes.begin(), plan.takes.end(), [](int32_t take) { return take > 1; })) return;

@@ -18,16 +18,40 @@ constexpr double kRateWeight = 0.3;
 // this many steps, so that one which starts repeating its input is noticed.
 constexpr int32_t kProbeSteps = 8;
 
-// Tokens to propose for `seq` now: `most` scaled by how often its recent
-// proposals were accepted (all of them from a rate of one half), none below
-// a twentieth of `most`'s worth but for a one-token probe once in
+// Tokens prompt lookup proposes for `seq` now: `most` scaled by how often
+// its recent proposals were accepted (all of them from a rate of one half),
+// none below a twentieth of `most`'s worth but for a one-token probe once in
 // kProbeSteps steps without a proposal. A proposal costs a row in the step
 // whether or not it is accepted, so a sequence that does not repeat itself
 // (free chat) stops paying for them.
-int32_t ProposalLength(const Sequence& seq, int32_t most) {
+int32_t NgramLength(const Sequence& seq, int32_t most) {
   const int32_t k =
       std::min<int32_t>(most, static_cast<int32_t>(std::lround(2.0 * most * seq.proposal_rate)));
   if (k > 0) return k;
+  return (seq.steps_unproposed + 1) % kProbeSteps == 0 ? 1 : 0;
+}
+
+// Tokens the draft model proposes for `seq` now: the k in [0, most] that
+// makes the most tokens per unit of time, where each proposal is accepted
+// with the sequence's recent per-token acceptance a, so that a step of k
+// proposals yields 1 + a + ... + a^k tokens (Leviathan et al.'s expectation),
+// and costs one verifying step plus k draft passes of `draft_cost` steps
+// each. k = 0 is plain decoding (one token, cost 1); then a one-token probe
+// once in kProbeSteps steps, as for prompt lookup.
+int32_t DraftLength(const Sequence& seq, int32_t most, double draft_cost) {
+  const double a = seq.draft_hits / (seq.draft_hits + seq.draft_misses);
+  int32_t best = 0;
+  double best_rate = 1.0, expected = 1.0, run = 1.0;
+  for (int32_t k = 1; k <= most; ++k) {
+    run *= a;
+    expected += run;
+    const double rate = expected / (1.0 + k * draft_cost);
+    if (rate > best_rate) {
+      best = k;
+      best_rate = rate;
+    }
+  }
+  if (best > 0) return best;
   return (seq.steps_unproposed + 1) % kProbeSteps == 0 ? 1 : 0;
 }
 
@@ -39,8 +63,9 @@ bool Speculates(const Sequence& seq) { return seq.request.speculate && !seq.matc
 bool Engine::SpeculationOn() const {
   const Options::Speculation& spec = options_.speculation;
   // Beyond the crossover a batch's proposal rows cost more than they save.
-  return spec.method != Options::Speculation::Method::kNone && spec.tokens > 0 &&
-         static_cast<int32_t>(scheduler_.running().size()) <= spec.max_batch;
+  const bool proposer = spec.method == Options::Speculation::Method::kNgram ||
+                        (spec.method == Options::Speculation::Method::kDraft && spec.draft != nullptr);
+  return proposer && spec.tokens > 0 && static_cast<int32_t>(scheduler_.running().size()) <= spec.max_batch;
 }
 
 void Engine::Propose() {
@@ -54,7 +79,10 @@ void Engine::Propose() {
   for (SchedSeq* s : scheduler_.running()) order.push_back(static_cast<Sequence*>(s));
   std::stable_sort(order.begin(), order.end(),
                    [](const Sequence* a, const Sequence* b) { return a->proposal_rate > b->proposal_rate; });
-  int32_t reserved = 0;  // free blocks the proposals so far would take
+  // Who proposes, and how many tokens at most.
+  std::vector<Sequence*> proposing;
+  std::vector<DraftAsk> asks;
+  std::vector<std::vector<int32_t>> drafts;  // each one's proposals
   for (Sequence* s : order) {
     Sequence& seq = *s;
     const bool decoding = seq.flight.steps == 0 && seq.num_computed + 1 == seq.length();
@@ -62,9 +90,25 @@ void Engine::Propose() {
     // Tokens it may still take after the one this step draws anyway.
     const int32_t left = seq.request.max_new_tokens - static_cast<int32_t>(seq.result.tokens.size()) - 1;
     if (left <= 0) continue;
-    const int32_t k = std::min({ProposalLength(seq, spec.tokens), left, rows_left});
-    std::vector<int32_t> draft;
-    if (k > 0) draft = ProposeNgram(seq.tokens, k, NgramOptions{});
+    const int32_t k = std::min({ProposalLength(seq), left, rows_left});
+    // Prompt lookup proposes here and now; the draft below, for all of them in one batch.
+    std::vector<int32_t> ngram;
+    if (k > 0 && spec.method == Options::Speculation::Method::kNgram) ngram = ProposeNgram(seq.tokens, k, {});
+    if (k <= 0 || (spec.method == Options::Speculation::Method::kNgram && ngram.empty())) {
+      ++seq.steps_unproposed;
+      continue;
+    }
+    rows_left -= ngram.empty() ? k : static_cast<int32_t>(ngram.size());
+    proposing.push_back(&seq);
+    asks.push_back({seq.id, &seq.tokens, k});
+    drafts.push_back(std::move(ngram));
+  }
+  if (proposing.empty()) return;
+  if (spec.method == Options::Speculation::Method::kDraft) drafts = spec.draft->Propose(asks);
+  int32_t reserved = 0;  // free blocks the proposals so far would take
+  for (size_t i = 0; i < proposing.size(); ++i) {
+    Sequence& seq = *proposing[i];
+    std::vector<int32_t>& draft = drafts[i];
     const int32_t short_blocks =
         draft.empty() ? 0 : kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
     if (draft.empty() || short_blocks > kv_.FreeBlocks() - reserved) {  // never worth a preemption
@@ -72,14 +116,24 @@ void Engine::Propose() {
       continue;
     }
     reserved += short_blocks;
-    rows_left -= static_cast<int32_t>(draft.size());
     seq.draft = std::move(draft);
     seq.steps_unproposed = 0;
   }
 }
 
+int32_t Engine::ProposalLength(const Sequence& seq) const {
+  const Options::Speculation& spec = options_.speculation;
+  if (spec.method != Options::Speculation::Method::kDraft) return NgramLength(seq, spec.tokens);
+  // A draft pass against a verifying step, as measured (a third until both are).
+  const double pass_ms = spec.draft->stats().pass_ms;
+  const double cost = spec.draft_cost > 0             ? spec.draft_cost
+                      : pass_ms > 0 && verify_ms_ > 0 ? pass_ms / verify_ms_
+                                                      : 1.0 / 3;
+  return DraftLength(seq, spec.tokens, cost);
+}
+
 bool Engine::MayPropose(const Sequence& seq) const {
-  return SpeculationOn() && Speculates(seq) && ProposalLength(seq, options_.speculation.tokens) > 0;
+  return SpeculationOn() && Speculates(seq) && ProposalLength(seq) > 0;
 }
 
 void Engine::DropUnscheduledProposals() {
@@ -163,6 +217,10 @@ void Engine::SettleProposals(PlannedStep& plan, bool ran) {
     if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
     seq.proposal_rate = (1 - kRateWeight) * seq.proposal_rate +
                         kRateWeight * sp.accepted / static_cast<double>(sp.proposed.size());
+    // Per token: the accepted proposals succeeded, the first rejected one failed.
+    seq.draft_hits = (1 - kRateWeight) * seq.draft_hits + sp.accepted;
+    seq.draft_misses = (1 - kRateWeight) * seq.draft_misses +
+                       (sp.accepted < static_cast<int32_t>(sp.proposed.size()) ? 1 : 0);
     seq.result.proposed_tokens += static_cast<int32_t>(sp.proposed.size());
     seq.result.accepted_tokens += sp.accepted;
     proposed_tokens_ += static_cast<int64_t>(sp.proposed.size());

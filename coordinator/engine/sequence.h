@@ -54,6 +54,11 @@ struct Sequence : SchedSeq {
   // last one (engine_speculate.cc).
   double proposal_rate = 0.5;
   int32_t steps_unproposed = 0;
+  // Its proposals' recent per-token acceptance, hits / (hits + misses): each
+  // step adds its accepted proposals as hits and a rejection as a miss, the
+  // older ones weighing less (the draft's proposal length, engine_speculate.cc).
+  double draft_hits = 2.0;
+  double draft_misses = 1.0;
   int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`
 
   KvHold kv;

@@ -1,19 +1,22 @@
 #!/usr/bin/python3
-"""Speculative decoding by prompt lookup on the real models (docs/speculative_decoding.md):
-`shardlm generate --speculative ngram` against plain `generate` on the same prompt, at tp 1 and 2.
+"""Speculative decoding on the real models (docs/speculative_decoding.md): `shardlm generate` with each
+proposer against plain `generate` on the same prompt, at tp 1 and 2.
 
+  Proposers: prompt lookup (`--speculative ngram`), and a draft model (`--draft-model`): for
+      Qwen2.5-Coder-1.5B its 0.5B sibling; for the others, the model itself requantized to Q4_0
+      (`--draft-weights q4_0`), which proposes differently from the target now and then.
   greedy: every token id equal with and without speculation, and proposals accepted (the JSON's
-      "speculation" counts), on a code-editing prompt (rewrite a given function) where prompt
-      lookup pays.
+      "speculation" counts), on a code-editing prompt (rewrite a given function).
   seeded: temperature 0.8, top-p 0.9 and a repetition penalty with a fixed seed: the same tokens
       (each row draws with the seed of the output index it stands for).
-  served: `serve --tp 2 --speculative ngram` on Qwen2.5-Coder-0.5B, a streamed chat completion
+  refused: a draft with another tokenizer (SmolLM2 for Qwen) exits 2 naming --draft-model.
+  served: `serve --tp 2` with each proposer on Qwen2.5-Coder-0.5B, a streamed chat completion
       through the official `openai` client equal to the same request opted out
       (`"speculative": false`), with proposals accepted on /metrics; serve exits 0.
 
 Usage:
   python3 tests/integration/speculative_test.py --shardlm build/shardlm [--model FILE ...] \
-      [--served-model FILE --workdir DIR]
+      [--draft TARGET=DRAFT ...] [--served-model FILE --workdir DIR]
 Prints one line per case; exit 0 iff every case passes.
 """
 import argparse
@@ -56,14 +59,22 @@ def generate(args, model, tp, extra):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def check(args, model, tp, sampling, name):
+def proposer_flags(args, model, proposer):
+    """The flags of `proposer` (ngram or draft) for `model`."""
+    if proposer == "ngram":
+        return ["--speculative", "ngram", "--speculative-tokens", "5"]
+    draft = dict(d.split("=", 1) for d in args.draft or []).get(model)
+    return ["--draft-model", draft] if draft else ["--draft-model", model, "--draft-weights", "q4_0"]
+
+
+def check(args, model, tp, sampling, name, proposer):
     plain = generate(args, model, tp, sampling)
-    spec = generate(args, model, tp, sampling + ["--speculative", "ngram", "--speculative-tokens", "5"])
+    spec = generate(args, model, tp, sampling + proposer_flags(args, model, proposer))
     counts = spec.get("speculation", {})
     proposed, accepted = counts.get("proposed_tokens", 0), counts.get("accepted_tokens", 0)
     ok = plain["token_ids"] == spec["token_ids"] and accepted > 0
     first_diff = next((i for i, (a, b) in enumerate(zip(plain["token_ids"], spec["token_ids"])) if a != b), None)
-    print(f"{'PASS' if ok else 'FAIL'} {name} {os.path.basename(model)} tp{tp}: "
+    print(f"{'PASS' if ok else 'FAIL'} {name} {proposer} {os.path.basename(model)} tp{tp}: "
           f"{len(spec['token_ids'])} tokens, proposed {proposed}, accepted {accepted}"
           + ("" if first_diff is None else f", first difference at token {first_diff}"), flush=True)
     return ok
@@ -79,11 +90,21 @@ def stream_text(client, tokens, extra):
     return "".join(out)
 
 
-def served(args, model, workdir):
+def refused(args, target, draft):
+    """A draft with another tokenizer: exit 2, naming the flag, before any worker starts."""
+    cmd = [args.shardlm, "generate", "--model", target, "--tp", "2", "--prompt", "x", "--draft-model", draft]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    ok = out.returncode == 2 and "--draft-model" in out.stderr and "tokenizer" in out.stderr
+    print(f"{'PASS' if ok else 'FAIL'} refused {os.path.basename(draft)} for {os.path.basename(target)}: "
+          f"exit {out.returncode}: {out.stderr.strip()[-300:]}", flush=True)
+    return ok
+
+
+def served(args, model, workdir, proposer):
     import openai
     srv = harness.LoggedProcess([args.shardlm, "serve", "--model", model, "--tp", 2, "--port", 0, "--http-port", 0,
-                                 "--served-model-name", "coder", "--speculative", "ngram"],
-                                os.path.join(workdir, "serve.log"))
+                                 "--served-model-name", "coder"] + proposer_flags(args, model, proposer),
+                                os.path.join(workdir, f"serve_{proposer}.log"))
     try:
         if not srv.wait_for("shardlm serving", 180):
             print(f"FAIL served: serve not ready: {srv.text()[-1500:]}")
@@ -98,7 +119,7 @@ def served(args, model, workdir):
         after = harness.metric_value(f"http://127.0.0.1:{port}/metrics",
                                      "shardlm_spec_decode_num_accepted_tokens_total") or 0
         ok = spec == plain and accepted > 0 and after == accepted
-        print(f"{'PASS' if ok else 'FAIL'} served {os.path.basename(model)} tp2: streamed texts "
+        print(f"{'PASS' if ok else 'FAIL'} served {proposer} {os.path.basename(model)} tp2: streamed texts "
               f"{'equal' if spec == plain else 'differ'} ({len(spec)} chars), {accepted:.0f} proposals accepted, "
               f"{after - accepted:.0f} more with the request opted out", flush=True)
     finally:
@@ -112,19 +133,26 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shardlm", required=True)
     ap.add_argument("--model", action="append")
+    ap.add_argument("--draft", action="append", help="TARGET=DRAFT: the draft model for a --model "
+                    "(default: the model itself with --draft-weights q4_0)")
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--served-model", default="", help="also serve this model (needs the openai package)")
     ap.add_argument("--workdir", default="/tmp")
     args = ap.parse_args()
     ok = True
-    for model in args.model or DEFAULT_MODELS:
-        for tp in (1, 2):
-            ok &= check(args, model, tp, ["--temperature", "0"], "greedy")
-        ok &= check(args, model, 2, ["--temperature", "0.8", "--top-p", "0.9", "--repetition-penalty", "1.1",
-                                     "--seed", "11"], "seeded")
+    models = args.model or DEFAULT_MODELS
+    for model in models:
+        for proposer in ("ngram", "draft"):
+            for tp in (1, 2):
+                ok &= check(args, model, tp, ["--temperature", "0"], "greedy", proposer)
+            ok &= check(args, model, 2, ["--temperature", "0.8", "--top-p", "0.9", "--repetition-penalty", "1.1",
+                                         "--seed", "11"], "seeded", proposer)
+    if len(models) >= 2:
+        ok &= refused(args, models[1], models[0])
     if args.served_model:
         os.makedirs(args.workdir, exist_ok=True)
-        ok &= served(args, args.served_model, args.workdir)
+        for proposer in ("ngram", "draft"):
+            ok &= served(args, args.served_model, args.workdir, proposer)
     return 0 if ok else 1
 
 

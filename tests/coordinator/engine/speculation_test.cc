@@ -1,16 +1,19 @@
-// Speculative decoding by prompt lookup (docs/speculative_decoding.md) over a
-// real single-rank worker on a tiny random checkpoint: the proposer, greedy
-// and seeded outputs equal to plain decoding's, the sampled distribution
-// unchanged (a chi-square test), and the rollback: every block back, and no
-// rejected token in a later prefix-cache hit or handle.
+// Speculative decoding (docs/speculative_decoding.md) over a real single-rank
+// worker on a tiny random checkpoint, by prompt lookup and by a draft model
+// (a second rank in this process): the proposers, greedy and seeded outputs
+// equal to plain decoding's, the sampled distribution unchanged (a
+// chi-square test), and the rollback: every block back, and no rejected
+// token in a later prefix-cache hit or handle.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 
+#include "coordinator/engine/draft_proposer.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/engine_runner.h"
 #include "coordinator/engine/ngram_proposer.h"
@@ -42,38 +45,80 @@ TEST(NgramProposerTest, ProposesWhatFollowedTheLongestEarlierMatch) {
   EXPECT_THAT(ProposeNgram({1, 9, 2, 1}, 2, NgramOptions{2, 4}), IsEmpty());
 }
 
-class SpeculationTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
+// The tiny checkpoints: the target (seed 7) and another of its shape and
+// vocabulary (seed 8), a draft whose proposals are mostly rejected.
+class TinyModels {
+ public:
+  static void Write() {
     dir_ = new std::string(::testing::TempDir() + "/speculation_test_model." + std::to_string(::getpid()));
-    std::filesystem::remove_all(*dir_);
-    TinyModelOptions o;
-    o.arch = Arch::kLlama;
-    o.vocab_size = 64;
-    o.hidden_size = 64;
-    o.num_heads = 4;
-    o.num_kv_heads = 2;
-    o.intermediate_size = 128;
-    o.max_position_embeddings = 512;
-    o.seed = 7;
-    ASSERT_THAT(WriteTinyModel(*dir_, o), IsOk());
+    other_ = new std::string(*dir_ + ".other");
+    for (const std::string* d : {dir_, other_}) {
+      std::filesystem::remove_all(*d);
+      TinyModelOptions o;
+      o.arch = Arch::kLlama;
+      o.vocab_size = 64;
+      o.hidden_size = 64;
+      o.num_heads = 4;
+      o.num_kv_heads = 2;
+      o.intermediate_size = 128;
+      o.max_position_embeddings = 512;
+      o.seed = d == dir_ ? 7 : 8;
+      ASSERT_THAT(WriteTinyModel(*d, o), IsOk());
+    }
   }
-  static void TearDownTestSuite() { std::filesystem::remove_all(*dir_); }
+  static void Remove() {
+    std::filesystem::remove_all(*dir_);
+    std::filesystem::remove_all(*other_);
+  }
+  static std::unique_ptr<RankWorker> Load(const std::string& dir, int64_t kv_bytes = 64 << 20) {
+    RankWorkerOptions o;
+    o.model_dir = dir;
+    o.kv_cache_bytes = kv_bytes;
+    auto w = RankWorker::Load(o, MakeSingleRankCommunicator());
+    EXPECT_THAT(w, IsOk());
+    return w.ok() ? std::move(*w) : nullptr;
+  }
+  static std::string* dir_;
+  static std::string* other_;
+};
+std::string* TinyModels::dir_ = nullptr;
+std::string* TinyModels::other_ = nullptr;
+
+// Each proposer: prompt lookup, and a draft model with the target's weights
+// (its greedy proposals are the target's argmax, so that sampled rows accept
+// some and reject others).
+enum class Proposer { kNgram, kDraft };
+
+class SpeculationTest : public ::testing::TestWithParam<Proposer> {
+ protected:
+  static void SetUpTestSuite() { TinyModels::Write(); }
+  static void TearDownTestSuite() { TinyModels::Remove(); }
 
   void SetUp() override {
-    RankWorkerOptions o;
-    o.model_dir = *dir_;
-    o.kv_cache_bytes = 64 << 20;
-    auto w = RankWorker::Load(o, MakeSingleRankCommunicator());
-    ASSERT_THAT(w, IsOk());
-    worker_ = std::move(*w);
+    worker_ = TinyModels::Load(*TinyModels::dir_);
+    ASSERT_NE(worker_, nullptr);
+    if (GetParam() == Proposer::kDraft) {
+      draft_worker_ = TinyModels::Load(*TinyModels::dir_, 8 << 20);
+      ASSERT_NE(draft_worker_, nullptr);
+      draft_ = std::make_unique<DraftModelProposer>(
+          draft_worker_.get(), static_cast<int32_t>(draft_worker_->num_blocks()),
+          static_cast<int32_t>(draft_worker_->block_size()), std::vector<int64_t>{});
+    }
   }
 
   std::unique_ptr<Engine> MakeEngine(bool speculate, bool prefix_caching = true) {
     Engine::Options eo;
     eo.metrics = &metrics_;
     eo.prefix_caching = prefix_caching;
-    if (speculate) eo.speculation.method = Engine::Options::Speculation::Method::kNgram;
+    if (speculate && GetParam() == Proposer::kNgram) {
+      eo.speculation.method = Engine::Options::Speculation::Method::kNgram;
+    } else if (speculate) {
+      eo.speculation.method = Engine::Options::Speculation::Method::kDraft;
+      eo.speculation.draft = draft_.get();
+      // Tiny models' passes cost about what a step does: a fixed cost keeps
+      // the proposal lengths (and so these tests) independent of timing.
+      eo.speculation.draft_cost = 0.1;
+    }
     return std::make_unique<Engine>(worker_.get(), worker_->config(),
                                     static_cast<int32_t>(worker_->num_blocks()),
                                     static_cast<int32_t>(worker_->block_size()), eo);
@@ -105,14 +150,19 @@ class SpeculationTest : public ::testing::Test {
     return result.ok() ? *result : EngineResult{};
   }
 
-  static std::string* dir_;
   MetricsRegistry registry_;
   ServiceMetrics metrics_{&registry_};
   std::unique_ptr<RankWorker> worker_;
+  std::unique_ptr<RankWorker> draft_worker_;
+  std::unique_ptr<DraftModelProposer> draft_;
 };
-std::string* SpeculationTest::dir_ = nullptr;
 
-TEST_F(SpeculationTest, GreedyOutputEqualsPlainDecoding) {
+INSTANTIATE_TEST_SUITE_P(Proposers, SpeculationTest, ::testing::Values(Proposer::kNgram, Proposer::kDraft),
+                         [](const ::testing::TestParamInfo<Proposer>& p) {
+                           return p.param == Proposer::kNgram ? "ngram" : "draft";
+                         });
+
+TEST_P(SpeculationTest, GreedyOutputEqualsPlainDecoding) {
   auto plain = MakeEngine(false);
   auto spec = MakeEngine(true);
   for (int32_t salt = 0; salt < 6; ++salt) {
@@ -128,7 +178,7 @@ TEST_F(SpeculationTest, GreedyOutputEqualsPlainDecoding) {
   EXPECT_LT(spec->stats().steps, plain->stats().steps);  // fewer steps: speculation paid
 }
 
-TEST_F(SpeculationTest, SeededSamplingDrawsTheSameTokensWithPenalties) {
+TEST_P(SpeculationTest, SeededSamplingDrawsTheSameTokensWithPenalties) {
   auto plain = MakeEngine(false);
   auto spec = MakeEngine(true);
   for (uint64_t seed = 1; seed <= 8; ++seed) {
@@ -148,7 +198,7 @@ TEST_F(SpeculationTest, SeededSamplingDrawsTheSameTokensWithPenalties) {
 // chi-square test of homogeneity at the 0.001 level. Measured: 11.5 against
 // a bound of 42.4 (19 cells; 1785 of 15203 proposals accepted); with every
 // proposal taken unverified, 974.
-TEST_F(SpeculationTest, SampledDistributionIsUnchanged) {
+TEST_P(SpeculationTest, SampledDistributionIsUnchanged) {
   auto plain = MakeEngine(false);
   auto spec = MakeEngine(true);
   constexpr int kDraws = 1500;
@@ -198,7 +248,7 @@ TEST_F(SpeculationTest, SampledDistributionIsUnchanged) {
   EXPECT_LT(chi2, bound) << cells << " cells";
 }
 
-TEST_F(SpeculationTest, RollbackFreesBlocksAndCachesOnlyKeptTokens) {
+TEST_P(SpeculationTest, RollbackFreesBlocksAndCachesOnlyKeptTokens) {
   auto spec = MakeEngine(true);
   const int32_t blocks = spec->stats().num_blocks;
   // Sampled, so that proposals are rejected as well as accepted.
@@ -217,10 +267,11 @@ TEST_F(SpeculationTest, RollbackFreesBlocksAndCachesOnlyKeptTokens) {
   from_handle.prefix_handle = a.handle;
   const EngineResult continued = Run(*spec, from_handle);
   ASSERT_THAT(spec->ReleaseHandle(a.handle), IsOk());
-  // Every block back (free or evictable cache), none held.
+  // Every block back (free or evictable cache), none held; the draft's too.
   const Engine::Stats s = spec->stats();
   EXPECT_EQ(s.referenced_blocks, 0);
   EXPECT_EQ(s.free_blocks, blocks);
+  if (draft_) EXPECT_EQ(draft_->free_blocks(), draft_->num_blocks());
 
   // The same computed from scratch, with no cache and no speculation.
   auto fresh = MakeEngine(false, /*prefix_caching=*/false);
@@ -228,6 +279,115 @@ TEST_F(SpeculationTest, RollbackFreesBlocksAndCachesOnlyKeptTokens) {
   std::vector<int32_t> whole = again;
   whole.insert(whole.end(), {5, 6});
   EXPECT_EQ(Run(*fresh, Request(whole, 12, 0.0f, 1)).tokens, continued.tokens);
+}
+
+// A draft that is another model (another seed): most proposals rejected,
+// the output still plain decoding's, token for token.
+TEST(DraftSpeculationTest, AnotherModelsProposalsLeaveGreedyOutputUnchanged) {
+  TinyModels::Write();
+  auto target = TinyModels::Load(*TinyModels::dir_);
+  auto other = TinyModels::Load(*TinyModels::other_, 8 << 20);
+  ASSERT_NE(target, nullptr);
+  ASSERT_NE(other, nullptr);
+  DraftModelProposer draft(other.get(), static_cast<int32_t>(other->num_blocks()),
+                           static_cast<int32_t>(other->block_size()), {});
+  MetricsRegistry registry;
+  ServiceMetrics metrics(&registry);
+  auto make = [&](bool speculate) {
+    Engine::Options eo;
+    eo.metrics = &metrics;
+    if (speculate) {
+      eo.speculation.method = Engine::Options::Speculation::Method::kDraft;
+      eo.speculation.draft = &draft;
+      eo.speculation.draft_cost = 0.01;  // propose all five, however few are accepted
+    }
+    return std::make_unique<Engine>(target.get(), target->config(),
+                                    static_cast<int32_t>(target->num_blocks()),
+                                    static_cast<int32_t>(target->block_size()), eo);
+  };
+  auto plain = make(false);
+  auto spec = make(true);
+  for (int32_t salt = 0; salt < 4; ++salt) {
+    EngineRequest r;
+    for (int32_t i = 0; i < 20; ++i) r.prompt.push_back((i * 7 + salt * 11) % 64);
+    r.max_new_tokens = 30;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    auto a = EngineRunner(plain.get()).Run(r);
+    auto b = EngineRunner(spec.get()).Run(r);
+    ASSERT_THAT(a, IsOk());
+    ASSERT_THAT(b, IsOk());
+    EXPECT_EQ(a->tokens, b->tokens) << "prompt " << salt;
+  }
+  EXPECT_GT(metrics.spec_draft_tokens->value(), 2 * metrics.spec_accepted_tokens->value());
+  EXPECT_EQ(draft.free_blocks(), draft.num_blocks());
+  TinyModels::Remove();
+}
+
+// The proposer alone: k greedy tokens of the draft model, the same whether
+// its cache is fresh, caught up from a longer history, or rolled back past
+// proposals the target rejected; a long history fed over several calls;
+// every block back when sequences are forgotten or evicted.
+TEST(DraftModelProposerTest, ProposesTheDraftsGreedyContinuationFromAnyCache) {
+  TinyModels::Write();
+  auto worker = TinyModels::Load(*TinyModels::dir_);
+  ASSERT_NE(worker, nullptr);
+  const int32_t bs = static_cast<int32_t>(worker->block_size());
+  // The draft's own greedy continuation, from a plain engine on the same rank.
+  auto greedy = [&](const std::vector<int32_t>& prompt, int32_t n) {
+    Engine::Options eo;
+    eo.prefix_caching = false;
+    Engine e(worker.get(), worker->config(), static_cast<int32_t>(worker->num_blocks()), bs, eo);
+    EngineRequest r;
+    r.prompt = prompt;
+    r.max_new_tokens = n;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    auto out = EngineRunner(&e).Run(r);
+    EXPECT_THAT(out, IsOk());
+    return out.ok() ? out->tokens : std::vector<int32_t>{};
+  };
+  std::vector<int32_t> history;
+  for (int32_t i = 0; i < 40; ++i) history.push_back((i * 13 + 5) % 64);
+  const std::vector<int32_t> expected = greedy(history, 4);
+  ASSERT_EQ(expected.size(), 4u);
+  // What a fresh cache would propose after the target kept the first two
+  // proposals and drew another token, and for a second, longer sequence:
+  // all computed before the proposers below write the same pool's blocks.
+  std::vector<int32_t> kept = history;
+  kept.insert(kept.end(), {expected[0], expected[1], (expected[2] + 1) % 64});
+  const std::vector<int32_t> after = greedy(kept, 3);
+  const std::vector<int32_t> second(100, 3);
+  const std::vector<int32_t> after_second = greedy(second, 2);
+
+  // A pool of 8 blocks (its own part of the worker's: the engine above is gone).
+  DraftModelProposer::Options o;
+  o.max_catch_up = 32;
+  DraftModelProposer draft(worker.get(), 8, bs, {}, o);
+  // 40 tokens over a catch-up budget of 32: nothing the first call, then all four.
+  EXPECT_THAT(draft.Propose({{1, &history, 4}})[0], IsEmpty());
+  EXPECT_EQ(draft.Propose({{1, &history, 4}})[0], expected);
+  // The target kept the first two proposals and drew another token: the
+  // cache rolls back to them and proposes what a fresh one would.
+  EXPECT_EQ(draft.Propose({{1, &kept, 3}})[0], after);
+  // A second sequence needs room: the first one's blocks (not in this call) are evicted.
+  o.max_catch_up = 1000;
+  DraftModelProposer roomy(worker.get(), 8, bs, {}, o);
+  EXPECT_EQ(roomy.Propose({{1, &kept, 3}})[0], after);
+  EXPECT_EQ(roomy.Propose({{2, &second, 2}})[0], after_second);
+  EXPECT_EQ(roomy.stats().evictions, 1);
+  // Both in one call cannot fit 8 blocks: the one that fits proposes.
+  const auto both = roomy.Propose({{2, &second, 2}, {1, &kept, 3}});
+  EXPECT_EQ(both[0], after_second);
+  EXPECT_THAT(both[1], IsEmpty());
+  roomy.Forget(2);
+  roomy.Forget(1);
+  EXPECT_EQ(roomy.free_blocks(), 8);
+  // An end-of-sequence token ends a proposal (the first time it comes).
+  DraftModelProposer stops(worker.get(), 8, bs, {expected[1]}, o);
+  const auto eos = std::find(expected.begin(), expected.end(), expected[1]);
+  EXPECT_EQ(stops.Propose({{1, &history, 4}})[0], std::vector<int32_t>(expected.begin(), eos + 1));
+  TinyModels::Remove();
 }
 
 }  // namespace

@@ -18,6 +18,7 @@ same round). Median and range over every round.
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -72,11 +73,14 @@ def run_batch(args, prompt, batch, method, workdir):
     summary = os.path.join(workdir, "summary.json")
     cmd = [args.shardlm, "batch", "--model", args.model, "--input", inp, "--output",
            os.path.join(workdir, "out.jsonl"), "--json-summary", summary, "--max-num-seqs", str(batch)]
+    proposer, _, draft_weights = method.partition(":")  # "draft:q4_0": the draft requantized at load
     if method != "plain":
-        cmd += ["--speculative", method, "--speculative-tokens", str(args.speculative_tokens),
+        cmd += ["--speculative", proposer, "--speculative-tokens", str(args.speculative_tokens),
                 "--speculative-max-batch", str(args.speculative_max_batch)]
-    if method == "draft":
+    if proposer == "draft":
         cmd += ["--draft-model", args.draft_model]
+        if draft_weights:
+            cmd += ["--draft-weights", draft_weights]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     with open(summary) as f:
@@ -85,6 +89,31 @@ def run_batch(args, prompt, batch, method, workdir):
     return {"decode_tps": s["decode_tokens_per_s"], "output_tokens": s["output_tokens"],
             "steps": s["engine_steps"], "acceptance": spec.get("acceptance_rate", 0.0),
             "proposed": spec.get("proposed_tokens", 0), "accepted": spec.get("accepted_tokens", 0)}
+
+
+def run_llamacpp(args, prompt, speculative, workdir):
+    """llama.cpp on the same files and prompt, batch 1, greedy: llama-completion (plain) or
+    llama-speculative-simple with the draft model (--spec-type draft-simple, K proposals at most)."""
+    path = os.path.join(workdir, "prompt.txt")
+    with open(path, "w") as f:
+        f.write(prompt)
+    common = ["-m", args.model, "-f", path, "-n", str(args.tokens), "--temp", "0", "-t", str(args.threads),
+              "-c", "4096"]
+    if speculative:
+        cmd = [args.llama_speculative] + common + ["-md", args.draft_model, "--spec-type", "draft-simple",
+                                                   "-td", str(args.threads),
+                                                   "--spec-draft-n-max", str(args.speculative_tokens)]
+    else:
+        cmd = [args.llama_completion] + common + ["-no-cnv"]
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True, stdin=subprocess.DEVNULL).stderr
+    if speculative:
+        # "decoded  166 tokens in   16.484 seconds, speed:   10.070 t/s" and "accept    = 81.098%"
+        tps = float(re.search(r"decoded\s+\d+ tokens in\s+[\d.]+ seconds, speed:\s+([\d.]+) t/s", out).group(1))
+        acc = float(re.search(r"accept\s+=\s+([\d.]+)%", out).group(1)) / 100
+        return {"decode_tps": tps, "acceptance": acc}
+    # "eval time =  5436.07 ms /   159 runs   (   34.19 ms per token,    29.25 tokens per second)"
+    tps = float(re.search(r"\beval time =.*?([\d.]+) tokens per second", out.replace("prompt eval", "prompt")).group(1))
+    return {"decode_tps": tps, "acceptance": 0.0}
 
 
 def floor_ms(args):
@@ -116,16 +145,21 @@ def main():
     ap.add_argument("--tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--speculative-tokens", type=int, default=5)
-    ap.add_argument("--speculative-max-batch", type=int, default=4)
+    ap.add_argument("--speculative-max-batch", type=int, default=2)
     ap.add_argument("--tasks", default=",".join(TASKS))
-    ap.add_argument("--methods", default="ngram", help="proposers against plain: ngram, draft or both")
+    ap.add_argument("--methods", default="ngram",
+                    help="proposers against plain, comma-separated: ngram, draft, draft:WEIGHTS (the draft with "
+                         "--draft-weights WEIGHTS)")
     ap.add_argument("--draft-model", default="", help="with --methods draft: the draft model's file")
+    ap.add_argument("--llama-completion", default="", help="llama.cpp's llama-completion: its plain decode")
+    ap.add_argument("--llama-speculative", default="",
+                    help="llama.cpp's llama-speculative-simple: its draft-model speculation (batch 1)")
     ap.add_argument("--json-out", default="")
     args = ap.parse_args()
     batches = [int(b) for b in args.batches.split(",")]
     tasks = args.tasks.split(",")
     methods = args.methods.split(",")
-    if "draft" in methods and not args.draft_model:
+    if any("draft" in m for m in methods) and not args.draft_model:
         sys.exit("--methods draft needs --draft-model")
     rounds = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -136,6 +170,10 @@ def main():
                     for method in ["plain"] + methods:
                         key = f"{task}|{batch}|{method}"
                         one["runs"][key] = run_batch(args, TASKS[task], batch, method, workdir)
+                    if batch == 1 and args.llama_completion and args.llama_speculative:
+                        for speculative in (False, True):
+                            key = f"{task}|1|llama.cpp {'draft' if speculative else 'plain'}"
+                            one["runs"][key] = run_llamacpp(args, TASKS[task], speculative, workdir)
             rounds.append(one)
             print(f"round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
     print("| task | batch | method | plain tok/s | speculating tok/s | speedup | acceptance | / floor rate |")
@@ -150,6 +188,15 @@ def main():
                 over_floor = [s / (1000.0 / x["floor_ms"]) for s, x in zip(spec, rounds)] if batch == 1 else None
                 print(f"| {task} | {batch} | {method} | {med(plain)} | {med(spec)} | {med(speedup)} | {med(acc)} | "
                       f"{med(over_floor) if over_floor else ''} |")
+    if args.llama_completion and args.llama_speculative:
+        print("\n| task | llama.cpp plain tok/s | llama.cpp draft tok/s | speedup | acceptance |")
+        print("|---|---|---|---|---|")
+        for task in tasks:
+            plain = [x["runs"][f"{task}|1|llama.cpp plain"]["decode_tps"] for x in rounds]
+            spec = [x["runs"][f"{task}|1|llama.cpp draft"]["decode_tps"] for x in rounds]
+            acc = [x["runs"][f"{task}|1|llama.cpp draft"]["acceptance"] for x in rounds]
+            print(f"| {task} | {med(plain)} | {med(spec)} | {med([s / p for s, p in zip(spec, plain)])} | "
+                  f"{med(acc)} |")
     print(f"\nmedian (min-max) of {args.rounds} interleaved rounds, {args.threads} threads, "
           f"{os.path.basename(args.model)}, greedy, {args.tokens} tokens, K = {args.speculative_tokens}")
     if args.json_out:

@@ -77,7 +77,17 @@ void DraftModelProposer::DropAll() {
   caches_.clear();
 }
 
-StepInput DraftModelProposer::FirstPass(const std::vector<DraftAsk>& asks, std::vector<size_t>& going) {
+bool DraftModelProposer::MaskRow(size_t i, Walks& walks, SampleRow& row) {
+  Matcher* walk = walks.matchers[i].get();
+  if (walk == nullptr) return true;
+  if (walk->stopped() || !walk->ComputeMask(walks.masks[i]).ok()) return false;
+  row.allowed = walks.masks[i].data();
+  row.allowed_words = static_cast<int64_t>(walks.masks[i].size());
+  return true;
+}
+
+StepInput DraftModelProposer::FirstPass(const std::vector<DraftAsk>& asks, Walks& walks,
+                                        std::vector<size_t>& going) {
   static const SamplingParams kGreedy = Greedy();
   static const std::vector<int32_t> kNone;
   StepInput step;
@@ -116,6 +126,8 @@ StepInput DraftModelProposer::FirstPass(const std::vector<DraftAsk>& asks, std::
     row.params = &kGreedy;
     row.prompt = &kNone;
     row.generated = &kNone;
+    if (asks[i].constraint != nullptr) walks.matchers[i] = asks[i].constraint->Clone();
+    if (asks[i].constraint != nullptr && (!walks.matchers[i] || !MaskRow(i, walks, row))) continue;
     step.rows.push_back(row);
     going.push_back(i);
   }
@@ -123,8 +135,8 @@ StepInput DraftModelProposer::FirstPass(const std::vector<DraftAsk>& asks, std::
 }
 
 StepInput DraftModelProposer::NextPass(const StepInput& step, const std::vector<RowResult>& rows,
-                                       const std::vector<DraftAsk>& asks, std::vector<size_t>& going,
-                                       std::vector<std::vector<int32_t>>& out) {
+                                       const std::vector<DraftAsk>& asks, Walks& walks,
+                                       std::vector<size_t>& going, std::vector<std::vector<int32_t>>& out) {
   StepInput next;
   std::vector<size_t> still;
   for (size_t r = 0; r < going.size(); ++r) {
@@ -132,6 +144,8 @@ StepInput DraftModelProposer::NextPass(const StepInput& step, const std::vector<
     const int32_t token = rows[r].token;
     out[i].push_back(token);
     if (static_cast<int32_t>(out[i].size()) >= asks[i].k || IsEos(token)) continue;
+    SampleRow row = step.rows[r];
+    if (walks.matchers[i] && (!walks.matchers[i]->Consume(token).ok() || !MaskRow(i, walks, row))) continue;
     Cache& cache = caches_[asks[i].id];
     const int32_t seq = static_cast<int32_t>(next.block_tables.size());
     next.block_tables.push_back(cache.blocks);
@@ -139,7 +153,6 @@ StepInput DraftModelProposer::NextPass(const StepInput& step, const std::vector<
     next.positions.push_back(static_cast<int32_t>(cache.fed.size()));
     next.seq_of_token.push_back(seq);
     cache.fed.push_back(token);
-    SampleRow row = step.rows[r];
     row.row = seq;
     row.seq = seq;
     next.rows.push_back(row);
@@ -154,7 +167,10 @@ std::vector<std::vector<int32_t>> DraftModelProposer::Propose(const std::vector<
   std::vector<std::vector<int32_t>> out(asks.size());
   for (const DraftAsk& a : asks) caches_[a.id].used = calls_;
   std::vector<size_t> going;  // the asks whose rows are in the pass, row by row
-  StepInput step = FirstPass(asks, going);
+  Walks walks;
+  walks.matchers.resize(asks.size());
+  walks.masks.resize(asks.size());
+  StepInput step = FirstPass(asks, walks, going);
   // Then one token per proposing sequence and pass: its own last proposal.
   while (!step.token_ids.empty()) {
     const auto start = std::chrono::steady_clock::now();
@@ -172,7 +188,7 @@ std::vector<std::vector<int32_t>> DraftModelProposer::Propose(const std::vector<
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       stats_.pass_ms = stats_.pass_ms > 0 ? 0.8 * stats_.pass_ms + 0.2 * ms : ms;
     }
-    step = NextPass(step, *rows, asks, going, out);
+    step = NextPass(step, *rows, asks, walks, going, out);
   }
   return out;
 }

@@ -17,17 +17,21 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <vector>
 
+#include "constraints/matcher.h"
 #include "step/step.h"
 
 namespace shardlm {
 
-// One sequence's request for proposals: up to `k` tokens after `tokens`.
+// One sequence's request for proposals: up to `k` tokens after `tokens`,
+// each allowed by `constraint` (its state after `tokens`) when it has one.
 struct DraftAsk {
   int64_t id = 0;
   const std::vector<int32_t>* tokens = nullptr;
   int32_t k = 0;
+  const Matcher* constraint = nullptr;
 };
 
 class DraftModelProposer {
@@ -84,13 +88,22 @@ class DraftModelProposer {
   // Keeps the first `tokens` fed tokens and the blocks they need.
   void Truncate(Cache& cache, int32_t tokens);
   bool IsEos(int32_t token) const;
+  // A call's constrained asks: each one's copy of its constraint, walked
+  // through its proposals, and the mask of its next one (by ask).
+  struct Walks {
+    std::vector<std::unique_ptr<Matcher>> matchers;
+    std::vector<std::vector<uint32_t>> masks;
+  };
+  // Points `row` at ask i's mask for its next proposal; false when its
+  // constraint allows nothing more to propose (ended or failed).
+  bool MaskRow(size_t i, Walks& walks, SampleRow& row);
   // Propose's passes: the first feeds what each cache lacks, with a
   // sampling row at each proposing sequence's last token (`going`: their
   // asks, row by row); each next one feeds every proposal the last drew
   // (into `out`) to the asks that want more.
-  StepInput FirstPass(const std::vector<DraftAsk>& asks, std::vector<size_t>& going);
+  StepInput FirstPass(const std::vector<DraftAsk>& asks, Walks& walks, std::vector<size_t>& going);
   StepInput NextPass(const StepInput& step, const std::vector<RowResult>& rows,
-                     const std::vector<DraftAsk>& asks, std::vector<size_t>& going,
+                     const std::vector<DraftAsk>& asks, Walks& walks, std::vector<size_t>& going,
                      std::vector<std::vector<int32_t>>& out);
   // Drops every cache (after a failed pass their contents are unknown).
   void DropAll();

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "coordinator/engine/decode_step_times.h"
 #include "coordinator/engine/draft_proposer.h"
 #include "coordinator/engine/engine_request.h"
 #include "coordinator/engine/kv_manager.h"
@@ -89,9 +90,11 @@ class Engine {
       int32_t max_batch = 2;
       int32_t max_rows = 8;
       DraftModelProposer* draft = nullptr;  // kDraft: the draft model; outlives the engine
-      // kDraft: a draft pass's cost in verifying steps, which sets how many
-      // tokens it proposes (engine_speculate.cc); 0: as measured.
+      // kDraft: a draft pass's cost, and each proposal row's, in one-row
+      // steps, which set how many tokens it proposes (engine_speculate.cc);
+      // 0: as measured.
       double draft_cost = 0;
+      double row_cost = 0;
     } speculation;
     ServiceMetrics* metrics = nullptr;  // counted into when set
     // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
@@ -207,6 +210,9 @@ class Engine {
   // ahead behind this one: its proposals need the token this one draws).
   bool MayPropose(const Sequence& seq) const;
   void DropUnscheduledProposals();
+  // A constrained sequence's proposals cut before the first its constraint
+  // does not allow, and its rows' masks computed into seq.draft_masks.
+  void ConstrainProposals(Sequence& seq, std::vector<int32_t>& draft);
   void AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row, int32_t seq_index);
   void ApplyRows(PlannedStep& plan, const std::vector<RowResult>& results);
   void RollBackProposals(PlannedStep& plan);
@@ -242,7 +248,7 @@ class Engine {
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
   int64_t proposed_tokens_ = 0;  // speculation's totals (Stats)
   int64_t accepted_tokens_ = 0;
-  double verify_ms_ = 0;  // a verifying step's time (moving average), against the draft's passes
+  DecodeStepTimes decode_times_;  // steps of decodes by rows, against the draft's passes
   // The step time budget (Options::target_step_ms): what a step costs,
   // learnt from the steps run, and when the last step's rows came back.
   void LearnStepCost(const PlannedStep& plan, bool ran);

@@ -17,9 +17,13 @@ void Engine::LearnStepCost(const PlannedStep& plan, bool ran) {
   // timeout; a refusal came back at once).
   const bool timed = plan.finished != std::chrono::steady_clock::time_point{};
   if (!ran || !timed) return;
-  if (!plan.speculating.empty()) {
-    const double ms = std::chrono::duration<double, std::milli>(plan.finished - began).count();
-    verify_ms_ = verify_ms_ > 0 ? 0.8 * verify_ms_ + 0.2 * ms : ms;
+  // Steps of decodes alone (every token a sampling row: decoding sequences
+  // and proposals) by their rows, for the draft's proposal lengths.
+  const auto sampling_rows = std::count_if(plan.input.rows.begin(), plan.input.rows.end(),
+                                           [](const SampleRow& row) { return row.sample; });
+  if (static_cast<size_t>(sampling_rows) == plan.input.token_ids.size()) {
+    decode_times_.Observe(static_cast<int32_t>(sampling_rows),
+                          std::chrono::duration<double, std::milli>(plan.finished - began).count());
   }
   if (options_.target_step_ms <= 0) return;
   // Steps of decodes alone are mostly fixed cost (a batch-1 decode reads

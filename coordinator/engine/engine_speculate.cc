@@ -2,7 +2,11 @@
 // proposals made before the scheduler runs, a speculating sequence's rows,
 // its rows applied while they accept, and the rollback to what it kept.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <functional>
+#include <memory>
+#include <optional>
 
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/ngram_proposer.h"
@@ -12,40 +16,35 @@
 namespace shardlm {
 namespace {
 
-// A step's accepted share weighs this much in a sequence's proposal_rate.
+// A step's hits and misses weigh this much in a sequence's acceptance.
 constexpr double kRateWeight = 0.3;
 // A sequence whose proposals are seldom accepted proposes one token once in
 // this many steps, so that one which starts repeating its input is noticed.
 constexpr int32_t kProbeSteps = 8;
 
-// Tokens prompt lookup proposes for `seq` now: `most` scaled by how often
-// its recent proposals were accepted (all of them from a rate of one half),
-// none below a twentieth of `most`'s worth but for a one-token probe once in
-// kProbeSteps steps without a proposal. A proposal costs a row in the step
-// whether or not it is accepted, so a sequence that does not repeat itself
-// (free chat) stops paying for them.
-int32_t NgramLength(const Sequence& seq, int32_t most) {
-  const int32_t k =
-      std::min<int32_t>(most, static_cast<int32_t>(std::lround(2.0 * most * seq.proposal_rate)));
-  if (k > 0) return k;
-  return (seq.steps_unproposed + 1) % kProbeSteps == 0 ? 1 : 0;
-}
+// What a step costs with `rows` rows, and a draft pass (any unit).
+struct SpeculationCosts {
+  std::function<double(int32_t)> step;
+  double pass = 0;
+};
 
-// Tokens the draft model proposes for `seq` now: the k in [0, most] that
-// makes the most tokens per unit of time, where each proposal is accepted
-// with the sequence's recent per-token acceptance a, so that a step of k
-// proposals yields 1 + a + ... + a^k tokens (Leviathan et al.'s expectation),
-// and costs one verifying step plus k draft passes of `draft_cost` steps
-// each. k = 0 is plain decoding (one token, cost 1); then a one-token probe
-// once in kProbeSteps steps, as for prompt lookup.
-int32_t DraftLength(const Sequence& seq, int32_t most, double draft_cost) {
-  const double a = seq.draft_hits / (seq.draft_hits + seq.draft_misses);
+// Tokens `seq` proposes now: the k in [0, most] that makes the most tokens
+// per unit of time, where each proposal is accepted with the sequence's
+// recent per-token acceptance a, so that a step of k proposals yields
+// 1 + a + ... + a^k tokens (Leviathan et al.'s expectation), and costs k
+// draft passes (none for prompt lookup) plus a step of `rows` + k rows.
+// k = 0 is plain decoding (one token for a step of `rows` rows); then a
+// one-token probe once in kProbeSteps steps, so that a sequence whose
+// proposals stopped paying (a chat answer that starts quoting its input,
+// say) is noticed.
+int32_t SpeculationLength(const Sequence& seq, int32_t most, int32_t rows, const SpeculationCosts& cost) {
+  const double a = seq.acceptance();
   int32_t best = 0;
-  double best_rate = 1.0, expected = 1.0, run = 1.0;
+  double best_rate = 1.0 / cost.step(rows), expected = 1.0, run = 1.0;
   for (int32_t k = 1; k <= most; ++k) {
     run *= a;
     expected += run;
-    const double rate = expected / (1.0 + k * draft_cost);
+    const double rate = expected / (k * cost.pass + cost.step(rows + k));
     if (rate > best_rate) {
       best = k;
       best_rate = rate;
@@ -56,7 +55,7 @@ int32_t DraftLength(const Sequence& seq, int32_t most, double draft_cost) {
 }
 
 // Whether the request lets `seq` speculate at all.
-bool Speculates(const Sequence& seq) { return seq.request.speculate && !seq.matcher && !seq.end_requested; }
+bool Speculates(const Sequence& seq) { return seq.request.speculate && !seq.end_requested; }
 
 }  // namespace
 
@@ -71,14 +70,14 @@ bool Engine::SpeculationOn() const {
 void Engine::Propose() {
   if (!SpeculationOn()) return;
   const Options::Speculation& spec = options_.speculation;
+  const bool draft = spec.method == Options::Speculation::Method::kDraft;
   const int32_t running = static_cast<int32_t>(scheduler_.running().size());
-  // Rows are nearly free while the step stays bound by reading the weights:
-  // the proposals share what max_rows leaves, best acceptance first.
+  // The proposals share the rows max_rows leaves, best acceptance first.
   int32_t rows_left = spec.max_rows - running;
   std::vector<Sequence*> order;
   for (SchedSeq* s : scheduler_.running()) order.push_back(static_cast<Sequence*>(s));
   std::stable_sort(order.begin(), order.end(),
-                   [](const Sequence* a, const Sequence* b) { return a->proposal_rate > b->proposal_rate; });
+                   [](const Sequence* a, const Sequence* b) { return a->acceptance() > b->acceptance(); });
   // Who proposes, and how many tokens at most.
   std::vector<Sequence*> proposing;
   std::vector<DraftAsk> asks;
@@ -93,26 +92,28 @@ void Engine::Propose() {
     const int32_t k = std::min({ProposalLength(seq), left, rows_left});
     // Prompt lookup proposes here and now; the draft below, for all of them in one batch.
     std::vector<int32_t> ngram;
-    if (k > 0 && spec.method == Options::Speculation::Method::kNgram) ngram = ProposeNgram(seq.tokens, k, {});
-    if (k <= 0 || (spec.method == Options::Speculation::Method::kNgram && ngram.empty())) {
+    if (k > 0 && !draft) ngram = ProposeNgram(seq.tokens, k, {});
+    if (k <= 0 || (!draft && ngram.empty())) {
       ++seq.steps_unproposed;
       continue;
     }
     rows_left -= ngram.empty() ? k : static_cast<int32_t>(ngram.size());
     proposing.push_back(&seq);
-    asks.push_back({seq.id, &seq.tokens, k});
+    if (draft) asks.push_back({seq.id, &seq.tokens, k, seq.matcher.get()});
     drafts.push_back(std::move(ngram));
   }
   if (proposing.empty()) return;
-  if (spec.method == Options::Speculation::Method::kDraft) drafts = spec.draft->Propose(asks);
+  if (draft) drafts = spec.draft->Propose(asks);
   int32_t reserved = 0;  // free blocks the proposals so far would take
   for (size_t i = 0; i < proposing.size(); ++i) {
     Sequence& seq = *proposing[i];
     std::vector<int32_t>& draft = drafts[i];
+    if (seq.matcher) ConstrainProposals(seq, draft);
     const int32_t short_blocks =
         draft.empty() ? 0 : kv_.BlocksShort(seq, seq.num_computed + 1 + static_cast<int32_t>(draft.size()));
     if (draft.empty() || short_blocks > kv_.FreeBlocks() - reserved) {  // never worth a preemption
       ++seq.steps_unproposed;
+      seq.draft_masks.clear();
       continue;
     }
     reserved += short_blocks;
@@ -123,22 +124,72 @@ void Engine::Propose() {
 
 int32_t Engine::ProposalLength(const Sequence& seq) const {
   const Options::Speculation& spec = options_.speculation;
-  if (spec.method != Options::Speculation::Method::kDraft) return NgramLength(seq, spec.tokens);
-  // A draft pass against a verifying step, as measured (a third until both are).
-  const double pass_ms = spec.draft->stats().pass_ms;
-  const double cost = spec.draft_cost > 0             ? spec.draft_cost
-                      : pass_ms > 0 && verify_ms_ > 0 ? pass_ms / verify_ms_
-                                                      : 1.0 / 3;
-  return DraftLength(seq, spec.tokens, cost);
+  // As measured: the steps of decodes by their rows, and the draft's passes.
+  // Until they are, a tenth of a step a row and a third a pass (the options
+  // set them for tests).
+  const int32_t rows = std::max<int32_t>(1, static_cast<int32_t>(scheduler_.running().size()));
+  SpeculationCosts cost;
+  const bool measured = spec.row_cost <= 0 && decode_times_.Estimate(rows).has_value();
+  if (measured) {
+    cost.step = [this](int32_t r) { return decode_times_.Estimate(r).value_or(1.0); };
+  } else {  // in steps of `rows` rows
+    const double row = spec.row_cost > 0 ? spec.row_cost : 0.1;
+    cost.step = [row, rows](int32_t r) { return 1.0 + row * (r - rows); };
+  }
+  if (spec.method == Options::Speculation::Method::kDraft) {
+    const double pass_ms = spec.draft->stats().pass_ms;
+    cost.pass = spec.draft_cost > 0       ? spec.draft_cost * cost.step(rows)
+                : measured && pass_ms > 0 ? pass_ms
+                                          : cost.step(rows) / 3;
+  }
+  return SpeculationLength(seq, spec.tokens, rows, cost);
 }
 
 bool Engine::MayPropose(const Sequence& seq) const {
   return SpeculationOn() && Speculates(seq) && ProposalLength(seq) > 0;
 }
 
+void Engine::ConstrainProposals(Sequence& seq, std::vector<int32_t>& draft) {
+  seq.draft_masks.clear();
+  if (draft.empty()) return;
+  std::unique_ptr<Matcher> walk = seq.matcher->Clone();
+  if (!walk) {
+    draft.clear();
+    return;
+  }
+  // Row i's mask is the constraint's after proposals 1..i; a proposal it
+  // does not allow could never be drawn there, so the proposals end before it.
+  for (size_t i = 0; i <= draft.size(); ++i) {
+    std::vector<uint32_t>& mask = seq.draft_masks.emplace_back();
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status computed = walk->ComputeMask(mask);
+    if (options_.metrics) {
+      options_.metrics->constraint_mask->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    }
+    if (!computed.ok()) {  // the plain path's mask reports the error
+      draft.clear();
+      seq.draft_masks.clear();
+      return;
+    }
+    if (i == draft.size()) break;
+    const int32_t d = draft[i];
+    const bool allowed =
+        d >= 0 && d / 32 < static_cast<int32_t>(mask.size()) && ((mask[d / 32] >> (d % 32)) & 1u);
+    if (!allowed || !walk->Consume(d).ok()) {
+      draft.resize(i);
+      break;
+    }
+  }
+  if (draft.empty()) seq.draft_masks.clear();
+}
+
 void Engine::DropUnscheduledProposals() {
   for (auto& [id, seq] : seqs_) {
-    if (seq->flight.steps == 0) seq->draft.clear();
+    if (seq->flight.steps == 0) {
+      seq->draft.clear();
+      seq->draft_masks.clear();
+    }
   }
 }
 
@@ -167,6 +218,10 @@ void Engine::AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row
     }
     // The seed of the output index it would have had without speculation.
     row.draw_seed = DrawSeed(seq.request.sampling.seed, drawn + i);
+    if (seq.matcher) {  // the constraint's mask after the proposals before it
+      row.allowed = seq.draft_masks[i].data();
+      row.allowed_words = static_cast<int64_t>(seq.draft_masks[i].size());
+    }
     if (i == 0) seq.flight.pending_row = static_cast<int32_t>(step.rows.size());
     step.rows.push_back(row);
     RowOwner owner{&seq, i == 0 ? -1 : RowOwner::kProposalRow};
@@ -211,12 +266,11 @@ void Engine::SettleProposals(PlannedStep& plan, bool ran) {
   for (Speculation& sp : plan.speculating) {
     Sequence& seq = *sp.seq;
     seq.draft.clear();
+    seq.draft_masks.clear();
     kv_.Shrink(seq);
     // A failed step wrote nothing anyone may rely on: published nothing, counted nothing.
     if (!ran) continue;
     if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
-    seq.proposal_rate = (1 - kRateWeight) * seq.proposal_rate +
-                        kRateWeight * sp.accepted / static_cast<double>(sp.proposed.size());
     // Per token: the accepted proposals succeeded, the first rejected one failed.
     seq.draft_hits = (1 - kRateWeight) * seq.draft_hits + sp.accepted;
     seq.draft_misses = (1 - kRateWeight) * seq.draft_misses +

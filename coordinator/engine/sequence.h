@@ -49,14 +49,15 @@ struct Sequence : SchedSeq {
   // Tokens proposed after `tokens` for the step being planned (speculative
   // decoding, docs/speculative_decoding.md); empty between steps.
   std::vector<int32_t> draft;
-  // Its proposals' recent acceptance (a moving average of each step's
-  // accepted share), and its decoding steps without a proposal since its
-  // last one (engine_speculate.cc).
-  double proposal_rate = 0.5;
-  int32_t steps_unproposed = 0;
-  // Its proposals' recent per-token acceptance, hits / (hits + misses): each
+  // A constrained sequence's masks for its proposal rows: row i's after
+  // proposals 1..i (Engine::ConstrainProposals); empty between steps.
+  std::vector<std::vector<uint32_t>> draft_masks;
+  // Its decoding steps without a proposal since its last one, and its
+  // proposals' recent per-token acceptance, hits / (hits + misses): each
   // step adds its accepted proposals as hits and a rejection as a miss, the
-  // older ones weighing less (the draft's proposal length, engine_speculate.cc).
+  // older ones weighing less (its proposal length, engine_speculate.cc).
+  int32_t steps_unproposed = 0;
+  double acceptance() const { return draft_hits / (draft_hits + draft_misses); }
   double draft_hits = 2.0;
   double draft_misses = 1.0;
   int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`

@@ -12,7 +12,10 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
 
+#include "constraints/constraint_compiler.h"
 #include "coordinator/engine/draft_proposer.h"
 #include "coordinator/engine/engine.h"
 #include "coordinator/engine/engine_runner.h"
@@ -20,6 +23,8 @@
 #include "coordinator/engine/service_metrics.h"
 #include "formats/tiny_model.h"
 #include "tests/testing/status_matchers.h"
+#include "tokenizer/byte_level.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
 
 namespace shardlm {
@@ -112,12 +117,14 @@ class SpeculationTest : public ::testing::TestWithParam<Proposer> {
     eo.prefix_caching = prefix_caching;
     if (speculate && GetParam() == Proposer::kNgram) {
       eo.speculation.method = Engine::Options::Speculation::Method::kNgram;
+      eo.speculation.row_cost = 0.05;  // as below
     } else if (speculate) {
       eo.speculation.method = Engine::Options::Speculation::Method::kDraft;
       eo.speculation.draft = draft_.get();
-      // Tiny models' passes cost about what a step does: a fixed cost keeps
+      // Tiny models' passes cost about what a step does: fixed costs keep
       // the proposal lengths (and so these tests) independent of timing.
       eo.speculation.draft_cost = 0.1;
+      eo.speculation.row_cost = 0.05;
     }
     return std::make_unique<Engine>(worker_.get(), worker_->config(),
                                     static_cast<int32_t>(worker_->num_blocks()),
@@ -299,7 +306,8 @@ TEST(DraftSpeculationTest, AnotherModelsProposalsLeaveGreedyOutputUnchanged) {
     if (speculate) {
       eo.speculation.method = Engine::Options::Speculation::Method::kDraft;
       eo.speculation.draft = &draft;
-      eo.speculation.draft_cost = 0.01;  // propose all five, however few are accepted
+      eo.speculation.draft_cost = 0.01;  // propose, however few are accepted
+      eo.speculation.row_cost = 0.01;
     }
     return std::make_unique<Engine>(target.get(), target->config(),
                                     static_cast<int32_t>(target->num_blocks()),
@@ -388,6 +396,104 @@ TEST(DraftModelProposerTest, ProposesTheDraftsGreedyContinuationFromAnyCache) {
   const auto eos = std::find(expected.begin(), expected.end(), expected[1]);
   EXPECT_EQ(stops.Propose({{1, &history, 4}})[0], std::vector<int32_t>(expected.begin(), eos + 1));
   TinyModels::Remove();
+}
+
+// Constrained requests speculate too: each proposal row samples under the
+// constraint's mask after the proposals before it, and proposals end before
+// the first the constraint refuses (the draft proposes under the same masks).
+// On a byte vocabulary over a tiny model of 256 ids: every output equals
+// plain decoding's, keeps to its constraint, and proposals were accepted.
+TEST(ConstrainedSpeculationTest, ProposalRowsSampleUnderTheConstraintsMasks) {
+  constexpr int32_t kEos = 255;
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < kEos; ++b) vocab[ByteLevelTable::Get().Encode(static_cast<unsigned char>(b))] = b;
+  nlohmann::json root = {
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"added_tokens", {{{"id", kEos}, {"content", "<|eos|>"}, {"special", true}}}},
+  };
+  auto tokenizer = Tokenizer::FromJson(root.dump(), "bytes.json");
+  ASSERT_THAT(tokenizer, IsOk());
+  auto compiler = ConstraintCompiler::Create(**tokenizer, {kEos});
+  ASSERT_THAT(compiler, IsOk());
+  const std::string kRegex = "(ab|cd)[abcd]{6,30}";
+  const std::vector<std::string> kChoices = {"abcabcabcabc", "abcdabcdabcd", "cdcdcdcdcd"};
+  auto compile = [&](bool choice) {
+    ConstraintSpec spec;
+    spec.kind = choice ? ConstraintSpec::Kind::kChoice : ConstraintSpec::Kind::kRegex;
+    spec.text = kRegex;
+    spec.choices = kChoices;
+    auto m = (*compiler)->Compile(spec);
+    EXPECT_THAT(m, IsOk());
+    return std::shared_ptr<const Matcher>(std::move(*m));
+  };
+  const std::string dir = ::testing::TempDir() + "/speculation_bytes_model." + std::to_string(::getpid());
+  std::filesystem::remove_all(dir);
+  TinyModelOptions o;
+  o.vocab_size = 256;
+  o.hidden_size = 64;
+  o.num_heads = 4;
+  o.num_kv_heads = 2;
+  o.intermediate_size = 128;
+  o.max_position_embeddings = 256;
+  o.seed = 7;
+  ASSERT_THAT(WriteTinyModel(dir, o), IsOk());
+  auto target = TinyModels::Load(dir);
+  auto draft_worker = TinyModels::Load(dir, 8 << 20);
+  ASSERT_NE(target, nullptr);
+  ASSERT_NE(draft_worker, nullptr);
+  DraftModelProposer draft(draft_worker.get(), static_cast<int32_t>(draft_worker->num_blocks()),
+                           static_cast<int32_t>(draft_worker->block_size()), {kEos});
+  for (const Proposer proposer : {Proposer::kNgram, Proposer::kDraft}) {
+    MetricsRegistry registry;
+    ServiceMetrics metrics(&registry);
+    Engine::Options plain_options;
+    Engine::Options spec_options;
+    spec_options.metrics = &metrics;
+    spec_options.speculation.method = proposer == Proposer::kNgram
+                                          ? Engine::Options::Speculation::Method::kNgram
+                                          : Engine::Options::Speculation::Method::kDraft;
+    spec_options.speculation.draft = &draft;
+    spec_options.speculation.draft_cost = 0.1;
+    spec_options.speculation.row_cost = 0.05;
+    auto make = [&](const Engine::Options& eo) {
+      return std::make_unique<Engine>(target.get(), target->config(),
+                                      static_cast<int32_t>(target->num_blocks()),
+                                      static_cast<int32_t>(target->block_size()), eo);
+    };
+    auto plain = make(plain_options);
+    auto spec = make(spec_options);
+    for (int i = 0; i < 8; ++i) {
+      EngineRequest r;
+      const std::string prompt = i % 2 == 0 ? "abcdabcdabcdabcd" : "cdcdcdabababcdcd";
+      auto ids = (*tokenizer)->Encode(prompt, false);
+      ASSERT_THAT(ids, IsOk());
+      r.prompt = *ids;
+      r.prompt.push_back(i);  // a different request each time
+      r.max_new_tokens = 40;
+      r.stop_token_ids = {kEos};
+      r.sampling.temperature = i < 4 ? 0.0f : 0.8f;
+      r.sampling.seed = 100 + i;
+      r.has_seed = true;
+      r.constraint = compile(i % 4 == 3);
+      auto a = EngineRunner(plain.get()).Run(r);
+      auto b = EngineRunner(spec.get()).Run(r);
+      ASSERT_THAT(a, IsOk());
+      ASSERT_THAT(b, IsOk());
+      EXPECT_EQ(a->tokens, b->tokens) << "request " << i;
+      const std::string text = (*tokenizer)->Decode(b->tokens, /*skip_special=*/true);
+      if (i % 4 == 3) {
+        EXPECT_THAT(kChoices, ::testing::Contains(text)) << "request " << i;
+      } else {
+        EXPECT_TRUE(std::regex_match(text, std::regex(kRegex))) << "request " << i << ": '" << text << "'";
+      }
+    }
+    EXPECT_GT(metrics.spec_accepted_tokens->value(), 10)
+        << (proposer == Proposer::kNgram ? "ngram" : "draft") << ": constrained sequences should speculate";
+  }
+  EXPECT_EQ(draft.free_blocks(), draft.num_blocks());
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -5,6 +5,8 @@
 
 #include <limits>
 
+#include "coordinator/engine/decode_step_times.h"
+
 namespace shardlm {
 namespace {
 
@@ -103,6 +105,32 @@ TEST(StepCostModelTest, IgnoresStepsWithoutTokensOrTime) {
   m.Observe(10, 55, 0.01);
   m.Observe(10, 55, 0.01);
   EXPECT_FALSE(m.cost().has_value());
+}
+
+}  // namespace
+}  // namespace shardlm
+
+namespace shardlm {
+namespace {
+
+TEST(DecodeStepTimesTest, EstimatesRowCountsBetweenAndBeyondTheMeasuredOnes) {
+  DecodeStepTimes t;
+  EXPECT_FALSE(t.Estimate(1).has_value());
+  t.Observe(1, 20.0);
+  // One count measured: a tenth of it per row more or less.
+  EXPECT_DOUBLE_EQ(*t.Estimate(1), 20.0);
+  EXPECT_DOUBLE_EQ(*t.Estimate(3), 24.0);
+  t.Observe(3, 30.0);
+  EXPECT_DOUBLE_EQ(*t.Estimate(2), 25.0);  // between the two
+  EXPECT_DOUBLE_EQ(*t.Estimate(5), 40.0);  // on past the larger
+  t.Observe(4, 32.0);
+  EXPECT_DOUBLE_EQ(*t.Estimate(6), 36.0);  // the two nearest: 3 and 4
+  // A moving average: the newest step weighs a fifth.
+  t.Observe(1, 30.0);
+  EXPECT_DOUBLE_EQ(*t.Estimate(1), 22.0);
+  t.Observe(0, 5.0);  // no rows, or no time: ignored
+  t.Observe(2, 0.0);
+  EXPECT_DOUBLE_EQ(*t.Estimate(2), 26.0);
 }
 
 }  // namespace

@@ -145,7 +145,8 @@ def main():
     ap.add_argument("--tokens", type=int, default=160)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--speculative-tokens", type=int, default=5)
-    ap.add_argument("--speculative-max-batch", type=int, default=2)
+    ap.add_argument("--speculative-max-batch", type=int, default=0,
+                    help="shardlm's --speculative-max-batch (0: its default, 2 for ngram and 1 for draft)")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--methods", default="ngram",
                     help="proposers against plain, comma-separated: ngram, draft, draft:WEIGHTS (the draft with "

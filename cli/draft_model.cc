@@ -1,6 +1,7 @@
 #include "cli/draft_model.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "model/device.h"
 #include "tokenizer/tokenizer.h"
@@ -85,6 +86,8 @@ absl::StatusOr<std::unique_ptr<DraftModel>> OpenDraftModel(const EngineFlags& en
                         absl::StrCat("--draft-model ", path, ": ", worker.status().message()));
   }
   draft->worker = std::move(*worker);
+  LOG(INFO) << "draft model " << path << " in this process on " << draft->worker->device().str() << ": "
+            << draft->worker->num_blocks() << " KV blocks of " << draft->worker->block_size() << " tokens";
   DraftModelProposer::Options po;
   po.max_position = draft->worker->config().max_position_embeddings;
   draft->proposer = std::make_unique<DraftModelProposer>(

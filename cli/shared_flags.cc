@@ -83,8 +83,9 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
       .To(&out->speculative_tokens);
   f.Int("speculative-max-batch",
         "with --speculative: speculate only in steps of at most this many running sequences (past it the "
-        "proposals' rows cost more than they save; docs/benchmarks.md)",
-        2, 1, 65536)
+        "proposals' rows cost more than they save; docs/benchmarks.md); 0: 2 with prompt lookup, 1 with a "
+        "draft model (the crossovers measured on a CPU)",
+        0, 0, 65536)
       .To(&out->speculative_max_batch);
   f.Int("speculative-max-rows",
         "with --speculative: a step's decoding sequences and proposals together at most (proposals are "
@@ -99,7 +100,10 @@ void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) 
                                 : engine.speculative == "draft" || engine.draft_model ? Method::kDraft
                                                                                       : Method::kNone;
   options->speculation.tokens = static_cast<int32_t>(engine.speculative_tokens);
-  options->speculation.max_batch = static_cast<int32_t>(engine.speculative_max_batch);
+  options->speculation.max_batch = engine.speculative_max_batch > 0
+                                       ? static_cast<int32_t>(engine.speculative_max_batch)
+                                   : options->speculation.method == Method::kDraft ? 1
+                                                                                   : 2;
   options->speculation.max_rows = static_cast<int32_t>(engine.speculative_max_rows);
 }
 

@@ -87,7 +87,7 @@ class Engine {
     struct Speculation {
       enum class Method { kNone, kNgram, kDraft } method = Method::kNone;
       int32_t tokens = 5;
-      int32_t max_batch = 2;
+      int32_t max_batch = 2;  // the CLI's default: 2 for kNgram, 1 for kDraft
       int32_t max_rows = 8;
       DraftModelProposer* draft = nullptr;  // kDraft: the draft model; outlives the engine
       // kDraft: a draft pass's cost, and each proposal row's, in one-row

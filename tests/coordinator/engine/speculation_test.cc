@@ -12,7 +12,6 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <regex>
 
 #include "constraints/constraint_compiler.h"
@@ -22,8 +21,8 @@
 #include "coordinator/engine/ngram_proposer.h"
 #include "coordinator/engine/service_metrics.h"
 #include "formats/tiny_model.h"
+#include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/status_matchers.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
 
@@ -404,16 +403,9 @@ TEST(DraftModelProposerTest, ProposesTheDraftsGreedyContinuationFromAnyCache) {
 // On a byte vocabulary over a tiny model of 256 ids: every output equals
 // plain decoding's, keeps to its constraint, and proposals were accepted.
 TEST(ConstrainedSpeculationTest, ProposalRowsSampleUnderTheConstraintsMasks) {
-  constexpr int32_t kEos = 255;
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < kEos; ++b) vocab[ByteLevelTable::Get().Encode(static_cast<unsigned char>(b))] = b;
-  nlohmann::json root = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"added_tokens", {{{"id", kEos}, {"content", "<|eos|>"}, {"special", true}}}},
-  };
-  auto tokenizer = Tokenizer::FromJson(root.dump(), "bytes.json");
+  // A byte-level vocabulary over the tiny model's 256 ids: bytes 0-254, then EOS.
+  constexpr int32_t kEos = ::shardlm::testing::kByteVocabularyEos;
+  auto tokenizer = Tokenizer::FromJson(::shardlm::testing::ByteVocabularyJson(), "bytes.json");
   ASSERT_THAT(tokenizer, IsOk());
   auto compiler = ConstraintCompiler::Create(**tokenizer, {kEos});
   ASSERT_THAT(compiler, IsOk());

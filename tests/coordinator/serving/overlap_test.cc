@@ -16,7 +16,6 @@
 #include <future>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
 #include <regex>
 #include <thread>
 
@@ -27,8 +26,8 @@
 #include "formats/tiny_model.h"
 #include "proto/step_codec.h"
 #include "step/step_masks.h"
+#include "tests/testing/byte_vocabulary.h"
 #include "tests/testing/status_matchers.h"
-#include "tokenizer/byte_level.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/rank_worker.h"
 
@@ -432,16 +431,8 @@ TEST_F(OverlapTest, BadFeedbackIsRefusedNamingWhy) {
 // constraint; the unconstrained requests beside them are unchanged.
 TEST_F(OverlapTest, ConstrainedRequestsOverlapWithMasksThatFollowTheirStep) {
   // A byte-level vocabulary over the tiny model's 256 ids: bytes 0-254, then EOS.
-  constexpr int32_t kEos = 255;
-  nlohmann::json vocab = nlohmann::json::object();
-  for (int b = 0; b < kEos; ++b) vocab[ByteLevelTable::Get().Encode(static_cast<unsigned char>(b))] = b;
-  nlohmann::json root = {
-      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", nlohmann::json::array()}}},
-      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
-      {"decoder", {{"type", "ByteLevel"}}},
-      {"added_tokens", {{{"id", kEos}, {"content", "<|eos|>"}, {"special", true}}}},
-  };
-  auto tokenizer = Tokenizer::FromJson(root.dump(), "bytes.json");
+  constexpr int32_t kEos = ::shardlm::testing::kByteVocabularyEos;
+  auto tokenizer = Tokenizer::FromJson(::shardlm::testing::ByteVocabularyJson(), "bytes.json");
   ASSERT_THAT(tokenizer, IsOk());
   auto compiler = ConstraintCompiler::Create(**tokenizer, {kEos});
   ASSERT_THAT(compiler, IsOk());

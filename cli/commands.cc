@@ -46,15 +46,18 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
   const std::string dir = flags.model.value_or("");
   eo.max_batch_tokens = flags.engine.max_batch_tokens;
   ApplySpeculationFlags(flags.engine, &eo);
-  SHARDLM_RETURN_IF_ERROR(CheckSpeculationFlags(flags.engine));
-  if (flags.engine.draft_model) {
-    // Before any worker starts: a draft that does not fit the target fails fast.
-    SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
-    SHARDLM_ASSIGN_OR_RETURN(m.draft, OpenDraftModel(flags.engine, flags.device, dir, cfg));
-    eo.speculation.draft = m.draft->proposer.get();
+  // The model first: a missing model is the error to report, whatever else is wrong.
+  SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
+  auto tokenizer = Tokenizer::ForModel(dir);
+  if (tokenizer.ok()) {
+    m.tokenizer = std::move(*tokenizer);
+  } else if (!absl::IsNotFound(tokenizer.status())) {
+    return tokenizer.status();
   }
+  // Before any worker starts: a draft that does not fit the target fails fast.
+  SHARDLM_ASSIGN_OR_RETURN(m.draft, OpenDraftModel(flags.engine, flags.device, m.tokenizer.get(), cfg));
+  if (m.draft) eo.speculation.draft = m.draft->proposer.get();
   if (flags.tp) {
-    SHARDLM_ASSIGN_OR_RETURN(ModelConfig cfg, LoadModelConfig(dir));
     WorkerGroupOptions go;
     go.model_dir = dir;
     go.tp = *flags.tp;
@@ -69,9 +72,6 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
     const GroupState g = m.group->state();
     m.engine = std::make_unique<Engine>(m.group.get(), cfg, g.num_blocks, g.block_size, eo);
   } else {
-    // The model first, as before the flags were parsed here: a missing model
-    // is the error to report, whatever else is wrong.
-    SHARDLM_RETURN_IF_ERROR(LoadModelConfig(dir).status());
     RankWorkerOptions o;
     o.model_dir = dir;
     SHARDLM_RETURN_IF_ERROR(ApplyWorkerFlags(flags.engine, flags.device, &o));
@@ -79,12 +79,6 @@ absl::StatusOr<LocalModel> OpenModel(const ModelFlags& flags, const CliEnv& env,
     m.engine = std::make_unique<Engine>(m.worker.get(), m.worker->config(),
                                         static_cast<int32_t>(m.worker->num_blocks()),
                                         static_cast<int32_t>(m.worker->block_size()), eo);
-  }
-  auto tokenizer = Tokenizer::ForModel(dir);
-  if (tokenizer.ok()) {
-    m.tokenizer = std::move(*tokenizer);
-  } else if (!absl::IsNotFound(tokenizer.status())) {
-    return tokenizer.status();
   }
   return m;
 }

@@ -4,7 +4,6 @@
 #include "common/logging.h"
 #include "common/status.h"
 #include "model/device.h"
-#include "tokenizer/tokenizer.h"
 
 namespace shardlm {
 namespace {
@@ -29,14 +28,11 @@ absl::Status CheckSpeculationFlags(const EngineFlags& engine) {
   return absl::OkStatus();
 }
 
-absl::Status CheckSameTokenizer(const std::string& target, const ModelConfig& target_cfg,
+absl::Status CheckSameTokenizer(const Tokenizer* target, const ModelConfig& target_cfg,
                                 const std::string& draft, const ModelConfig& draft_cfg) {
-  absl::StatusOr<std::unique_ptr<Tokenizer>> t = Tokenizer::ForModel(target);
   absl::StatusOr<std::unique_ptr<Tokenizer>> d = Tokenizer::ForModel(draft);
-  for (const auto* tok : {&t, &d}) {
-    if (!tok->ok() && !absl::IsNotFound(tok->status())) return tok->status();
-  }
-  if (!t.ok() && !d.ok()) {
+  if (!d.ok() && !absl::IsNotFound(d.status())) return d.status();
+  if (target == nullptr && !d.ok()) {
     // Token ids are all there is: the vocabularies must be the same size.
     if (target_cfg.vocab_size != draft_cfg.vocab_size) {
       return Refused(draft, absl::StrCat("neither has a tokenizer, and their vocab_size differ (",
@@ -44,8 +40,10 @@ absl::Status CheckSameTokenizer(const std::string& target, const ModelConfig& ta
     }
     return absl::OkStatus();
   }
-  if (t.ok() != d.ok()) return Refused(draft, t.ok() ? "the draft has no tokenizer" : "the target has none");
-  const Tokenizer& a = **t;
+  if ((target != nullptr) != d.ok()) {
+    return Refused(draft, target != nullptr ? "the draft has no tokenizer" : "the target has none");
+  }
+  const Tokenizer& a = *target;
   const Tokenizer& b = **d;
   if (a.vocab_size() != b.vocab_size()) {
     return Refused(
@@ -60,8 +58,7 @@ absl::Status CheckSameTokenizer(const std::string& target, const ModelConfig& ta
 }
 
 absl::StatusOr<std::unique_ptr<DraftModel>> OpenDraftModel(const EngineFlags& engine,
-                                                           const DeviceFlags& device,
-                                                           const std::string& target,
+                                                           const DeviceFlags& device, const Tokenizer* target,
                                                            const ModelConfig& target_cfg) {
   SHARDLM_RETURN_IF_ERROR(CheckSpeculationFlags(engine));
   if (!engine.draft_model) return nullptr;

@@ -423,7 +423,7 @@ int ServeImpl(int argc, char** argv, const CliEnv& env, bool spawn_local) {
   auto go = GroupOptions(f, env, *in, spawn_local, &metrics);
   if (!go.ok()) return Fail(go.status());
   // The draft model (in this process) before the workers: one that does not fit the target fails fast.
-  auto draft = OpenDraftModel(f.engine, f.device, in->dir, in->cfg);
+  auto draft = OpenDraftModel(f.engine, f.device, in->tokenizer.get(), in->cfg);
   if (!draft.ok()) return Fail(draft.status());
   auto kv_events = StartKvEvents(f, *go);  // before the engine, which publishes into it
   if (!kv_events.ok()) return Fail(kv_events.status());

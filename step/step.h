@@ -68,10 +68,14 @@ struct RowMask {
   std::vector<uint32_t> allowed;  // as SampleRow::allowed; empty: every token
 };
 
+// Whether token `id`'s bit is set in the mask of `words` 32-bit words at
+// `allowed` (laid out as SampleRow::allowed); ids past it never.
+inline bool MaskAllows(const uint32_t* allowed, int64_t words, int64_t id) {
+  return id >= 0 && id / 32 < words && ((allowed[id / 32] >> (id % 32)) & 1u) != 0;
+}
 // Whether `row`'s mask lets token `id` be drawn.
 inline bool Allowed(const SampleRow& row, int64_t id) {
-  if (row.allowed == nullptr) return true;
-  return id >= 0 && id / 32 < row.allowed_words && ((row.allowed[id / 32] >> (id % 32)) & 1u) != 0;
+  return row.allowed == nullptr || MaskAllows(row.allowed, row.allowed_words, id);
 }
 
 // Where the tokens the penalties see begin in `row`'s prompt and generated

@@ -174,9 +174,7 @@ void Engine::ConstrainProposals(Sequence& seq, std::vector<int32_t>& draft) {
     }
     if (i == draft.size()) break;
     const int32_t d = draft[i];
-    const bool allowed =
-        d >= 0 && d / 32 < static_cast<int32_t>(mask.size()) && ((mask[d / 32] >> (d % 32)) & 1u);
-    if (!allowed || !walk->Consume(d).ok()) {
+    if (!MaskAllows(mask.data(), static_cast<int64_t>(mask.size()), d) || !walk->Consume(d).ok()) {
       draft.resize(i);
       break;
     }

@@ -3,8 +3,9 @@
 
 For each round, each task (a code edit: rewrite a given function; a chat answer; a summary of a
 given paragraph) and each batch size, `shardlm batch` runs the task's request (greedy, the same
-request `batch` times, --max-num-seqs batch) plainly and with each proposer of --methods
-(--speculative ngram; --speculative draft with --draft-model), interleaved.
+request `batch` times, --max-num-seqs batch) to the end of its answer (at most --tokens) plainly
+and with each proposer of --methods (--speculative ngram; --draft-model with prompt lookup first,
+or alone), interleaved.
 Reported per task and batch: decode tokens/s (tokens after each request's first over the span
 from the first first token to the last token, `batch`'s decode_tokens_per_s), the acceptance
 rate, the ratio to plain decoding, and at batch 1 the ratio to the memory floor's rate (1000 /
@@ -75,12 +76,15 @@ def run_batch(args, prompt, batch, method, workdir):
            os.path.join(workdir, "out.jsonl"), "--json-summary", summary, "--max-num-seqs", str(batch)]
     proposer, _, draft_weights = method.partition(":")  # "draft:q4_0": the draft requantized at load
     if method != "plain":
-        cmd += ["--speculative", proposer, "--speculative-tokens", str(args.speculative_tokens),
+        cmd += ["--speculative", "ngram" if proposer == "ngram" else "draft",
+                "--speculative-tokens", str(args.speculative_tokens),
                 "--speculative-max-batch", str(args.speculative_max_batch)]
-    if proposer == "draft":
+    if proposer in ("draft", "draft-alone"):
         cmd += ["--draft-model", args.draft_model]
         if draft_weights:
             cmd += ["--draft-weights", draft_weights]
+        if proposer == "draft-alone":  # no prompt lookup first
+            cmd += ["--draft-lookup-min", "0"]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     subprocess.run(cmd, check=True, capture_output=True, env=env)
     with open(summary) as f:
@@ -88,7 +92,8 @@ def run_batch(args, prompt, batch, method, workdir):
     spec = s.get("speculation", {})
     return {"decode_tps": s["decode_tokens_per_s"], "output_tokens": s["output_tokens"],
             "steps": s["engine_steps"], "acceptance": spec.get("acceptance_rate", 0.0),
-            "proposed": spec.get("proposed_tokens", 0), "accepted": spec.get("accepted_tokens", 0)}
+            "proposed": spec.get("proposed_tokens", 0), "accepted": spec.get("accepted_tokens", 0),
+            "lookup_proposed": spec.get("lookup_proposed_tokens", 0)}
 
 
 def run_llamacpp(args, prompt, speculative, workdir):
@@ -142,15 +147,17 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--batches", default="1,8")
-    ap.add_argument("--tokens", type=int, default=160)
+    ap.add_argument("--tokens", type=int, default=512,
+                    help="at most this many tokens per answer (each task's whole answer ends well before)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--speculative-tokens", type=int, default=5)
     ap.add_argument("--speculative-max-batch", type=int, default=0,
                     help="shardlm's --speculative-max-batch (0: its default, 2 for ngram and 1 for draft)")
     ap.add_argument("--tasks", default=",".join(TASKS))
     ap.add_argument("--methods", default="ngram",
-                    help="proposers against plain, comma-separated: ngram, draft, draft:WEIGHTS (the draft with "
-                         "--draft-weights WEIGHTS)")
+                    help="proposers against plain, comma-separated: ngram, draft (prompt lookup first where it "
+                         "matches 3 tokens, shardlm's default), draft-alone (--draft-lookup-min 0), and either draft "
+                         "as draft:WEIGHTS (with --draft-weights WEIGHTS)")
     ap.add_argument("--draft-model", default="", help="with --methods draft: the draft model's file")
     ap.add_argument("--llama-completion", default="", help="llama.cpp's llama-completion: its plain decode")
     ap.add_argument("--llama-speculative", default="",
@@ -177,17 +184,21 @@ def main():
                             one["runs"][key] = run_llamacpp(args, TASKS[task], speculative, workdir)
             rounds.append(one)
             print(f"round {r + 1} of {args.rounds} done", file=sys.stderr, flush=True)
-    print("| task | batch | method | plain tok/s | speculating tok/s | speedup | acceptance | / floor rate |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| task | batch | method | plain tok/s | speculating tok/s | speedup | acceptance | lookup's share "
+          "| / floor rate |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for task in tasks:
         for batch in batches:
             plain = [x["runs"][f"{task}|{batch}|plain"]["decode_tps"] for x in rounds]
             for method in methods:
                 spec = [x["runs"][f"{task}|{batch}|{method}"]["decode_tps"] for x in rounds]
                 acc = [x["runs"][f"{task}|{batch}|{method}"]["acceptance"] for x in rounds]
+                share = [x["runs"][f"{task}|{batch}|{method}"]["lookup_proposed"] /
+                         max(1, x["runs"][f"{task}|{batch}|{method}"]["proposed"]) for x in rounds]
                 speedup = [s / p for s, p in zip(spec, plain)]
                 over_floor = [s / (1000.0 / x["floor_ms"]) for s, x in zip(spec, rounds)] if batch == 1 else None
                 print(f"| {task} | {batch} | {method} | {med(plain)} | {med(spec)} | {med(speedup)} | {med(acc)} | "
+                      f"{med(share)} | "
                       f"{med(over_floor) if over_floor else ''} |")
     if args.llama_completion and args.llama_speculative:
         print("\n| task | llama.cpp plain tok/s | llama.cpp draft tok/s | speedup | acceptance |")

@@ -175,6 +175,8 @@ json Summary(const BatchFlags& f, const BatchResults& results, const BatchRunInf
     if (info.proposed_tokens > 0) {
       summary["speculation"] = {{"proposed_tokens", info.proposed_tokens},
                                 {"accepted_tokens", info.accepted_tokens},
+                                {"lookup_proposed_tokens", info.lookup_proposed_tokens},
+                                {"lookup_accepted_tokens", info.lookup_accepted_tokens},
                                 {"acceptance_rate", static_cast<double>(info.accepted_tokens) /
                                                         static_cast<double>(info.proposed_tokens)}};
     }

@@ -41,6 +41,8 @@ struct BatchRunInfo {
   double decode_tokens_per_s = 0;
   int64_t proposed_tokens = 0;  // speculative decoding (in-process)
   int64_t accepted_tokens = 0;
+  int64_t lookup_proposed_tokens = 0;  // of those, prompt lookup's
+  int64_t lookup_accepted_tokens = 0;
 };
 
 // Takes each line's outcome, in any order, and writes the result lines to

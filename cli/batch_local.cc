@@ -200,6 +200,8 @@ absl::Status RunLocalBatch(const BatchFlags& f, const CliEnv& env, const std::ve
   info->preemptions = stats.preemptions;
   info->proposed_tokens = stats.proposed_tokens;
   info->accepted_tokens = stats.accepted_tokens;
+  info->lookup_proposed_tokens = stats.lookup_proposed_tokens;
+  info->lookup_accepted_tokens = stats.lookup_accepted_tokens;
   return outcome;
 }
 

@@ -73,6 +73,8 @@ struct EngineFlags {
   std::string speculative;                   // none, ngram or draft (docs/speculative_decoding.md)
   std::optional<std::string> draft_model;    // --draft-model: implies --speculative draft
   std::optional<std::string> draft_weights;  // --draft-weights: the draft's --weights (default: --weights)
+  double draft_p_min = 0;                    // --draft-p-min: proposals end before an unsure token
+  int64_t draft_lookup_min = 0;              // --draft-lookup-min: prompt lookup first, the draft elsewhere
   int64_t speculative_tokens = 0;
   int64_t speculative_max_batch = 0;
   int64_t speculative_max_rows = 0;

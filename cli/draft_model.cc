@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<DraftModel>> OpenDraftModel(const EngineFlags& en
             << draft->worker->num_blocks() << " KV blocks of " << draft->worker->block_size() << " tokens";
   DraftModelProposer::Options po;
   po.max_position = draft->worker->config().max_position_embeddings;
+  po.min_probability = engine.draft_p_min;
   draft->proposer = std::make_unique<DraftModelProposer>(
       draft->worker.get(), static_cast<int32_t>(draft->worker->num_blocks()),
       static_cast<int32_t>(draft->worker->block_size()), target_cfg.eos_token_ids, po);

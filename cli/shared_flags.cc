@@ -79,6 +79,17 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
            "load, which makes each proposal cheaper to draft (docs/speculative_decoding.md)",
            false, "", {"auto", "dense", "q8_0", "q4_0", "q4_1"})
       .To(&out->draft_weights);
+  f.Int("draft-lookup-min",
+        "with --draft-model: prompt lookup proposes first where the sequence's last N or more tokens "
+        "occurred earlier (a copied passage, an edited function: no draft passes), the draft elsewhere; "
+        "0: the draft alone",
+        3, 0, 16)
+      .To(&out->draft_lookup_min);
+  f.Float("draft-p-min",
+          "with --draft-model: a sequence's proposals end before the first token the draft gives less than "
+          "this probability (as llama.cpp's --draft-p-min); 0: the proposal length alone decides",
+          0, 0, 1)
+      .To(&out->draft_p_min);
   f.Int("speculative-tokens", "with --speculative: tokens proposed per step at most", 5, 1, 16)
       .To(&out->speculative_tokens);
   f.Int("speculative-max-batch",
@@ -105,6 +116,7 @@ void ApplySpeculationFlags(const EngineFlags& engine, Engine::Options* options) 
                                    : options->speculation.method == Method::kDraft ? 1
                                                                                    : 2;
   options->speculation.max_rows = static_cast<int32_t>(engine.speculative_max_rows);
+  options->speculation.lookup_min_n = static_cast<int32_t>(engine.draft_lookup_min);
 }
 
 void AddSchedulingFlags(FlagSet& f, SchedulingFlags* out) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <utility>
 
 #include "common/logging.h"
@@ -142,6 +143,10 @@ StepInput DraftModelProposer::NextPass(const StepInput& step, const std::vector<
   for (size_t r = 0; r < going.size(); ++r) {
     const size_t i = going[r];
     const int32_t token = rows[r].token;
+    if (options_.min_probability > 0 && std::exp(rows[r].logprob) < options_.min_probability) {
+      ++stats_.unsure_stops;
+      continue;
+    }
     out[i].push_back(token);
     if (static_cast<int32_t>(out[i].size()) >= asks[i].k || IsEos(token)) continue;
     SampleRow row = step.rows[r];

@@ -45,6 +45,11 @@ class DraftModelProposer {
     // The draft's context (its max_position_embeddings): a sequence longer
     // than that proposes nothing. 0: no bound.
     int64_t max_position = 0;
+    // A sequence's proposals end before the first token the draft gives
+    // less than this probability (its own softmax, as llama.cpp's
+    // --draft-p-min): an unsure guess is seldom accepted, and its row and
+    // the passes after it would be spent for nothing. 0: every pass counts.
+    double min_probability = 0;
   };
   struct Stats {
     int64_t passes = 0;         // draft forward passes run
@@ -52,6 +57,7 @@ class DraftModelProposer {
     int64_t failed_passes = 0;  // passes the executor failed (their proposals dropped)
     int64_t evictions = 0;      // sequences' caches dropped for room
     double pass_ms = 0;         // a pass of one token per sequence (moving average)
+    int64_t unsure_stops = 0;   // proposals ended below Options::min_probability
   };
 
   // `executor` runs the draft model over a pool of `num_blocks` blocks of

@@ -265,6 +265,8 @@ Engine::Stats Engine::stats() const {
   s.preemptions = scheduler_.preemptions();
   s.proposed_tokens = proposed_tokens_;
   s.accepted_tokens = accepted_tokens_;
+  s.lookup_proposed_tokens = lookup_proposed_tokens_;
+  s.lookup_accepted_tokens = lookup_accepted_tokens_;
   return s;
 }
 

@@ -95,10 +95,22 @@ class Engine {
       // 0: as measured.
       double draft_cost = 0;
       double row_cost = 0;
+      // kDraft: prompt lookup proposes first where the sequence's last
+      // lookup_min_n or more tokens occurred before (a copied passage, an
+      // edited function: its proposals cost no draft pass), the draft model
+      // elsewhere. 0: the draft alone.
+      int32_t lookup_min_n = 3;
     } speculation;
     ServiceMetrics* metrics = nullptr;  // counted into when set
     // Where the prefix cache's changes go, step by step (docs/kv_events.md); none when null.
     KvEventSink* kv_events = nullptr;
+  };
+
+  // A proposal length, and the tokens per unit of time it is expected to
+  // make (engine_speculate.cc).
+  struct ProposalChoice {
+    int32_t k = 0;
+    double rate = 0;
   };
 
   struct Stats {
@@ -114,6 +126,9 @@ class Engine {
     int64_t preemptions = 0;        // sequences preempted
     int64_t proposed_tokens = 0;    // speculative decoding: tokens proposed and verified
     int64_t accepted_tokens = 0;    // of those, accepted
+    // Of those, prompt lookup's (with a draft model, lookup proposes first where it matches).
+    int64_t lookup_proposed_tokens = 0;
+    int64_t lookup_accepted_tokens = 0;
   };
 
   Engine(StepExecutor* executor, const ModelConfig& cfg, int32_t num_blocks, int32_t block_size,
@@ -204,8 +219,14 @@ class Engine {
   // Whether speculation is on for the next step (its method, and the
   // running sequences within max_batch).
   bool SpeculationOn() const;
-  // Tokens `seq` would propose now at most (the proposer's rule).
-  int32_t ProposalLength(const Sequence& seq) const;
+  // Tokens `seq` would propose now at most (the proposer's rule), by prompt
+  // lookup (`lookup`) or by the draft model, and the tokens per unit of time
+  // that length is expected to make.
+  ProposalChoice ProposalLength(const Sequence& seq, bool lookup) const;
+  // Prompt lookup's proposals for `seq` (at most k): with prompt lookup as
+  // the method, after any match; with a draft model, after a match of at
+  // least lookup_min_n tokens.
+  std::vector<int32_t> LookUp(const Sequence& seq, int32_t k) const;
   // Whether `seq` may propose in its next step (then it is not planned
   // ahead behind this one: its proposals need the token this one draws).
   bool MayPropose(const Sequence& seq) const;
@@ -248,6 +269,8 @@ class Engine {
   int32_t steps_in_flight_ = 0;  // planned and not yet applied
   int64_t proposed_tokens_ = 0;  // speculation's totals (Stats)
   int64_t accepted_tokens_ = 0;
+  int64_t lookup_proposed_tokens_ = 0;
+  int64_t lookup_accepted_tokens_ = 0;
   DecodeStepTimes decode_times_;  // steps of decodes by rows, against the draft's passes
   // The step time budget (Options::target_step_ms): what a step costs,
   // learnt from the steps run, and when the last step's rows came back.

@@ -16,8 +16,6 @@
 namespace shardlm {
 namespace {
 
-// A step's hits and misses weigh this much in a sequence's acceptance.
-constexpr double kRateWeight = 0.3;
 // A sequence whose proposals are seldom accepted proposes one token once in
 // this many steps, so that one which starts repeating its input is noticed.
 constexpr int32_t kProbeSteps = 8;
@@ -37,21 +35,34 @@ struct SpeculationCosts {
 // one-token probe once in kProbeSteps steps, so that a sequence whose
 // proposals stopped paying (a chat answer that starts quoting its input,
 // say) is noticed.
-int32_t SpeculationLength(const Sequence& seq, int32_t most, int32_t rows, const SpeculationCosts& cost) {
-  const double a = seq.acceptance();
-  int32_t best = 0;
-  double best_rate = 1.0 / cost.step(rows), expected = 1.0, run = 1.0;
+Engine::ProposalChoice SpeculationLength(const Sequence& seq, const ProposalRate& acceptance, int32_t most,
+                                         int32_t rows, const SpeculationCosts& cost) {
+  const double a = acceptance.rate();
+  Engine::ProposalChoice best{0, 1.0 / cost.step(rows)};
+  double expected = 1.0, run = 1.0;
   for (int32_t k = 1; k <= most; ++k) {
     run *= a;
     expected += run;
     const double rate = expected / (k * cost.pass + cost.step(rows + k));
-    if (rate > best_rate) {
-      best = k;
-      best_rate = rate;
-    }
+    if (rate > best.rate) best = {k, rate};
   }
-  if (best > 0) return best;
-  return (seq.steps_unproposed + 1) % kProbeSteps == 0 ? 1 : 0;
+  if (best.k == 0 && (seq.steps_unproposed + 1) % kProbeSteps == 0) best.k = 1;
+  return best;
+}
+
+// Prompt lookup's proposals that lost to the draft's (seq.shadow_lookup)
+// scored against what the step drew: the tokens it kept, then the one its
+// last applied row drew. A match past those is neither hit nor miss.
+void ScoreShadowLookup(Sequence& seq, const Speculation& sp) {
+  std::vector<int32_t> drawn(sp.proposed.begin(), sp.proposed.begin() + sp.accepted);
+  if (sp.last_drawn >= 0) drawn.push_back(sp.last_drawn);
+  const std::vector<int32_t>& shadow = seq.shadow_lookup;
+  int32_t hits = 0;
+  while (hits < static_cast<int32_t>(std::min(shadow.size(), drawn.size())) && shadow[hits] == drawn[hits])
+    ++hits;
+  if (!shadow.empty())
+    seq.lookup_rate.Add(hits, hits < static_cast<int32_t>(std::min(shadow.size(), drawn.size())));
+  seq.shadow_lookup.clear();
 }
 
 // Whether the request lets `seq` speculate at all.
@@ -76,34 +87,52 @@ void Engine::Propose() {
   int32_t rows_left = spec.max_rows - running;
   std::vector<Sequence*> order;
   for (SchedSeq* s : scheduler_.running()) order.push_back(static_cast<Sequence*>(s));
+  const auto rate = [draft](const Sequence* s) { return (draft ? s->draft_rate : s->lookup_rate).rate(); };
   std::stable_sort(order.begin(), order.end(),
-                   [](const Sequence* a, const Sequence* b) { return a->acceptance() > b->acceptance(); });
+                   [&](const Sequence* a, const Sequence* b) { return rate(a) > rate(b); });
   // Who proposes, and how many tokens at most.
   std::vector<Sequence*> proposing;
   std::vector<DraftAsk> asks;
   std::vector<std::vector<int32_t>> drafts;  // each one's proposals
+  std::vector<bool> by_lookup;
   for (Sequence* s : order) {
     Sequence& seq = *s;
     const bool decoding = seq.flight.steps == 0 && seq.num_computed + 1 == seq.length();
     if (!decoding || !Speculates(seq)) continue;
+    seq.shadow_lookup.clear();
     // Tokens it may still take after the one this step draws anyway.
     const int32_t left = seq.request.max_new_tokens - static_cast<int32_t>(seq.result.tokens.size()) - 1;
     if (left <= 0) continue;
-    const int32_t k = std::min({ProposalLength(seq), left, rows_left});
-    // Prompt lookup proposes here and now; the draft below, for all of them in one batch.
-    std::vector<int32_t> ngram;
-    if (k > 0 && !draft) ngram = ProposeNgram(seq.tokens, k, {});
-    if (k <= 0 || (!draft && ngram.empty())) {
+    const int32_t most = std::min(left, rows_left);
+    // Prompt lookup where it matches and pays more than the draft would.
+    std::vector<int32_t> lookup;
+    const ProposalChoice by_draft = draft ? ProposalLength(seq, false) : ProposalChoice{};
+    if (const ProposalChoice looking = ProposalLength(seq, true); !draft || spec.lookup_min_n > 0) {
+      lookup = LookUp(seq, std::min(looking.k, most));
+      if (draft && !lookup.empty() && by_draft.k > 0 && by_draft.rate > looking.rate) {
+        seq.shadow_lookup = std::move(lookup);  // the draft's step will tell how it would have done
+        lookup.clear();
+      }
+    }
+    const bool looked_up = !lookup.empty();
+    const int32_t k = looked_up ? static_cast<int32_t>(lookup.size()) : std::min(by_draft.k, most);
+    if (k <= 0) {
       ++seq.steps_unproposed;
       continue;
     }
-    rows_left -= ngram.empty() ? k : static_cast<int32_t>(ngram.size());
+    rows_left -= k;
     proposing.push_back(&seq);
-    if (draft) asks.push_back({seq.id, &seq.tokens, k, seq.matcher.get()});
-    drafts.push_back(std::move(ngram));
+    by_lookup.push_back(looked_up);
+    if (!looked_up) asks.push_back({seq.id, &seq.tokens, k, seq.matcher.get()});
+    drafts.push_back(std::move(lookup));
   }
   if (proposing.empty()) return;
-  if (draft) drafts = spec.draft->Propose(asks);
+  if (!asks.empty()) {
+    std::vector<std::vector<int32_t>> drafted = spec.draft->Propose(asks);
+    for (size_t i = 0, a = 0; i < proposing.size(); ++i) {
+      if (!by_lookup[i]) drafts[i] = std::move(drafted[a++]);
+    }
+  }
   int32_t reserved = 0;  // free blocks the proposals so far would take
   for (size_t i = 0; i < proposing.size(); ++i) {
     Sequence& seq = *proposing[i];
@@ -114,15 +143,27 @@ void Engine::Propose() {
     if (draft.empty() || short_blocks > kv_.FreeBlocks() - reserved) {  // never worth a preemption
       ++seq.steps_unproposed;
       seq.draft_masks.clear();
+      seq.shadow_lookup.clear();
       continue;
     }
     reserved += short_blocks;
     seq.draft = std::move(draft);
+    seq.draft_by_lookup = by_lookup[i];
     seq.steps_unproposed = 0;
   }
 }
 
-int32_t Engine::ProposalLength(const Sequence& seq) const {
+std::vector<int32_t> Engine::LookUp(const Sequence& seq, int32_t k) const {
+  if (k <= 0) return {};
+  NgramOptions lookup;
+  if (options_.speculation.method == Options::Speculation::Method::kDraft) {
+    lookup.min_n = options_.speculation.lookup_min_n;
+    lookup.max_n = std::max(lookup.max_n, lookup.min_n);
+  }
+  return ProposeNgram(seq.tokens, k, lookup);
+}
+
+Engine::ProposalChoice Engine::ProposalLength(const Sequence& seq, bool lookup) const {
   const Options::Speculation& spec = options_.speculation;
   // As measured: the steps of decodes by their rows, and the draft's passes.
   // Until they are, a tenth of a step a row and a third a pass (the options
@@ -136,17 +177,20 @@ int32_t Engine::ProposalLength(const Sequence& seq) const {
     const double row = spec.row_cost > 0 ? spec.row_cost : 0.1;
     cost.step = [row, rows](int32_t r) { return 1.0 + row * (r - rows); };
   }
-  if (spec.method == Options::Speculation::Method::kDraft) {
+  if (!lookup) {
     const double pass_ms = spec.draft->stats().pass_ms;
     cost.pass = spec.draft_cost > 0       ? spec.draft_cost * cost.step(rows)
                 : measured && pass_ms > 0 ? pass_ms
                                           : cost.step(rows) / 3;
   }
-  return SpeculationLength(seq, spec.tokens, rows, cost);
+  return SpeculationLength(seq, lookup ? seq.lookup_rate : seq.draft_rate, spec.tokens, rows, cost);
 }
 
 bool Engine::MayPropose(const Sequence& seq) const {
-  return SpeculationOn() && Speculates(seq) && ProposalLength(seq) > 0;
+  if (!SpeculationOn() || !Speculates(seq)) return false;
+  const bool draft = options_.speculation.method == Options::Speculation::Method::kDraft;
+  const bool lookup = !draft || options_.speculation.lookup_min_n > 0;
+  return (draft && ProposalLength(seq, false).k > 0) || (lookup && ProposalLength(seq, true).k > 0);
 }
 
 void Engine::ConstrainProposals(Sequence& seq, std::vector<int32_t>& draft) {
@@ -187,6 +231,7 @@ void Engine::DropUnscheduledProposals() {
     if (seq->flight.steps == 0) {
       seq->draft.clear();
       seq->draft_masks.clear();
+      seq->shadow_lookup.clear();
     }
   }
 }
@@ -198,6 +243,7 @@ void Engine::AddProposalRows(PlannedStep& plan, Sequence& seq, int32_t first_row
   sp.seq = &seq;
   sp.computed_before = seq.num_computed;
   sp.proposed = seq.draft;
+  sp.by_lookup = seq.draft_by_lookup;
   const int32_t drawn = static_cast<int32_t>(seq.result.tokens.size());
   for (int32_t i = 0; i <= static_cast<int32_t>(sp.proposed.size()); ++i) {
     SampleRow row;
@@ -267,20 +313,31 @@ void Engine::SettleProposals(PlannedStep& plan, bool ran) {
     seq.draft_masks.clear();
     kv_.Shrink(seq);
     // A failed step wrote nothing anyone may rely on: published nothing, counted nothing.
-    if (!ran) continue;
+    if (!ran) {
+      seq.shadow_lookup.clear();
+      continue;
+    }
     if (!seq.end_requested || seq.end_status.ok()) kv_.Publish(seq);  // blocks its accepted tokens filled
     // Per token: the accepted proposals succeeded, the first rejected one failed.
-    seq.draft_hits = (1 - kRateWeight) * seq.draft_hits + sp.accepted;
-    seq.draft_misses = (1 - kRateWeight) * seq.draft_misses +
-                       (sp.accepted < static_cast<int32_t>(sp.proposed.size()) ? 1 : 0);
+    (sp.by_lookup ? seq.lookup_rate : seq.draft_rate)
+        .Add(sp.accepted, sp.accepted < static_cast<int32_t>(sp.proposed.size()));
+    if (!sp.by_lookup) ScoreShadowLookup(seq, sp);
     seq.result.proposed_tokens += static_cast<int32_t>(sp.proposed.size());
     seq.result.accepted_tokens += sp.accepted;
     proposed_tokens_ += static_cast<int64_t>(sp.proposed.size());
     accepted_tokens_ += sp.accepted;
+    if (sp.by_lookup) {
+      lookup_proposed_tokens_ += static_cast<int64_t>(sp.proposed.size());
+      lookup_accepted_tokens_ += sp.accepted;
+    }
     if (options_.metrics) {
       options_.metrics->spec_drafts->Add();
       options_.metrics->spec_draft_tokens->Add(static_cast<double>(sp.proposed.size()));
       options_.metrics->spec_accepted_tokens->Add(static_cast<double>(sp.accepted));
+      if (sp.by_lookup) {
+        options_.metrics->spec_lookup_tokens->Add(static_cast<double>(sp.proposed.size()));
+        options_.metrics->spec_lookup_accepted_tokens->Add(static_cast<double>(sp.accepted));
+      }
     }
   }
 }

@@ -40,6 +40,7 @@ struct Speculation {
   int32_t accepted = 0;
   int32_t last_drawn = -1;  // the token the last row applied drew
   bool rejected = false;    // a row drew other than its proposal: the rest are not applied
+  bool by_lookup = false;   // proposed by prompt lookup (else by the draft model)
 };
 
 struct PlannedStep {

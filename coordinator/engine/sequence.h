@@ -35,6 +35,21 @@ struct KvHold {
   int64_t kept_expiry_ms = 0;
 };
 
+// A proposer's recent per-token acceptance for one sequence, hits / (hits +
+// misses): each step adds its accepted proposals as hits and a rejection as
+// a miss, the older ones weighing less. It starts at 2 / 3.
+struct ProposalRate {
+  // A step's hits and misses weigh this much.
+  static constexpr double kWeight = 0.3;
+  double hits = 2.0;
+  double misses = 1.0;
+  double rate() const { return hits / (hits + misses); }
+  void Add(int32_t accepted, bool rejected) {
+    hits = (1 - kWeight) * hits + accepted;
+    misses = (1 - kWeight) * misses + (rejected ? 1 : 0);
+  }
+};
+
 struct Sequence : SchedSeq {
   // Known tokens, the one a step in flight samples (overlapped steps), and
   // the proposals of the step being planned (speculation).
@@ -49,17 +64,21 @@ struct Sequence : SchedSeq {
   // Tokens proposed after `tokens` for the step being planned (speculative
   // decoding, docs/speculative_decoding.md); empty between steps.
   std::vector<int32_t> draft;
+  bool draft_by_lookup = false;  // `draft` came from prompt lookup (else the draft model)
+  // Prompt lookup's proposals where the draft model's were chosen instead:
+  // the step then tells how many it would have had accepted.
+  std::vector<int32_t> shadow_lookup;
   // A constrained sequence's masks for its proposal rows: row i's after
   // proposals 1..i (Engine::ConstrainProposals); empty between steps.
   std::vector<std::vector<uint32_t>> draft_masks;
-  // Its decoding steps without a proposal since its last one, and its
-  // proposals' recent per-token acceptance, hits / (hits + misses): each
-  // step adds its accepted proposals as hits and a rejection as a miss, the
-  // older ones weighing less (its proposal length, engine_speculate.cc).
+  // Its decoding steps without a proposal since its last one, and the
+  // recent per-token acceptance of its proposals by each proposer (prompt
+  // lookup's and the draft model's: with a draft, lookup proposes first
+  // where it finds a long match), which sets its proposal lengths
+  // (engine_speculate.cc).
   int32_t steps_unproposed = 0;
-  double acceptance() const { return draft_hits / (draft_hits + draft_misses); }
-  double draft_hits = 2.0;
-  double draft_misses = 1.0;
+  ProposalRate lookup_rate;
+  ProposalRate draft_rate;
   int32_t prompt_offset = 0;  // index of the first prompt token in `tokens`
 
   KvHold kv;

@@ -38,6 +38,10 @@ ServiceMetrics::ServiceMetrics(MetricsRegistry* r) : registry_(r) {
                                        "Proposed tokens the target model accepted");
   spec_drafts =
       r->AddCounter("shardlm_spec_decode_num_drafts_total", "Sequence steps that verified proposals");
+  spec_lookup_tokens = r->AddCounter("shardlm_spec_decode_num_lookup_tokens_total",
+                                     "Of the proposed tokens, those prompt lookup proposed");
+  spec_lookup_accepted_tokens = r->AddCounter("shardlm_spec_decode_num_lookup_accepted_tokens_total",
+                                              "Of prompt lookup's proposed tokens, those accepted");
   constraint_mask = r->AddHistogram(
       "shardlm_constraint_mask_seconds", "Computing one constrained sequence's mask of allowed tokens",
       {0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.1});

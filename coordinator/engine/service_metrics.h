@@ -54,6 +54,10 @@ class ServiceMetrics {
   Counter* spec_draft_tokens;     // tokens proposed and verified (speculative decoding)
   Counter* spec_accepted_tokens;  // of those, accepted
   Counter* spec_drafts;           // steps that verified a sequence's proposals
+  // Of the proposed and accepted tokens, prompt lookup's (all of them with
+  // --speculative ngram; with a draft model, where lookup matched first).
+  Counter* spec_lookup_tokens;
+  Counter* spec_lookup_accepted_tokens;
   Counter* steps;
   Counter* step_tokens;
   Histogram* step_duration;    // one engine step as the coordinator sees it

@@ -4,11 +4,13 @@ proposer against plain `generate` on the same prompt, at tp 1 and 2.
 
   Proposers: prompt lookup (`--speculative ngram`), and a draft model (`--draft-model`): for
       Qwen2.5-Coder-1.5B its 0.5B sibling; for the others, the model itself requantized to Q4_0
-      (`--draft-weights q4_0`), which proposes differently from the target now and then.
+      (`--draft-weights q4_0`), which proposes differently from the target now and then; with
+      prompt lookup first where it matches 3 tokens (the default), and alone (greedy, tp 1).
   greedy: every token id equal with and without speculation, and proposals accepted (the JSON's
       "speculation" counts), on a code-editing prompt (rewrite a given function).
   seeded: temperature 0.8, top-p 0.9 and a repetition penalty with a fixed seed: the same tokens
-      (each row draws with the seed of the output index it stands for).
+      (each row draws with the seed of the output index it stands for), proposals made in each run
+      and accepted over the models (a small model sampled this way seldom repeats its input).
   refused: a draft with another tokenizer (SmolLM2 for Qwen) exits 2 naming --draft-model.
   served: `serve --tp 2` with each proposer on Qwen2.5-Coder-0.5B, a streamed chat completion
       through the official `openai` client equal to the same request opted out
@@ -60,19 +62,27 @@ def generate(args, model, tp, extra):
 
 
 def proposer_flags(args, model, proposer):
-    """The flags of `proposer` (ngram or draft) for `model`."""
+    """The flags of `proposer` for `model`: ngram, draft (prompt lookup first where the last 3 tokens
+    occurred before, the draft elsewhere: the default) or draft-alone (--draft-lookup-min 0)."""
     if proposer == "ngram":
         return ["--speculative", "ngram", "--speculative-tokens", "5"]
     draft = dict(d.split("=", 1) for d in args.draft or []).get(model)
-    return ["--draft-model", draft] if draft else ["--draft-model", model, "--draft-weights", "q4_0"]
+    flags = ["--draft-model", draft] if draft else ["--draft-model", model, "--draft-weights", "q4_0"]
+    return flags + (["--draft-lookup-min", "0"] if proposer == "draft-alone" else [])
 
 
-def check(args, model, tp, sampling, name, proposer):
+def check(args, model, tp, sampling, name, proposer, seeded_accepted=None):
+    """The same tokens with and without `proposer`, and proposals accepted. A seeded case needs
+    proposals only (SmolLM2 sampled at 0.8 under a repetition penalty seldom repeats its input,
+    and how often it proposes follows the measured step times): its accepted count is added to
+    `seeded_accepted`, which main requires to be positive over all the models."""
     plain = generate(args, model, tp, sampling)
     spec = generate(args, model, tp, sampling + proposer_flags(args, model, proposer))
     counts = spec.get("speculation", {})
     proposed, accepted = counts.get("proposed_tokens", 0), counts.get("accepted_tokens", 0)
-    ok = plain["token_ids"] == spec["token_ids"] and accepted > 0
+    if seeded_accepted is not None:
+        seeded_accepted[proposer] = seeded_accepted.get(proposer, 0) + accepted
+    ok = plain["token_ids"] == spec["token_ids"] and (proposed > 0 if seeded_accepted is not None else accepted > 0)
     first_diff = next((i for i, (a, b) in enumerate(zip(plain["token_ids"], spec["token_ids"])) if a != b), None)
     print(f"{'PASS' if ok else 'FAIL'} {name} {proposer} {os.path.basename(model)} tp{tp}: "
           f"{len(spec['token_ids'])} tokens, proposed {proposed}, accepted {accepted}"
@@ -140,13 +150,19 @@ def main():
     ap.add_argument("--workdir", default="/tmp")
     args = ap.parse_args()
     ok = True
+    seeded_accepted = {}
     models = args.model or DEFAULT_MODELS
     for model in models:
         for proposer in ("ngram", "draft"):
             for tp in (1, 2):
                 ok &= check(args, model, tp, ["--temperature", "0"], "greedy", proposer)
             ok &= check(args, model, 2, ["--temperature", "0.8", "--top-p", "0.9", "--repetition-penalty", "1.1",
-                                         "--seed", "11"], "seeded", proposer)
+                                         "--seed", "11"], "seeded", proposer, seeded_accepted)
+        ok &= check(args, model, 1, ["--temperature", "0"], "greedy", "draft-alone")
+    for proposer, accepted in seeded_accepted.items():
+        print(f"{'PASS' if accepted > 0 else 'FAIL'} seeded {proposer}: {accepted} proposals accepted over the "
+              f"models", flush=True)
+        ok &= accepted > 0
     if len(models) >= 2:
         ok &= refused(args, models[1], models[0])
     if args.served_model:

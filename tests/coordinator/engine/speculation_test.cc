@@ -88,10 +88,11 @@ class TinyModels {
 std::string* TinyModels::dir_ = nullptr;
 std::string* TinyModels::other_ = nullptr;
 
-// Each proposer: prompt lookup, and a draft model with the target's weights
+// Each proposer: prompt lookup, a draft model with the target's weights
 // (its greedy proposals are the target's argmax, so that sampled rows accept
-// some and reject others).
-enum class Proposer { kNgram, kDraft };
+// some and reject others) alone, and that draft with prompt lookup first
+// where the last 3 tokens occurred before.
+enum class Proposer { kNgram, kDraft, kDraftLookup };
 
 class SpeculationTest : public ::testing::TestWithParam<Proposer> {
  protected:
@@ -101,13 +102,35 @@ class SpeculationTest : public ::testing::TestWithParam<Proposer> {
   void SetUp() override {
     worker_ = TinyModels::Load(*TinyModels::dir_);
     ASSERT_NE(worker_, nullptr);
-    if (GetParam() == Proposer::kDraft) {
+    if (GetParam() != Proposer::kNgram) {
       draft_worker_ = TinyModels::Load(*TinyModels::dir_, 8 << 20);
       ASSERT_NE(draft_worker_, nullptr);
       draft_ = std::make_unique<DraftModelProposer>(
           draft_worker_.get(), static_cast<int32_t>(draft_worker_->num_blocks()),
           static_cast<int32_t>(draft_worker_->block_size()), std::vector<int64_t>{});
     }
+  }
+
+  // The proposed tokens each proposer made, checked after each test: prompt
+  // lookup's all of them with the method, none with the draft alone, and
+  // some (not all) with the draft and lookup first; every proposal the
+  // same with the engine's totals.
+  void TearDown() override {
+    const double all = metrics_.spec_draft_tokens->value(), lookup = metrics_.spec_lookup_tokens->value();
+    if (all == 0) return;
+    switch (GetParam()) {
+      case Proposer::kNgram:
+        EXPECT_EQ(lookup, all);
+        break;
+      case Proposer::kDraft:
+        EXPECT_EQ(lookup, 0);
+        break;
+      case Proposer::kDraftLookup:
+        EXPECT_GT(lookup, 0);
+        EXPECT_LT(lookup, all);
+        break;
+    }
+    EXPECT_LE(metrics_.spec_lookup_accepted_tokens->value(), lookup);
   }
 
   std::unique_ptr<Engine> MakeEngine(bool speculate, bool prefix_caching = true) {
@@ -124,6 +147,7 @@ class SpeculationTest : public ::testing::TestWithParam<Proposer> {
       // the proposal lengths (and so these tests) independent of timing.
       eo.speculation.draft_cost = 0.1;
       eo.speculation.row_cost = 0.05;
+      eo.speculation.lookup_min_n = GetParam() == Proposer::kDraftLookup ? 3 : 0;
     }
     return std::make_unique<Engine>(worker_.get(), worker_->config(),
                                     static_cast<int32_t>(worker_->num_blocks()),
@@ -163,9 +187,12 @@ class SpeculationTest : public ::testing::TestWithParam<Proposer> {
   std::unique_ptr<DraftModelProposer> draft_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Proposers, SpeculationTest, ::testing::Values(Proposer::kNgram, Proposer::kDraft),
+INSTANTIATE_TEST_SUITE_P(Proposers, SpeculationTest,
+                         ::testing::Values(Proposer::kNgram, Proposer::kDraft, Proposer::kDraftLookup),
                          [](const ::testing::TestParamInfo<Proposer>& p) {
-                           return p.param == Proposer::kNgram ? "ngram" : "draft";
+                           return p.param == Proposer::kNgram   ? "ngram"
+                                  : p.param == Proposer::kDraft ? "draft"
+                                                                : "draft_lookup";
                          });
 
 TEST_P(SpeculationTest, GreedyOutputEqualsPlainDecoding) {
@@ -394,6 +421,48 @@ TEST(DraftModelProposerTest, ProposesTheDraftsGreedyContinuationFromAnyCache) {
   DraftModelProposer stops(worker.get(), 8, bs, {expected[1]}, o);
   const auto eos = std::find(expected.begin(), expected.end(), expected[1]);
   EXPECT_EQ(stops.Propose({{1, &history, 4}})[0], std::vector<int32_t>(expected.begin(), eos + 1));
+  TinyModels::Remove();
+}
+
+// With a probability floor, a proposal ends before the first token the
+// draft gives less than it (the draft's own softmax, as its logprobs say).
+TEST(DraftModelProposerTest, ProposalsEndBeforeTheFirstUnsureToken) {
+  TinyModels::Write();
+  auto worker = TinyModels::Load(*TinyModels::dir_);
+  ASSERT_NE(worker, nullptr);
+  const int32_t bs = static_cast<int32_t>(worker->block_size());
+  std::vector<int32_t> history;
+  for (int32_t i = 0; i < 30; ++i) history.push_back((i * 7 + 3) % 64);
+  EngineResult greedy;
+  {
+    Engine::Options eo;
+    eo.prefix_caching = false;
+    Engine e(worker.get(), worker->config(), static_cast<int32_t>(worker->num_blocks()), bs, eo);
+    EngineRequest r;
+    r.prompt = history;
+    r.max_new_tokens = 5;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.0f;
+    auto out = EngineRunner(&e).Run(r);
+    ASSERT_THAT(out, IsOk());
+    greedy = *out;
+  }
+  ASSERT_EQ(greedy.logprobs.size(), 5u);
+  // The floor just above the least sure token's probability: the proposal
+  // is every token before it.
+  const auto least = std::min_element(greedy.logprobs.begin(), greedy.logprobs.end());
+  const size_t before = static_cast<size_t>(least - greedy.logprobs.begin());
+  DraftModelProposer::Options o;
+  o.min_probability = std::exp(*least) * 1.001;
+  DraftModelProposer floored(worker.get(), 8, bs, {}, o);
+  EXPECT_EQ(floored.Propose({{1, &history, 5}})[0],
+            std::vector<int32_t>(greedy.tokens.begin(), greedy.tokens.begin() + before));
+  EXPECT_EQ(floored.stats().unsure_stops, 1);
+  // Just below it: all five.
+  o.min_probability = std::exp(*least) * 0.999;
+  DraftModelProposer below(worker.get(), 8, bs, {}, o);
+  EXPECT_EQ(below.Propose({{1, &history, 5}})[0], greedy.tokens);
+  EXPECT_EQ(below.stats().unsure_stops, 0);
   TinyModels::Remove();
 }
 

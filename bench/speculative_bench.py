@@ -74,10 +74,11 @@ def run_batch(args, prompt, batch, method, workdir):
     summary = os.path.join(workdir, "summary.json")
     cmd = [args.shardlm, "batch", "--model", args.model, "--input", inp, "--output",
            os.path.join(workdir, "out.jsonl"), "--json-summary", summary, "--max-num-seqs", str(batch)]
+    method, _, tokens = method.partition("@")  # "ngram@8": at most 8 proposed tokens a step
     proposer, _, draft_weights = method.partition(":")  # "draft:q4_0": the draft requantized at load
     if method != "plain":
         cmd += ["--speculative", "ngram" if proposer == "ngram" else "draft",
-                "--speculative-tokens", str(args.speculative_tokens),
+                "--speculative-tokens", tokens or str(args.speculative_tokens),
                 "--speculative-max-batch", str(args.speculative_max_batch)]
     if proposer in ("draft", "draft-alone"):
         cmd += ["--draft-model", args.draft_model]
@@ -157,7 +158,8 @@ def main():
     ap.add_argument("--methods", default="ngram",
                     help="proposers against plain, comma-separated: ngram, draft (prompt lookup first where it "
                          "matches 3 tokens, shardlm's default), draft-alone (--draft-lookup-min 0), and either draft "
-                         "as draft:WEIGHTS (with --draft-weights WEIGHTS)")
+                         "as draft:WEIGHTS (with --draft-weights WEIGHTS); any of them METHOD@K with "
+                         "--speculative-tokens K instead of this script's")
     ap.add_argument("--draft-model", default="", help="with --methods draft: the draft model's file")
     ap.add_argument("--llama-completion", default="", help="llama.cpp's llama-completion: its plain decode")
     ap.add_argument("--llama-speculative", default="",

@@ -3,21 +3,13 @@
 #include <cuda_runtime.h>
 
 #include "gemv.h"
+#include "gemv_finish.cuh"
 
 namespace shardlm::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;   // output columns per block
 constexpr int kUnroll = 4;  // 16-byte loads of each weight row in flight per lane
-
-// 16 bytes of the weight, read once: not kept in L1 (x lives there).
-__device__ __forceinline__ uint4 LoadStreaming(const void* p) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p));
-  return v;
-}
 
 template <typename T>
 struct Elems;
@@ -30,9 +22,6 @@ struct Elems<float> {
     out[2] = __uint_as_float(v.z);
     out[3] = __uint_as_float(v.w);
   }
-  __device__ __forceinline__ static float Round(float x) { return x; }
-  __device__ __forceinline__ static float Load(const float* p) { return *p; }
-  __device__ __forceinline__ static void Store(float* p, float x) { *p = x; }
 };
 template <>
 struct Elems<__nv_bfloat16> {
@@ -46,9 +35,6 @@ struct Elems<__nv_bfloat16> {
       out[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
     }
   }
-  __device__ __forceinline__ static float Round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-  __device__ __forceinline__ static float Load(const __nv_bfloat16* p) { return __bfloat162float(*p); }
-  __device__ __forceinline__ static void Store(__nv_bfloat16* p, float x) { *p = __float2bfloat16_rn(x); }
 };
 
 // Warp w of block b finishes column j = b * kWarps + w for all M rows. Each
@@ -102,28 +88,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-#pragma unroll
-      for (int o = 16; o > 0; o >>= 1) acc[m][r] += __shfl_xor_sync(0xffffffffu, acc[m][r], o);
-    }
-  }
-  // Every lane holds every sum; lane m writes row m.
-#pragma unroll
-  for (int m = 0; m < M; ++m) {
-    if (lane != m) continue;
-    T* out = y + m * y_stride + j;
-    if constexpr (E == GemvEpilogue::kSwiGlu) {
-      const float g = El::Round(acc[m][0]), u = El::Round(acc[m][R - 1]);
-      const float silu = El::Round(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))));
-      El::Store(out, __fmul_rn(silu, u));
-    } else {
-      const float product = El::Round(bias != nullptr ? __fadd_rn(acc[m][0], El::Load(bias + j)) : acc[m][0]);
-      El::Store(out, E == GemvEpilogue::kAddTo ? __fadd_rn(El::Load(out), product) : product);
-    }
-  }
+  FinishColumn<T, M, R, E>(acc, lane, bias, y, y_stride, j);
 }
 
 template <typename T, int M>

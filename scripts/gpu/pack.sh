@@ -23,7 +23,7 @@ mkdir -p "$root/lib" "$root/tests"
 
 # What the GPU checks (scripts/gpu/test.sh, bench.sh) run.
 BINARIES=(shardlm shardlm_bench shardlm_kernels_bench)
-TESTS=(cuda_paged_attention_check kernels_test model_test worker_test collectives_test nccl_test
+TESTS=(cuda_paged_attention_check cuda_quant_gemv_check kernels_test model_test worker_test collectives_test nccl_test
        kv_test proto_test partitioning_test cli_test)
 for b in "${BINARIES[@]}"; do cp "$build/$b" "$root/$b"; done
 for t in "${TESTS[@]}"; do cp "$build/tests/$t" "$root/tests/$t"; done

@@ -27,6 +27,9 @@ step() {  # step NAME SECONDS COMMAND...: runs it under a time limit, logs to $o
 # The kernels against a host reference: decode and prompt chunks, block tables with holes,
 # sliding window, GQA 1/4/8, split and unsplit keys.
 step kernels 120 "$dir/tests/cuda_paged_attention_check"
+# The W4A16/W8A16 few-row product (docs/gpu_quantized.md) against a host reference, then timed on
+# the Llama-3-8B shape's projections in Q4_0 and Q8_0 against a read-only bandwidth probe.
+step quant_gemv 180 "$dir/tests/cuda_quant_gemv_check" --time
 # The unit tests (device-path tests run on the GPU here; NCCL at world size 1).
 for t in kernels_test model_test worker_test collectives_test nccl_test kv_test partitioning_test; do
   step "$t" 120 "$dir/tests/$t"
@@ -40,6 +43,9 @@ step transformers 240 python3 "$here/tests/gpu/check_transformers.py" --shardlm 
 step ranks_one_gpu 240 python3 "$here/tests/gpu/check_ranks.py" --shardlm "$bin" --workdir /tmp/gpu-ranks
 # CUDA graphs on and off: the same greedy tokens up to near ties (judged by log-probs).
 step cuda_graphs 240 python3 "$here/tests/gpu/check_graphs.py" --shardlm "$bin" --workdir /tmp/gpu-graphs
+# Speculative decoding on the GPU (issue 49): prompt lookup and a draft model on the same device,
+# with lookup first and alone, the same greedy tokens as plain decoding up to near ties.
+step speculative 240 python3 "$here/tests/gpu/check_speculative.py" --shardlm "$bin" --workdir /tmp/gpu-spec
 # Constrained requests (regex, choice, JSON Schema) among free ones through `serve --device cuda`,
 # steps overlapped: masks computed beside the running step and sent after it (Worker.StepMasks).
 step structured 240 python3 "$here/tests/gpu/check_structured.py" --shardlm "$bin" \

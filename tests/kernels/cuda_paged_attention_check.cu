@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cuda/paged_attention.h"
+#include "tests/kernels/cuda_check.h"
 
 namespace {
 
@@ -34,29 +35,8 @@ using shardlm::kernels::cuda::LaunchPagedAttention;
 using shardlm::kernels::cuda::PagedAttentionParams;
 using shardlm::kernels::cuda::PagedAttentionSupports;
 
-#define CHECK_CUDA(call)                                                                            \
-  do {                                                                                              \
-    const cudaError_t err_ = (call);                                                                \
-    if (err_ != cudaSuccess) {                                                                      \
-      std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                                 \
-    }                                                                                               \
-  } while (0)
-
-uint16_t ToBf16(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if (std::isnan(x)) return 0x7fc0;
-  u += 0x7fff + ((u >> 16) & 1);  // round to nearest even
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using shardlm::testing::FromBf16;
+using shardlm::testing::ToBf16;
 
 // Host arrays of f32 values, stored as the case's dtype on the device.
 struct Stored {
@@ -98,7 +78,7 @@ void* Upload(const void* data, size_t bytes) {
 struct Case {
   DType dtype;
   int head_dim, heads, kv_heads, window;
-  int splits = 1;  // > 1: also run with split keys, against the reference and the unsplit output
+  int splits = 1;         // > 1: also run with split keys, against the reference and the unsplit output
   bool all_rows = false;  // every token, in order, given as rows = null
 };
 
@@ -267,7 +247,8 @@ bool RunCase(const Case& c, uint32_t seed) {
   for (int t = 0; t < tokens; ++t) {
     const size_t at = t * row_bytes;
     if (!computed[t] && std::memcmp(got.data() + at, out.bytes.data() + at, row_bytes) != 0) ++touched;
-    if (!computed[t] && c.splits > 1 && std::memcmp(split_got.data() + at, out.bytes.data() + at, row_bytes) != 0) {
+    if (!computed[t] && c.splits > 1 &&
+        std::memcmp(split_got.data() + at, out.bytes.data() + at, row_bytes) != 0) {
       ++touched;
     }
   }
@@ -277,10 +258,11 @@ bool RunCase(const Case& c, uint32_t seed) {
   // of the output (2^-8 relative) where the f32 values straddle a bf16 boundary.
   const double split_tol = f32 ? 1e-5 : std::ldexp(max_ref, -7);
   const bool ok = max_err <= tol && touched == 0 && split_diff <= split_tol;
-  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-4d rows=%zu%s%s  max abs err %.3g (tol %.3g)", ok ? "ok  " : "FAIL",
-              f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(), c.all_rows ? " (null)" : "",
-              seed % 2 == 1 ? " stride on device" : "", max_err, tol);
-  if (c.splits > 1) std::printf("  splits %d: |split - unsplit| %.3g (tol %.3g)", c.splits, split_diff, split_tol);
+  std::printf("%s %-4s d=%-3d heads=%-2d kv=%d window=%-4d rows=%zu%s%s  max abs err %.3g (tol %.3g)",
+              ok ? "ok  " : "FAIL", f32 ? "f32" : "bf16", d, heads, kvh, c.window, rows.size(),
+              c.all_rows ? " (null)" : "", seed % 2 == 1 ? " stride on device" : "", max_err, tol);
+  if (c.splits > 1)
+    std::printf("  splits %d: |split - unsplit| %.3g (tol %.3g)", c.splits, split_diff, split_tol);
   std::printf("%s\n", touched ? "  rows outside `rows` written" : "");
   return ok;
 }

@@ -143,7 +143,10 @@ StepInput DraftModelProposer::NextPass(const StepInput& step, const std::vector<
   for (size_t r = 0; r < going.size(); ++r) {
     const size_t i = going[r];
     const int32_t token = rows[r].token;
-    if (options_.min_probability > 0 && std::exp(rows[r].logprob) < options_.min_probability) {
+    // Not under a constraint: its mask may force a token the model's own
+    // (unmasked) probability calls unlikely.
+    if (options_.min_probability > 0 && !walks.matchers[i] &&
+        std::exp(rows[r].logprob) < options_.min_probability) {
       ++stats_.unsure_stops;
       continue;
     }

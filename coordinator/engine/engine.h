@@ -107,7 +107,7 @@ class Engine {
   };
 
   // A proposal length, and the tokens per unit of time it is expected to
-  // make (engine_speculate.cc).
+  // make (engine_speculate.cc; a one-token probe carries plain decoding's).
   struct ProposalChoice {
     int32_t k = 0;
     double rate = 0;

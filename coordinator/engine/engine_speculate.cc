@@ -27,14 +27,14 @@ struct SpeculationCosts {
 };
 
 // Tokens `seq` proposes now: the k in [0, most] that makes the most tokens
-// per unit of time, where each proposal is accepted with the sequence's
-// recent per-token acceptance a, so that a step of k proposals yields
+// per unit of time, where each proposal is accepted with the proposer's
+// recent per-token acceptance a for the sequence, so that a step of k proposals yields
 // 1 + a + ... + a^k tokens (Leviathan et al.'s expectation), and costs k
 // draft passes (none for prompt lookup) plus a step of `rows` + k rows.
 // k = 0 is plain decoding (one token for a step of `rows` rows); then a
 // one-token probe once in kProbeSteps steps, so that a sequence whose
 // proposals stopped paying (a chat answer that starts quoting its input,
-// say) is noticed.
+// say) is noticed (the probe's rate is plain decoding's).
 Engine::ProposalChoice SpeculationLength(const Sequence& seq, const ProposalRate& acceptance, int32_t most,
                                          int32_t rows, const SpeculationCosts& cost) {
   const double a = acceptance.rate();
@@ -83,7 +83,8 @@ void Engine::Propose() {
   const Options::Speculation& spec = options_.speculation;
   const bool draft = spec.method == Options::Speculation::Method::kDraft;
   const int32_t running = static_cast<int32_t>(scheduler_.running().size());
-  // The proposals share the rows max_rows leaves, best acceptance first.
+  // The proposals share the rows max_rows leaves, best acceptance first (the
+  // draft's with a draft model, else lookup's).
   int32_t rows_left = spec.max_rows - running;
   std::vector<Sequence*> order;
   for (SchedSeq* s : scheduler_.running()) order.push_back(static_cast<Sequence*>(s));
@@ -105,13 +106,18 @@ void Engine::Propose() {
     if (left <= 0) continue;
     const int32_t most = std::min(left, rows_left);
     // Prompt lookup where it matches and pays more than the draft would.
+    // With a draft, lookup always looks (its shadow costs no rows), so that
+    // its acceptance is scored even while its own length would be 0.
     std::vector<int32_t> lookup;
     const ProposalChoice by_draft = draft ? ProposalLength(seq, false) : ProposalChoice{};
-    if (const ProposalChoice looking = ProposalLength(seq, true); !draft || spec.lookup_min_n > 0) {
-      lookup = LookUp(seq, std::min(looking.k, most));
-      if (draft && !lookup.empty() && by_draft.k > 0 && by_draft.rate > looking.rate) {
+    if (!draft || spec.lookup_min_n > 0) {
+      const ProposalChoice looking = ProposalLength(seq, true);
+      lookup = LookUp(seq, draft ? most : std::min(looking.k, most));
+      if (draft && !lookup.empty() && (looking.k == 0 || (by_draft.k > 0 && by_draft.rate > looking.rate))) {
         seq.shadow_lookup = std::move(lookup);  // the draft's step will tell how it would have done
         lookup.clear();
+      } else if (static_cast<int32_t>(lookup.size()) > looking.k) {
+        lookup.resize(static_cast<size_t>(std::max(looking.k, 0)));
       }
     }
     const bool looked_up = !lookup.empty();
@@ -189,8 +195,12 @@ Engine::ProposalChoice Engine::ProposalLength(const Sequence& seq, bool lookup) 
 bool Engine::MayPropose(const Sequence& seq) const {
   if (!SpeculationOn() || !Speculates(seq)) return false;
   const bool draft = options_.speculation.method == Options::Speculation::Method::kDraft;
-  const bool lookup = !draft || options_.speculation.lookup_min_n > 0;
-  return (draft && ProposalLength(seq, false).k > 0) || (lookup && ProposalLength(seq, true).k > 0);
+  if (!draft) return ProposalLength(seq, true).k > 0;
+  // With a draft, lookup proposes only where it matches (on the tokens known
+  // now: the one the running step draws may make or break a match).
+  const bool lookup =
+      options_.speculation.lookup_min_n > 0 && ProposalLength(seq, true).k > 0 && !LookUp(seq, 1).empty();
+  return lookup || ProposalLength(seq, false).k > 0;
 }
 
 void Engine::ConstrainProposals(Sequence& seq, std::vector<int32_t>& draft) {

@@ -66,7 +66,8 @@ struct Sequence : SchedSeq {
   std::vector<int32_t> draft;
   bool draft_by_lookup = false;  // `draft` came from prompt lookup (else the draft model)
   // Prompt lookup's proposals where the draft model's were chosen instead:
-  // the step then tells how many it would have had accepted.
+  // the step then tells how many it would have had accepted (the next
+  // Propose clears what no step scored).
   std::vector<int32_t> shadow_lookup;
   // A constrained sequence's masks for its proposal rows: row i's after
   // proposals 1..i (Engine::ConstrainProposals); empty between steps.

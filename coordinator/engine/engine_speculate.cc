@@ -57,11 +57,10 @@ void ScoreShadowLookup(Sequence& seq, const Speculation& sp) {
   std::vector<int32_t> drawn(sp.proposed.begin(), sp.proposed.begin() + sp.accepted);
   if (sp.last_drawn >= 0) drawn.push_back(sp.last_drawn);
   const std::vector<int32_t>& shadow = seq.shadow_lookup;
+  const auto known = static_cast<int32_t>(std::min(shadow.size(), drawn.size()));
   int32_t hits = 0;
-  while (hits < static_cast<int32_t>(std::min(shadow.size(), drawn.size())) && shadow[hits] == drawn[hits])
-    ++hits;
-  if (!shadow.empty())
-    seq.lookup_rate.Add(hits, hits < static_cast<int32_t>(std::min(shadow.size(), drawn.size())));
+  while (hits < known && shadow[hits] == drawn[hits]) ++hits;
+  if (!shadow.empty()) seq.lookup_rate.Add(hits, hits < known);
   seq.shadow_lookup.clear();
 }
 

@@ -209,6 +209,8 @@ class Engine {
   // PlanStep's parts: the oldest request fails when nothing fits even alone;
   // `take` tokens of `seq` join `plan`, with its scored and sampled rows.
   void FailUnschedulable();
+  // Ends every request whose deadline (EngineRequest::deadline) has passed.
+  void EndPastDeadline();
   void PlanSequence(PlannedStep& plan, Sequence& seq, int32_t take, bool ahead);
   void AddSampleRow(PlannedStep& plan, Sequence& seq, int32_t row_index, int32_t seq_index);
   // Speculation's parts (engine_speculate.cc): proposals for the decoding

@@ -2,6 +2,7 @@
 // StepInput (coordinator/engine/engine.h).
 #include <algorithm>
 #include <chrono>
+#include <vector>
 
 #include "common/logging.h"
 #include "coordinator/engine/engine.h"
@@ -12,6 +13,7 @@ namespace shardlm {
 
 std::unique_ptr<PlannedStep> Engine::PlanStep(bool ahead) {
   ExpireHandles();
+  EndPastDeadline();
   const int64_t preemptions_before = scheduler_.preemptions();
   Propose();
   const std::vector<Scheduler::Work> work = scheduler_.Schedule(kv_);
@@ -34,6 +36,22 @@ std::unique_ptr<PlannedStep> Engine::PlanStep(bool ahead) {
   ++steps_in_flight_;
   UpdateGauges();
   return plan;
+}
+
+void Engine::EndPastDeadline() {
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<int64_t> past;
+  for (const auto& [id, seq] : seqs_) {
+    const auto deadline = seq->request.deadline;
+    if (!seq->end_requested && deadline != std::chrono::steady_clock::time_point{} && deadline <= now) {
+      past.push_back(id);
+    }
+  }
+  for (int64_t id : past) {
+    EndNow(
+        id, FinishReason::kNone,
+        absl::DeadlineExceededError("the call's deadline passed; its work was stopped and its blocks freed"));
+  }
 }
 
 void Engine::FailUnschedulable() {

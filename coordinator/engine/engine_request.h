@@ -63,6 +63,12 @@ struct EngineRequest {
   std::string request_id;
   // When the call arrived (time to first token counts from here); unset: at Submit.
   std::chrono::steady_clock::time_point arrival{};
+  // The call's deadline (gRPC's); unset: none. Once it has passed, the engine
+  // plans no more of the request: it ends DEADLINE_EXCEEDED when the next
+  // step is planned, by the engine's own clock, and its blocks are free once
+  // the steps already sent (at most two) are applied. A front end's
+  // cancellation arrives later than that on a busy host, after a step more.
+  std::chrono::steady_clock::time_point deadline{};
   // Decoding constrained to a language (docs/structured_outputs.md): a matcher
   // in its start state, compiled by the front end; each sequence decodes
   // with its own clone. Null: unconstrained.

@@ -65,6 +65,7 @@ grpc::Status InferenceService::PreparePrefill(const pb::PrefillRequest& req, con
     EngineRequest r;
     r.owner = owner;
     r.request_id = call.id();
+    r.deadline = call.engine_deadline();
     if (prefixes > 0) r.prefix_handle = req.prefix_handles(prefixes == 1 ? 0 : i);
     auto ids = PromptIds(req.chunks(i), r.prefix_handle.empty(), absl::StrCat("chunks[", i, "]"), call);
     if (!ids.ok()) return ToGrpcStatus(ids.status());
@@ -99,6 +100,7 @@ grpc::Status InferenceService::PrepareScore(const pb::ScoreRequest& req, const s
   EngineRequest r;
   r.owner = owner;
   r.request_id = call.id();
+  r.deadline = call.engine_deadline();
   r.prompt = std::move(*ids);
   r.max_new_tokens = 0;
   r.score_prompt = true;

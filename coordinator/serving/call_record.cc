@@ -31,6 +31,15 @@ CallRecord::~CallRecord() {
   if (metrics_) metrics_->CallEnded();
 }
 
+void CallRecord::SetDeadline(std::chrono::system_clock::time_point deadline) {
+  deadline_ = deadline;
+  const auto left = deadline - std::chrono::system_clock::now();  // no overflow: now > epoch
+  if (left < std::chrono::hours(24)) {
+    engine_deadline_ = std::chrono::steady_clock::now() +
+                       std::chrono::duration_cast<std::chrono::steady_clock::duration>(left);
+  }
+}
+
 bool CallRecord::PastDeadline() const {
   return deadline_.has_value() && std::chrono::system_clock::now() > *deadline_;
 }

@@ -49,7 +49,10 @@ class CallRecord {
   bool Abandoned() const;
   void SetAbandonedCheck(std::function<bool()> check) { abandoned_ = std::move(check); }
   // The client's deadline, where its protocol has one.
-  void SetDeadline(std::chrono::system_clock::time_point deadline) { deadline_ = deadline; }
+  void SetDeadline(std::chrono::system_clock::time_point deadline);
+  // That deadline on the engine's clock (EngineRequest::deadline); unset
+  // without one, or with one over a day away (gRPC's "none" is the far future).
+  std::chrono::steady_clock::time_point engine_deadline() const { return engine_deadline_; }
 
   // Logs the line, counts the call, and returns `status`, except that an
   // answer finished after its client left (CANCELLED) or its deadline passed
@@ -63,6 +66,7 @@ class CallRecord {
   ServiceMetrics* metrics_;
   std::function<bool()> abandoned_;
   std::optional<std::chrono::system_clock::time_point> deadline_;
+  std::chrono::steady_clock::time_point engine_deadline_{};
   std::string id_;
   std::chrono::steady_clock::time_point start_;
   // Set by concurrent prompts of one HTTP call too: atomics.

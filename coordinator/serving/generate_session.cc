@@ -75,6 +75,7 @@ absl::Status GenerateSession::FillBase(GenerateJob& job) {
   base_ = std::move(job.request);
   base_.owner = owner_;
   base_.request_id = call_->id();
+  base_.deadline = call_->engine_deadline();
   base_.arrival = call_->start();
   SHARDLM_ASSIGN_OR_RETURN(base_.constraint, core_->CompileConstraint(job.constraint));
   return absl::OkStatus();
@@ -87,6 +88,7 @@ absl::Status GenerateSession::PrefillShared() {
   EngineRequest pre;
   pre.owner = owner_;
   pre.request_id = call_->id();
+  pre.deadline = call_->engine_deadline();
   pre.arrival = call_->start();
   pre.prefix_handle = base_.prefix_handle;
   pre.prefix_length = base_.prefix_length;

@@ -12,7 +12,7 @@ Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-
                       once, the stream finishes whole, serve exits 0
   deadline_mid_prefill  SmolLM2, a Prefill of 8 x 2000 tokens with top_k 5 and a 1 s deadline: its
                       blocks are free at most two engine steps after the deadline, steps cut
-                      to --target-step-ms (under 400 ms on average, free within 1.2 s)
+                      to --target-step-ms (under 1,024 tokens on average, free within 1.2 s)
   cancel_mid_stream   8 clients cancelling Generate streams at random points for 8 s: every call
                       ends (none left in flight), only OK/CANCELLED, and serve stops at once
   drain_bounded       --shutdown-grace-s 2 with a running, a queued and an HTTP stream: all three
@@ -361,13 +361,17 @@ def deadline_mid_prefill(ctx, chk):
     keep and top_k 5 (logprobs of every position: the heaviest steps) and a 1 s deadline ends
     DEADLINE_EXCEEDED at 1 s, and every block is free once the steps already running when it
     passed have ended: at most two engine steps after the deadline (the one running and the one
-    sent ahead of it), counted on shardlm_steps_total, whatever the host's load. Steps are cut to
-    --target-step-ms (250 ms) from the learnt cost of a token and of the keys it attends to, so
-    this run's steps average under 400 ms and the blocks are free within 1.2 s of the deadline
-    even on a host busy with other tests (quiet: 0.3-0.55 s). Before the cut, 2048-token steps
-    held the blocks 2.2 s past it; with a cost per token alone, deep chunks ran to 530 ms. In CI
-    a 0.8 s wall-clock bound failed at 0.82 s with four tests running on two cores: the step
-    count is the property, the seconds follow from it and the host."""
+    sent ahead of it), counted on shardlm_steps_total, whatever the host's load: past its
+    deadline (the engine's own clock, EngineRequest::deadline) a request is planned no more.
+    Steps are cut to --target-step-ms (250 ms) from the learnt cost of a token and of the keys it
+    attends to: they average under 1,024 of the 2,048 tokens --max-batch-tokens allows (quiet:
+    250-270 ms each), and the blocks are free within 1.2 s of the deadline even on a host busy
+    with other tests (quiet: 0.3-0.55 s). Before the cut, 2048-token steps held the blocks 2.2 s
+    past it; with a cost per token alone, deep chunks ran to 530 ms. The step count is the
+    property, the seconds follow from it and the host: in CI a 0.8 s bound failed at 0.82 s with
+    four tests on two cores, a mean step under 400 ms failed at 450 ms beside a compile, and one
+    run in twenty saw 3 steps after the client's deadline when the server's cancellation came
+    after the next step was planned (the engine did not know the deadline then)."""
     model = os.path.join(ROOT, "third_party", "models", "SmolLM2-135M-Instruct.Q4_1.gguf")
     srv = Proc(ctx, "deadline-prefill", ["serve", "--model", model, "--tp", 2, "--port", 0,
                                          "--metrics-port", 0], ready_text="shardlm serving")
@@ -382,6 +386,7 @@ def deadline_mid_prefill(ctx, chk):
         st.Prefill(pb.PrefillRequest(chunks=chunks[:2], top_k=5), timeout=120)
         for attempt in range(2):
             steps_before = metric(mport, "shardlm_steps_total")
+            tokens_before = metric(mport, "shardlm_step_tokens_total")
             t0 = time.monotonic()
             code, _ = code_of(lambda: st.Prefill(pb.PrefillRequest(chunks=chunks, keep=True, top_k=5), timeout=1))
             ended = time.monotonic() - t0
@@ -393,18 +398,19 @@ def deadline_mid_prefill(ctx, chk):
                 time.sleep(0.02)
             freed = time.monotonic() - t0
             steps = metric(mport, "shardlm_steps_total")
+            per_step = (metric(mport, "shardlm_step_tokens_total") - tokens_before) / max(1, steps - steps_before)
             # Wall time per step (a step's own duration metric counts its wait behind the
-            # step sent ahead of it).
+            # step sent ahead of it): reported, the host's share of it varies.
             mean_ms = 1000 * freed / max(1, steps - steps_before)
             chk.check(code == grpc.StatusCode.DEADLINE_EXCEEDED and ended < 1.3,
                       "run %d: DEADLINE_EXCEEDED after %.2f s" % (attempt, ended))
             chk.check(steps - steps_at_deadline <= 2,
                       "run %d: every block free %.2f s after the call began, %d step(s) after the "
                       "deadline (at most 2)" % (attempt, freed, steps - steps_at_deadline))
-            chk.check(mean_ms < 400 and freed < 2.2,
-                      "run %d: steps cut to the 250 ms target: %d steps in %.2f s, %.0f ms each (under "
-                      "400), blocks free %.2f s after the deadline (within 1.2 s)"
-                      % (attempt, steps - steps_before, freed, mean_ms, freed - 1))
+            chk.check(per_step < 1024 and freed < 2.2,
+                      "run %d: steps cut to the 250 ms target: %d steps of %.0f tokens (under 1024) in "
+                      "%.2f s, %.0f ms each, blocks free %.2f s after the deadline (within 1.2 s)"
+                      % (attempt, steps - steps_before, per_step, freed, mean_ms, freed - 1))
     finally:
         ch.close()
         srv.stop()

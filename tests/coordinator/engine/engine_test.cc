@@ -224,6 +224,50 @@ TEST_F(EngineTest, ExecutorFailureFailsWorkInFlightAndFreesBlocks) {
   EXPECT_EQ(e.stats().free_blocks, e.stats().num_blocks);
 }
 
+// A request past its deadline (gRPC's, EngineRequest::deadline) is planned
+// no more by the engine's own clock: the step already sent finishes, then it
+// ends DEADLINE_EXCEEDED with its blocks free, while the others go on. One
+// already past it at Submit runs no step at all.
+TEST_F(EngineTest, PastItsDeadlineARequestIsPlannedNoMore) {
+  auto w = Worker(64);
+  auto e = MakeEngine(w.get(), 2048);
+  EngineRequest gone = Greedy(Prompt(9, 5), 8);
+  gone.deadline = std::chrono::steady_clock::now() - std::chrono::milliseconds(1);
+  EXPECT_THAT(EngineRunner(e.get()).Run(gone),
+              StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("deadline")));
+  EXPECT_EQ(e->stats().steps, 0);
+
+  EngineRequest late = Greedy(Prompt(20, 3), 200);
+  late.deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  size_t drawn = 0;
+  late.on_token = [&drawn](int32_t, float, const std::vector<TopLogprob>&) { ++drawn; };
+  auto late_id = e->Submit(late);
+  auto other_id = e->Submit(Greedy(Prompt(12, 4), 40));
+  ASSERT_THAT(late_id, IsOk());
+  ASSERT_THAT(other_id, IsOk());
+  {
+    EngineRunner runner(e.get());
+    for (int i = 0; i < 3; ++i) ASSERT_THAT(runner.StepOverlapped(), IsOk());
+    ASSERT_LT(std::chrono::steady_clock::now(), late.deadline) << "three tiny steps took 300 ms";
+    const size_t drawn_before = drawn;
+    EXPECT_EQ(drawn_before, 3u);
+    std::this_thread::sleep_until(late.deadline);
+    // Plans the next step without it (and applies the one in flight, with it,
+    // where steps overlap).
+    ASSERT_THAT(runner.StepOverlapped(), IsOk());
+    auto r = TakeResult(*e, *late_id);
+    ASSERT_TRUE(r.has_value()) << "ended once the step sent before its deadline was applied";
+    EXPECT_THAT(r->status, StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("deadline")));
+    EXPECT_EQ(r->tokens.size(), drawn_before + (e->overlaps() ? 1 : 0));
+    while (!e->Idle()) ASSERT_THAT(runner.StepOverlapped(), IsOk());
+  }
+  auto other = TakeResult(*e, *other_id);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_THAT(other->status, IsOk());
+  EXPECT_EQ(other->tokens.size(), 40u);
+  EXPECT_EQ(e->stats().free_blocks, e->stats().num_blocks);
+}
+
 }  // namespace
 }  // namespace shardlm
 

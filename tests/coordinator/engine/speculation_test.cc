@@ -304,7 +304,9 @@ TEST_P(SpeculationTest, RollbackFreesBlocksAndCachesOnlyKeptTokens) {
   const Engine::Stats s = spec->stats();
   EXPECT_EQ(s.referenced_blocks, 0);
   EXPECT_EQ(s.free_blocks, blocks);
-  if (draft_) EXPECT_EQ(draft_->free_blocks(), draft_->num_blocks());
+  if (draft_) {
+    EXPECT_EQ(draft_->free_blocks(), draft_->num_blocks());
+  }
 
   // The same computed from scratch, with no cache and no speculation.
   auto fresh = MakeEngine(false, /*prefix_caching=*/false);

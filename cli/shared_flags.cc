@@ -166,8 +166,9 @@ void AddStorageFlags(FlagSet& f, StorageFlags* out) {
   f.String("weights",
            "the projections' weights: auto (as the file has them: a GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
            "Q4_K, Q5_K and Q6_K blocks stay quantized on the CPU, the embedding's too; Q2_K and Q3_K are "
-           "dequantized at load), dense (the compute dtype), or q8_0, q4_0, q4_1 (quantized at load where "
-           "the file has another; CPU only)",
+           "dequantized at load; on a GPU every format is), dense (the compute dtype), or q8_0, q4_0, q4_1 "
+           "(quantized at load where the file has another; on a GPU kept in blocks for its W8A16/W4A16 "
+           "product, docs/gpu_quantized.md)",
            false, "auto", {"auto", "dense", "q8_0", "q4_0", "q4_1"})
       .To(&out->weights);
   f.String("kv-dtype",

@@ -11,6 +11,8 @@
 
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemv.h"
+#include "kernels/cuda/quant_gemv.h"
+#include "kernels/cuda/quant_planes.h"
 
 namespace shardlm::kernels {
 namespace {
@@ -58,6 +60,41 @@ void RunGemv(kc::GemvEpilogue e, const at::Tensor& x, const at::Tensor& w, const
   TORCH_CHECK(err == nullptr, "CUDA gemv: ", err);
 }
 
+kc::QuantWeightPlanes PlanesOf(const CudaQuantWeight& w) {
+  const kc::QuantPlanes at_ = kc::QuantPlanesOf(w.format, w.n, w.k);
+  const uint8_t* base = static_cast<const uint8_t*>(w.planes->data_ptr());
+  kc::QuantWeightPlanes p;
+  p.format = w.format;
+  p.quants = base + at_.quants;
+  p.d = base + at_.d;
+  p.m = at_.m >= 0 ? base + at_.m : nullptr;
+  return p;
+}
+
+// The quantized few-row kernel takes x (and bias) when they are CUDA tensors
+// of f32 or bf16 on the weight's device and quant_gemv.h's shape holds.
+bool QuantGemvTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias) {
+  if (!x.is_cuda() || x.dim() != 2 || x.stride(1) != 1 || x.size(1) != w.k ||
+      (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
+      x.device() != w.planes->device()) {
+    return false;
+  }
+  if (bias.defined() && (bias.scalar_type() != x.scalar_type() || bias.device() != x.device() ||
+                         !bias.is_contiguous() || bias.numel() != w.n)) {
+    return false;
+  }
+  return kc::QuantGemvTakes(DTypeOf(x), PlanesOf(w), x.size(0), w.k, x.data_ptr(), x.stride(0));
+}
+
+void RunQuantGemv(kc::GemvEpilogue e, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
+                  at::Tensor& y, int64_t n) {
+  const c10::cuda::CUDAGuard guard(x.device());
+  const char* err = kc::LaunchQuantGemv(DTypeOf(x), e, x.data_ptr(), x.stride(0), PlanesOf(w),
+                                        bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(), y.stride(0),
+                                        x.size(0), n, w.k, StreamOf(x));
+  TORCH_CHECK(err == nullptr, "CUDA quantized gemv: ", err);
+}
+
 }  // namespace
 
 void SetCudaFusedKernels(bool on) { g_enabled.store(on); }
@@ -86,6 +123,48 @@ bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, co
   }
   RunGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.size(0));
   return true;
+}
+
+at::Tensor CudaQuantLinear(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias) {
+  if (!QuantGemvTakes(x, w, bias)) return at::Tensor();
+  at::Tensor y = at::empty({x.size(0), w.n}, x.options());
+  RunQuantGemv(kc::GemvEpilogue::kStore, x, w, bias, y, w.n);
+  return y;
+}
+
+at::Tensor CudaQuantLinearSwiGlu(const at::Tensor& x, const CudaQuantWeight& w) {
+  if (w.n % 2 != 0 || !QuantGemvTakes(x, w, at::Tensor())) return at::Tensor();
+  at::Tensor y = at::empty({x.size(0), w.n / 2}, x.options());
+  RunQuantGemv(kc::GemvEpilogue::kSwiGlu, x, w, at::Tensor(), y, w.n / 2);
+  return y;
+}
+
+bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w,
+                          const at::Tensor& bias) {
+  if (!QuantGemvTakes(x, w, bias) || y.dim() != 2 || !y.is_contiguous() ||
+      y.scalar_type() != x.scalar_type() || y.device() != x.device() || y.size(0) != x.size(0) ||
+      y.size(1) != w.n) {
+    return false;
+  }
+  RunQuantGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.n);
+  return true;
+}
+
+at::Tensor CudaQuantRows(const CudaQuantWeight& w, const at::Tensor& index, at::ScalarType dtype) {
+  TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "CUDA quantized rows: f32 or bf16, not ", dtype);
+  const at::Device device = w.planes->device();
+  const c10::cuda::CUDAGuard guard(device);
+  at::Tensor idx;
+  if (index.defined()) idx = index.to(device, at::kLong).contiguous();
+  const int64_t count = idx.defined() ? idx.numel() : w.n;
+  at::Tensor out = at::empty({count, w.k}, at::TensorOptions().dtype(dtype).device(device));
+  if (count == 0) return out;
+  const char* err =
+      kc::LaunchQuantRows(dtype == at::kFloat ? kc::DType::kF32 : kc::DType::kBF16, PlanesOf(w), w.n, w.k,
+                          idx.defined() ? idx.data_ptr<int64_t>() : nullptr, count, out.data_ptr(),
+                          c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  TORCH_CHECK(err == nullptr, "CUDA quantized rows: ", err);
+  return out;
 }
 
 bool CudaRotaryKvInPlace(at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64_t head_dim,

@@ -12,6 +12,10 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+
+#include "common/block_format.h"
+
 namespace shardlm::kernels {
 
 // On by default; main sets it before any step runs.
@@ -42,5 +46,24 @@ bool CudaRotaryKvInPlace(at::Tensor& qkv, int64_t heads, int64_t kv_heads, int64
 at::Tensor CudaLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 at::Tensor CudaLinearSwiGlu(const at::Tensor& x, const at::Tensor& gate_up);
 bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
+
+// A weight kept in GGUF blocks on the GPU (Q8_0, Q4_0, Q4_1): n rows of k in
+// the planes of kernels/cuda/quant_planes.h, in `planes` (uint8, on the device).
+struct CudaQuantWeight {
+  BlockFormat format = BlockFormat::kNone;
+  const at::Tensor* planes = nullptr;
+  int64_t n = 0, k = 0;
+};
+// Linear, LinearSwiGlu ([gate; up], 2 * inter rows) and LinearAddTo over such a
+// weight for up to kernels/cuda/gemv.h's kGemvMaxRows rows
+// (kernels/cuda/quant_gemv.h): undefined (false) for more rows, where the
+// caller multiplies CudaQuantRows' dequantized weight instead.
+at::Tensor CudaQuantLinear(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias);
+at::Tensor CudaQuantLinearSwiGlu(const at::Tensor& x, const CudaQuantWeight& w);
+bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w,
+                          const at::Tensor& bias);
+// Rows `index` (int64, on the weight's device; undefined: all n in order) of
+// the weight dequantized to `dtype` (f32 or bf16): [count, k].
+at::Tensor CudaQuantRows(const CudaQuantWeight& w, const at::Tensor& index, at::ScalarType dtype);
 
 }  // namespace shardlm::kernels

@@ -16,5 +16,14 @@ bool CudaRotaryKvInPlace(at::Tensor&, int64_t, int64_t, int64_t, const at::Tenso
 at::Tensor CudaLinear(const at::Tensor&, const at::Tensor&, const at::Tensor&) { return at::Tensor(); }
 at::Tensor CudaLinearSwiGlu(const at::Tensor&, const at::Tensor&) { return at::Tensor(); }
 bool CudaLinearAddTo(at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Tensor&) { return false; }
+// No weight is kept in blocks on a GPU without the CUDA variant (the loader makes none).
+at::Tensor CudaQuantLinear(const at::Tensor&, const CudaQuantWeight&, const at::Tensor&) {
+  return at::Tensor();
+}
+at::Tensor CudaQuantLinearSwiGlu(const at::Tensor&, const CudaQuantWeight&) { return at::Tensor(); }
+bool CudaQuantLinearAddTo(at::Tensor&, const at::Tensor&, const CudaQuantWeight&, const at::Tensor&) {
+  return false;
+}
+at::Tensor CudaQuantRows(const CudaQuantWeight&, const at::Tensor&, at::ScalarType) { return at::Tensor(); }
 
 }  // namespace shardlm::kernels

@@ -38,7 +38,7 @@ namespace shardlm {
 // (a GGUF's Q8_0/Q4_0/Q4_1 blocks stay quantized on the CPU; on a GPU, and
 // for every other tensor, the compute dtype). kDense: the compute dtype.
 // kQ8_0/kQ4_0/kQ4_1: that block format, quantized at load where the file has
-// another (CPU only).
+// another; on a GPU kept in planes for its few-row product (docs/gpu_quantized.md).
 enum class WeightFormat { kAuto, kDense, kQ8_0, kQ4_0, kQ4_1 };
 absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag);
 

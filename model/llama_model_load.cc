@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status.h"
+#include "kernels/cuda/quant_planes.h"
 #include "kernels/linear.h"
 #include "model/llama_model.h"
 #include "partitioning/shard_loader.h"
@@ -48,14 +49,15 @@ using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 // format the kernels multiply (with `want` kNone), or a slice of columns off
 // the block grid.
 absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, const ShardPlan& plan,
-                                                    const Parts& parts, BlockFormat want) {
+                                                    const Parts& parts, BlockFormat want, at::Device device) {
   std::vector<kernels::LinearWeight::QuantRows> rows;
   int64_t cols = 0;
   for (const auto& [name, shape] : parts) {
     SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
     const BlockFormat format = want == BlockFormat::kNone ? q.format : want;
-    // Not a block format, or one the CPU kernels do not multiply kept: dequantized at load.
-    if (format == BlockFormat::kNone || !HasQuantKernels(format)) return kernels::LinearWeight();
+    // Not a block format, or one the device's kernels do not multiply kept: dequantized at load.
+    const bool kept = device.is_cpu() ? HasQuantKernels(format) : kernels::cuda::GpuQuantFormat(format);
+    if (format == BlockFormat::kNone || !kept) return kernels::LinearWeight();
     if (q.format == format) {
       rows.push_back({format, std::move(q.rows)});
       cols = q.cols;
@@ -67,7 +69,12 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
     cols = dense.size(1);
     rows.push_back({format, QuantizeRows(format, dense)});
   }
-  return kernels::LinearWeight::PrepareQuantized(rows, cols);
+  if (device.is_cpu()) return kernels::LinearWeight::PrepareQuantized(rows, cols);
+  // On a GPU every part is in `want` (a format is asked for there: ShardReader).
+  std::vector<at::Tensor> all;
+  for (const auto& part : rows) all.push_back(part.rows);
+  return kernels::LinearWeight::PrepareGpuQuantized(want, all.size() == 1 ? all[0] : at::cat(all, 0), cols,
+                                                    device);
 }
 
 }  // namespace
@@ -84,7 +91,10 @@ class ShardReader {
         dtype_(dtype),
         device_(device),
         weights_(weights),
-        quantize_(device.is_cpu() && weights != WeightFormat::kDense) {}
+        // On a GPU only where a format is asked for: --weights auto dequantizes there
+        // until the blocks' product has run on one (docs/gpu_quantized.md).
+        quantize_(device.is_cpu() ? weights != WeightFormat::kDense
+                                  : BlockFormatFor(weights) != BlockFormat::kNone) {}
 
   bool Has(const std::string& name) const { return ckpt_.Has(name); }
 
@@ -103,7 +113,7 @@ class ShardReader {
   absl::StatusOr<kernels::LinearWeight> Projection(const Parts& parts, bool gated = false) const {
     if (quantize_) {
       SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
-                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_)));
+                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_), device_));
       if (q.defined()) return q;
     }
     std::vector<at::Tensor> dense;
@@ -119,8 +129,8 @@ class ShardReader {
   // A table kept in the file's blocks for row lookups (an untied embedding):
   // undefined where it is read dense.
   absl::StatusOr<kernels::LinearWeight> KeptBlocks(const Parts& parts) const {
-    if (!quantize_) return kernels::LinearWeight();
-    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone);
+    if (!quantize_ || !device_.is_cpu()) return kernels::LinearWeight();
+    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone, device_);
   }
 
  private:
@@ -136,9 +146,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
                                                              const ShardPlan& plan, at::ScalarType dtype,
                                                              Communicator* comm, at::Device device,
                                                              WeightFormat weights) {
-  if (!device.is_cpu() && weights != WeightFormat::kAuto && weights != WeightFormat::kDense) {
+  if (!device.is_cpu() && !device.is_cuda() && weights != WeightFormat::kAuto &&
+      weights != WeightFormat::kDense) {
     return InvalidField("weights",
-                        "--weights q8_0, q4_0 and q4_1 run on the CPU; on " + device.str() +
+                        "--weights q8_0, q4_0 and q4_1 run on the CPU and CUDA; on " + device.str() +
                             " weights are dequantized to the compute dtype (--weights auto or dense)");
   }
   if (cfg.arch == Arch::kGemma3 && !device.is_cpu()) {

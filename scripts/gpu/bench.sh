@@ -20,6 +20,11 @@ source "$build/env.sh"
 "$build/shardlm_bench" --model-dir "$model" --shape llama3-8b --device cuda --dtypes bf16 \
   --batches 1,8,32,64 --decode-steps 64 --kv-cache-mb 16384 | tee "$out/bench.txt"
 quick="${QUICK:-0}"
+# The same shape kept as Q4_0 blocks on the GPU (--weights q4_0: quantized at load on the host,
+# the few-row product over the blocks; docs/gpu_quantized.md) against its own floor (the planes'
+# bytes): issue 50's target is 1.4x at batch 1.
+"$build/shardlm_bench" --model-dir "$model" --device cuda --dtypes bf16 --weights q4_0 --batches 1,8 \
+  --decode-steps 64 --kv-cache-mb 16384 | tee -a "$out/bench.txt"
 # What the few-row product kernel saves (kernels/cuda/gemv.h), and where cuBLAS takes over: the
 # kernel for every batch it has, then cuBLAS alone.
 for rows in 8 0; do

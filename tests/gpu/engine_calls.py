@@ -1,13 +1,14 @@
-"""The engine's CLI as the GPU checks call it (check_graphs.py, check_ranks.py)."""
+"""The engine's CLI as the GPU checks call it (check_graphs.py, check_ranks.py, check_quantized.py)."""
 import json
 import subprocess
 import sys
 
 
-def run(cmd, timeout=300):
-    """Runs the command; exits naming it and its stderr's end if it fails."""
+def run(cmd, timeout=300, input_text=None):
+    """Runs the command (with `input_text` on its stdin); exits naming it and its stderr's end if
+    it fails."""
     proc = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          timeout=timeout, text=True)
+                          timeout=timeout, text=True, input=input_text)
     if proc.returncode != 0:
         sys.exit("command failed (%d): %s\n%s" % (proc.returncode, " ".join(map(str, cmd)),
                                                    proc.stderr[-2000:]))

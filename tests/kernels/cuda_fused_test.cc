@@ -3,8 +3,11 @@
 // kernels/cuda/gemv.cu) against the ATen operators they replace, on the same
 // GPU: RMSNorm over strided rows, rotary in place on a view into a qkv
 // projection, rotary with the KV write, SiLU x up, and products of 1 to 9 rows
-// (stored, added to a residual, SwiGLU), in f32 and bf16. Skipped without a
-// GPU; in the CPU build the same calls take the ATen path and the test still holds.
+// (stored, added to a residual, SwiGLU), in f32 and bf16; and weights kept in
+// Q8_0, Q4_0 and Q4_1 blocks (LinearWeight::PrepareGpuQuantized, the few-row
+// product of kernels/cuda/quant_gemv.h and the dequantized path past 8 rows)
+// against their host dequantization. Skipped without a GPU; in the CPU build
+// the same calls take the ATen path and the test still holds.
 #include "kernels/cuda_fused.h"
 
 #include <ATen/ATen.h>
@@ -12,7 +15,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <vector>
 
+#include "formats/quant_blocks.h"
 #include "kernels/fused.h"
 #include "kernels/linear.h"
 
@@ -155,6 +160,62 @@ TEST_P(CudaFusedTest, FewRowSwiGluEqualsAten) {
     const double rel = GetParam() == at::kFloat ? 1e-5 : std::ldexp(1.0, -6);
     at::Tensor tol = want.abs() * rel + (u.abs() + g.abs()) * ref.bound.narrow(1, 0, inter) * 4 + 1e-6;
     EXPECT_TRUE(err.le(tol).all().item<bool>()) << "max |diff| " << err.max().item<double>();
+  }
+}
+
+// A weight in `format`'s blocks (the host's quantizer over random f32) and its
+// host dequantization, f32[n, k] on the CPU.
+struct BlockWeight {
+  at::Tensor rows;   // uint8[n, k / 32 * block bytes]
+  at::Tensor dense;  // f32[n, k]
+};
+BlockWeight RandomBlocks(BlockFormat format, int64_t n, int64_t k) {
+  at::Tensor w = at::randn({n, k}) * 0.2;
+  const int64_t row_bytes = k / 32 * BlockLayoutOf(format).bytes;
+  BlockWeight b{at::empty({n, row_bytes}, at::kByte), at::empty({n, k}, at::kFloat)};
+  for (int64_t i = 0; i < n; ++i) {
+    QuantizeBlocks(format, w[i].data_ptr<float>(), k, b.rows[i].data_ptr<uint8_t>());
+    DequantizeBlocks(format, b.rows[i].data_ptr<uint8_t>(), k, b.dense[i].data_ptr<float>());
+  }
+  return b;
+}
+
+TEST_P(CudaFusedTest, WeightsKeptInBlocksEqualTheirDequantization) {
+  at::manual_seed(7);
+  const int64_t n = 200, k = 512;
+  // f32: the products' sums in another order; bf16: x and the output rounded
+  // to bf16, and past 8 rows the weight too.
+  auto expect_close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
+    const double scale = want.abs().max().item<double>();
+    const double diff = (got.to(at::kDouble).cpu() - want).abs().max().item<double>();
+    EXPECT_LE(diff, GetParam() == at::kFloat ? 1e-5 * scale : std::ldexp(scale, -6)) << what;
+  };
+  for (BlockFormat format : {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1}) {
+    SCOPED_TRACE(BlockFormatName(format));
+    const BlockWeight b = RandomBlocks(format, n, k);
+    const LinearWeight lw = LinearWeight::PrepareGpuQuantized(format, b.rows, k, at::Device(at::kCUDA));
+    ASSERT_EQ(lw.gpu_format(), format);
+    const at::Tensor w64 = b.dense.to(at::kDouble);
+    const at::Tensor bias = at::randn({n}, Opts());
+    for (int64_t rows : {1, 3, 8, 9, 20}) {
+      SCOPED_TRACE(testing::Message() << "rows " << rows);
+      at::Tensor x = at::randn({rows, k}, Opts());
+      const at::Tensor x64 = x.to(at::kDouble).cpu();
+      const at::Tensor want = at::matmul(x64, w64.t()) + bias.to(at::kDouble).cpu();
+      expect_close(Linear(x, lw, bias), want, "linear");
+      at::Tensor y = at::randn({rows, n}, Opts());
+      const at::Tensor y0 = y.to(at::kDouble).cpu();
+      LinearAddTo(y, x, lw, bias);
+      expect_close(y, y0 + want, "add to");
+      // [gate; up] of n / 2 features each.
+      const at::Tensor gu = at::matmul(x64, w64.t());
+      const at::Tensor g = gu.narrow(1, 0, n / 2), u = gu.narrow(1, n / 2, n / 2);
+      expect_close(LinearSwiGlu(x, lw), g * at::sigmoid(g) * u, "swiglu");
+    }
+    // Rows looked up (a tied embedding): the host's dequantization, in f32.
+    const at::Tensor index = at::tensor({5, 0, 199, 5}, at::kLong).to(at::kCUDA);
+    const at::Tensor got = lw.Rows(index).cpu();
+    EXPECT_TRUE(at::allclose(got, b.dense.index_select(0, index.cpu()), 1e-6, 0)) << "rows";
   }
 }
 

@@ -71,10 +71,18 @@ kc::QuantWeightPlanes PlanesOf(const CudaQuantWeight& w) {
   return p;
 }
 
+// Rows up to which a weight kept in blocks goes through the few-row product,
+// in launches of kc::kGemvMaxRows rows. Each launch streams the weight again;
+// up to here that costs less than the other path's dequantized copy, written
+// and read back (Q4_0: 8 reads of 0.56 bytes a weight against 0.56 + 2 + 2 in
+// bf16; Q8_0's 1.06 bytes break even at about 5 reads).
+int64_t QuantGemvMaxRows(BlockFormat format) { return format == BlockFormat::kQ8_0 ? 32 : 64; }
+
 // The quantized few-row kernel takes x (and bias) when they are CUDA tensors
 // of f32 or bf16 on the weight's device and quant_gemv.h's shape holds.
 bool QuantGemvTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias) {
-  if (!x.is_cuda() || x.dim() != 2 || x.stride(1) != 1 || x.size(1) != w.k ||
+  if (!Enabled() || !x.is_cuda() || x.dim() != 2 || x.stride(1) != 1 || x.size(1) != w.k ||
+      x.size(0) > QuantGemvMaxRows(w.format) ||
       (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
       x.device() != w.planes->device()) {
     return false;
@@ -83,16 +91,24 @@ bool QuantGemvTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Ten
                          !bias.is_contiguous() || bias.numel() != w.n)) {
     return false;
   }
-  return kc::QuantGemvTakes(DTypeOf(x), PlanesOf(w), x.size(0), w.k, x.data_ptr(), x.stride(0));
+  return kc::QuantGemvTakes(DTypeOf(x), PlanesOf(w), std::min(x.size(0), kc::kGemvMaxRows), w.k, x.data_ptr(),
+                            x.stride(0));
 }
 
+// y = epilogue(x w^T) in launches of up to kc::kGemvMaxRows rows.
 void RunQuantGemv(kc::GemvEpilogue e, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
                   at::Tensor& y, int64_t n) {
   const c10::cuda::CUDAGuard guard(x.device());
-  const char* err = kc::LaunchQuantGemv(DTypeOf(x), e, x.data_ptr(), x.stride(0), PlanesOf(w),
-                                        bias.defined() ? bias.data_ptr() : nullptr, y.data_ptr(), y.stride(0),
-                                        x.size(0), n, w.k, StreamOf(x));
-  TORCH_CHECK(err == nullptr, "CUDA quantized gemv: ", err);
+  const kc::QuantWeightPlanes planes = PlanesOf(w);
+  for (int64_t r0 = 0; r0 < x.size(0); r0 += kc::kGemvMaxRows) {
+    const int64_t rows = std::min(kc::kGemvMaxRows, x.size(0) - r0);
+    const at::Tensor xs = x.narrow(0, r0, rows);
+    at::Tensor ys = y.narrow(0, r0, rows);
+    const char* err = kc::LaunchQuantGemv(DTypeOf(x), e, xs.data_ptr(), x.stride(0), planes,
+                                          bias.defined() ? bias.data_ptr() : nullptr, ys.data_ptr(), y.stride(0),
+                                          rows, n, w.k, StreamOf(x));
+    TORCH_CHECK(err == nullptr, "CUDA quantized gemv: ", err);
+  }
 }
 
 }  // namespace

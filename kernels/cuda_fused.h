@@ -55,9 +55,10 @@ struct CudaQuantWeight {
   int64_t n = 0, k = 0;
 };
 // Linear, LinearSwiGlu ([gate; up], 2 * inter rows) and LinearAddTo over such a
-// weight for up to kernels/cuda/gemv.h's kGemvMaxRows rows
-// (kernels/cuda/quant_gemv.h): undefined (false) for more rows, where the
-// caller multiplies CudaQuantRows' dequantized weight instead.
+// weight by the few-row product (kernels/cuda/quant_gemv.h), in launches of 8
+// rows, for up to 64 rows (Q8_0: 32; cuda_fused.cc says why): undefined
+// (false) for more rows, or after SetCudaFusedKernels(false), where the caller
+// multiplies CudaQuantRows' dequantized weight instead.
 at::Tensor CudaQuantLinear(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias);
 at::Tensor CudaQuantLinearSwiGlu(const at::Tensor& x, const CudaQuantWeight& w);
 bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w,

@@ -72,9 +72,10 @@ class LinearWeight {
   static LinearWeight PrepareQuantized(const std::vector<QuantRows>& parts, int64_t k);
   // A weight kept in GGUF blocks on a GPU (Q8_0, Q4_0 or Q4_1; docs/gpu_quantized.md):
   // `rows` uint8[n, k / 32 * block bytes] on the host, repacked into the
-  // planes of cuda/quant_planes.h and moved to `device`. Products of up to 8
-  // rows unpack the blocks in registers (cuda/quant_gemv.h); more rows
-  // multiply the weight dequantized to x's dtype for the call (cuBLAS).
+  // planes of cuda/quant_planes.h and moved to `device`. Products of up to 64
+  // rows (Q8_0: 32) unpack the blocks in registers, 8 rows a launch
+  // (cuda/quant_gemv.h); more rows multiply the weight dequantized to x's
+  // dtype for the call (cuBLAS).
   static LinearWeight PrepareGpuQuantized(BlockFormat format, const at::Tensor& rows, int64_t k,
                                           at::Device device);
 

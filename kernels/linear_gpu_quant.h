@@ -1,8 +1,9 @@
 // linear.h's products and row lookups over a weight kept in GGUF blocks on a
-// GPU (LinearWeight::PrepareGpuQuantized; docs/gpu_quantized.md): up to 8 rows
-// of x go to the few-row product over the blocks (cuda/quant_gemv.h, through
-// cuda_fused.h); more rows multiply the weight dequantized to x's dtype for the
-// call with ATen's product (cuBLAS). linear.cc calls these for such weights.
+// GPU (LinearWeight::PrepareGpuQuantized; docs/gpu_quantized.md): up to 64
+// rows of x (Q8_0: 32) go to the few-row product over the blocks, 8 rows a
+// launch (cuda/quant_gemv.h, through cuda_fused.h); more rows multiply the
+// weight dequantized to x's dtype for the call with ATen's product (cuBLAS).
+// linear.cc calls these for such weights.
 #pragma once
 
 #include <ATen/core/Tensor.h>

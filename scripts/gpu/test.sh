@@ -50,7 +50,7 @@ step speculative 240 python3 "$here/tests/gpu/check_speculative.py" --shardlm "$
 # steps (the few-row product) against one prompt step (the weight dequantized, cuBLAS), and against
 # the CPU's kernels on the same blocks; SmolLM2's Q4_1 file too where it was carried
 # (SHARDLM_GGUF: scripts/gpu/model_parts.sh joins it on the machine).
-step quantized_weights 240 python3 "$here/tests/gpu/check_quantized.py" --shardlm "$bin" \
+step quantized_weights 300 python3 "$here/tests/gpu/check_quantized.py" --shardlm "$bin" \
   --workdir /tmp/gpu-quant ${SHARDLM_GGUF:+--gguf "$SHARDLM_GGUF"}
 # Constrained requests (regex, choice, JSON Schema) among free ones through `serve --device cuda`,
 # steps overlapped: masks computed beside the running step and sent after it (Worker.StepMasks).

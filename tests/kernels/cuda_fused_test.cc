@@ -5,7 +5,8 @@
 // projection, rotary with the KV write, SiLU x up, and products of 1 to 9 rows
 // (stored, added to a residual, SwiGLU), in f32 and bf16; and weights kept in
 // Q8_0, Q4_0 and Q4_1 blocks (LinearWeight::PrepareGpuQuantized, the few-row
-// product of kernels/cuda/quant_gemv.h and the dequantized path past 8 rows)
+// product of kernels/cuda/quant_gemv.h, 8 rows a launch, and the dequantized
+// path past 64 rows)
 // against their host dequantization. Skipped without a GPU; in the CPU build
 // the same calls take the ATen path and the test still holds.
 #include "kernels/cuda_fused.h"
@@ -183,8 +184,8 @@ BlockWeight RandomBlocks(BlockFormat format, int64_t n, int64_t k) {
 TEST_P(CudaFusedTest, WeightsKeptInBlocksEqualTheirDequantization) {
   at::manual_seed(7);
   const int64_t n = 200, k = 512;
-  // f32: the products' sums in another order; bf16: x and the output rounded
-  // to bf16, and past 8 rows the weight too.
+  // f32: the products' sums in another order; bf16: the output rounded to
+  // bf16, and past 64 rows the weight too.
   auto expect_close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
     const double scale = want.abs().max().item<double>();
     const double diff = (got.to(at::kDouble).cpu() - want).abs().max().item<double>();
@@ -197,7 +198,7 @@ TEST_P(CudaFusedTest, WeightsKeptInBlocksEqualTheirDequantization) {
     ASSERT_EQ(lw.gpu_format(), format);
     const at::Tensor w64 = b.dense.to(at::kDouble);
     const at::Tensor bias = at::randn({n}, Opts());
-    for (int64_t rows : {1, 3, 8, 9, 20}) {
+    for (int64_t rows : {1, 3, 8, 9, 20, 80}) {
       SCOPED_TRACE(testing::Message() << "rows " << rows);
       at::Tensor x = at::randn({rows, k}, Opts());
       const at::Tensor x64 = x.to(at::kDouble).cpu();

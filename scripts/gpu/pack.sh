@@ -53,7 +53,14 @@ tok="${SHARDLM_NPM_DIR:-$here/third_party/npm/node_modules}/@lenml/tokenizer-lla
 mkdir -p "$root/fixtures/llama3"
 cp "$tok/tokenizer.json" "$tok/tokenizer_config.json" "$root/fixtures/llama3/"
 
+# gguf-py (pure Python, as pinned in scripts/requirements.txt), which transformers needs to read
+# SmolLM2's GGUF for tests/reference/check_hf_transformers.py there; its own dependencies (numpy,
+# pyyaml, requests, tqdm) are transformers' too. preflight.sh puts python/ on PYTHONPATH.
 py="$here/.venv/bin/python"
+gguf_dir="$("$py" -c 'import gguf, os; print(os.path.dirname(gguf.__file__))')"
+mkdir -p "$root/python"
+cp -r "$gguf_dir" "$root/python/gguf"
+find "$root/python" -name __pycache__ -prune -exec rm -rf {} +
 {
   echo "torch $("$py" -c 'import torch; print(torch.__version__)')"
   echo "cuda $("$py" -c 'import torch; print(torch.version.cuda)')"

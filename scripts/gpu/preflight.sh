@@ -46,7 +46,11 @@ libs="$site/torch/lib"
 for d in cu13 nccl cudnn cusparselt nvshmem; do
   [ -d "$site/nvidia/$d/lib" ] && libs="$libs:$site/nvidia/$d/lib"
 done
-echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" > "$dest/env.sh"
+{
+  echo "export LD_LIBRARY_PATH=$libs\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+  # gguf-py for transformers' GGUF reader (pack.sh): after what the machine has, never before it.
+  echo "export PYTHONPATH=\${PYTHONPATH:+\$PYTHONPATH:}$dest/python"
+} > "$dest/env.sh"
 # shellcheck disable=SC1091
 source "$dest/env.sh"
 
@@ -54,6 +58,7 @@ source "$dest/env.sh"
 source "$here/scripts/gpu/ldd_checks.sh"
 ldd_checks "$(for f in "$dest"/shardlm* "$dest"/tests/*; do ldd "$f"; done)" "$site/*"
 "$dest/shardlm" --help >/dev/null || fail "shardlm does not start"
+(source "$dest/env.sh" && "$py" -c 'import gguf') || fail "the bundle's gguf-py does not import"
 if [ "$gpu" = 1 ]; then
   "$py" -c 'import torch; assert torch.cuda.is_available(); print("cuda devices:", torch.cuda.device_count())'
 fi

@@ -52,6 +52,14 @@ step speculative 240 python3 "$here/tests/gpu/check_speculative.py" --shardlm "$
 # (SHARDLM_GGUF: scripts/gpu/model_parts.sh joins it on the machine).
 step quantized_weights 300 python3 "$here/tests/gpu/check_quantized.py" --shardlm "$bin" \
   --workdir /tmp/gpu-quant ${SHARDLM_GGUF:+--gguf "$SHARDLM_GGUF"}
+# SmolLM2 (the real model) against transformers on the GPU, where its file was carried
+# (SHARDLM_GGUF): f32 at one rank and two on one GPU, bf16 likewise, and its blocks kept by
+# --weights q4_1; transformers on the CPU in f32, through the bundle's gguf-py.
+if [ -n "${SHARDLM_GGUF:-}" ]; then
+  step smollm2_transformers 400 python3 "$here/tests/reference/check_hf_transformers.py" --shardlm "$bin" \
+    --workdir /tmp/gpu-smollm2 --gguf "$SHARDLM_GGUF" --device cuda \
+    --only smollm2_tp1,smollm2_tp2,smollm2_bf16,smollm2_bf16_tp2,smollm2_q4_1
+fi
 # Constrained requests (regex, choice, JSON Schema) among free ones through `serve --device cuda`,
 # steps overlapped: masks computed beside the running step and sent after it (Worker.StepMasks).
 step structured 240 python3 "$here/tests/gpu/check_structured.py" --shardlm "$bin" \

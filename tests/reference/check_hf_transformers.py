@@ -21,6 +21,14 @@ smollm2_tp1 ... smollm2_tp5:
     9 query heads over 3 KV heads split unevenly at tp 2, 4 and 5 (5/4, 3/2/2/2 and
     2/2/2/2/1, KV heads replicated where a group spans two ranks), and at tp5 the hidden
     size (576) and the vocabulary (49152) too.
+smollm2_bf16, smollm2_bf16_tp2:
+    the same prompts computed in bf16 (--dtype bf16, the blocks dequantized to bf16) against
+    transformers in f32, within the bf16 bounds (BF16); on a GPU (--device cuda) the GPU's bf16
+    path, two ranks on one GPU at tp 2.
+smollm2_q4_1:
+    --weights q4_1: on the CPU its kernels, on a GPU the blocks' own product
+    (docs/gpu_quantized.md); the tied head's Q8_0 blocks requantized to Q4_1; within KEPT's
+    smollm2_q4_1 bounds.
 smollm2_kept:
     the same prompts with the file's Q4_1 blocks kept (--weights auto, activations rounded
     to int8 per block of 32): log-probs within --kept-logprob-tol of transformers', at least
@@ -45,7 +53,10 @@ tiny_llama3_rope, tiny_qwen2_bias, tiny_qwen3_qknorm, tiny_mistral_window:
     above (16 tokens, random prompt ids), at tp 1 to 5 (6 query heads over 2 KV heads, an
     FFN of 100 and a hidden size of 96: tp 4 and 5 split them unevenly).
 
-The engine's processes inherit the environment: SHARDLM_CPU_ISA=avx2 (ctest's
+--device cuda runs the engine on the GPU machine's GPU (transformers stays on the CPU, in f32),
+ranks beyond one sharing it through host-staged collectives (scripts/gpu/test.sh, step
+smollm2_transformers, where SmolLM2's file was carried). The engine's processes inherit the
+environment: SHARDLM_CPU_ISA=avx2 (ctest's
 integration.engine_vs_transformers_avx2) runs the same references on the AVX2 kernels.
 
 The script shares no code with the engine: transformers' modeling code and gguf-py's
@@ -124,14 +135,16 @@ class Bounds:
         self.logprob, self.tie, self.min_equal = logprob, tie, min_equal
 
 
-def engine_run(ctx, model, ids, n, tp, weights="dense"):
+def engine_run(ctx, model, ids, n, tp, weights="dense", dtype="f32"):
     # --weights dense: the file's blocks dequantized to f32, as transformers (through gguf-py)
     # does; auto: the blocks kept (judged with the kept bounds).
     cmd = [ctx.binary, "generate", "--model", model, "--prompt-ids", harness.ids_arg(ids),
-           "--max-new-tokens", str(n), "--temperature", "0", "--ignore-eos", "--dtype", "f32",
-           "--weights", weights, "--json", "--warmup-tokens", "0"]
+           "--max-new-tokens", str(n), "--temperature", "0", "--ignore-eos", "--dtype", dtype,
+           "--weights", weights, "--json", "--warmup-tokens", "0", "--device", ctx.args.device]
     if tp > 1:
         cmd += ["--tp", str(tp)]
+        if ctx.args.device != "cpu":  # several ranks on one GPU: host-staged collectives
+            cmd += ["--collectives", "host"]
     proc, _ = harness.run_engine(cmd, timeout=600)
     out, err = proc.stdout.decode(), proc.stderr.decode()
     if proc.returncode != 0:
@@ -141,6 +154,19 @@ def engine_run(ctx, model, ids, n, tp, weights="dense"):
 
 def dense_bounds(ctx):
     return Bounds(ctx.args.logprob_tol, ctx.args.tie_tol)
+
+
+# SmolLM2 computed in bf16 (its blocks dequantized to bf16) against transformers in f32, about
+# 1.5x what was measured on the CPU (2026-11-30, the four prompts): worst |log-prob diff| 0.169;
+# first differences at tokens 19, 55 and 1 where transformers' top two were 0.158, 0.178 and 0.009
+# apart. The same as docs/numerics.md's bf16 bound for the tiny models (max 0.25).
+BF16 = Bounds(0.25, 0.27, 0)
+
+
+def bf16_bounds(ctx):
+    a = ctx.args
+    return Bounds(a.bf16_logprob_tol or BF16.logprob, a.bf16_tie_tol or BF16.tie,
+                  BF16.min_equal if a.bf16_min_equal is None else a.bf16_min_equal)
 
 
 # Blocks kept, about 1.5x what was measured (2026-11-29, the four prompts). Qwen2.5-Coder-0.5B's
@@ -155,7 +181,11 @@ def dense_bounds(ctx):
 # kept-against-dense bounds of tests/integration/quantized_test.py that hold this file tighter.
 # Gemma 3 270M's Q4_K_M: worst 0.25; differences at token 7 of two prompts, where the top two were
 # 0.036 and 0.002 apart.
-KEPT = {"smollm2": Bounds(0.6, 0.95, 0), "qwen_coder": Bounds(0.2, 0.1, 8), "gemma3": Bounds(0.38, 0.1, 4)}
+# SmolLM2 with --weights q4_1 (its tied head, Q8_0 in the file, requantized to Q4_1; on the CPU the
+# activations rounded to int8 too): worst 0.612, first differences where the top two were 0.03 to
+# 0.62 apart (2026-11-30, CPU); on a GPU the same blocks with activations in f32.
+KEPT = {"smollm2": Bounds(0.6, 0.95, 0), "smollm2_q4_1": Bounds(0.92, 0.95, 0), "qwen_coder": Bounds(0.2, 0.1, 8),
+        "gemma3": Bounds(0.38, 0.1, 4)}
 
 
 def kept_bounds(ctx, model):
@@ -189,20 +219,23 @@ def compare_tokens(ctx, c, what, got, want, lp, engine_logprobs, n_want, bounds=
     return max(diffs)
 
 
-def compare(ctx, tp, c, gguf=None, weights="dense", model="smollm2"):
+def compare(ctx, tp, c, gguf=None, weights="dense", model="smollm2", dtype="f32"):
     gguf = gguf or ctx.args.gguf
     ref = ctx.reference(gguf)
-    bounds = dense_bounds(ctx) if weights == "dense" else kept_bounds(ctx, model)
+    if dtype == "bf16":
+        bounds = bf16_bounds(ctx)
+    else:
+        bounds = dense_bounds(ctx) if weights == "dense" else kept_bounds(ctx, model)
     worst = 0.0
     for text in PROMPTS:
         ids = ref.prompt_ids(text)
-        out = engine_run(ctx, gguf, ids, NEW_TOKENS, tp, weights)
+        out = engine_run(ctx, gguf, ids, NEW_TOKENS, tp, weights, dtype)
         got = out["token_ids"]
         want = ref.greedy(ids)
         lp = ref.logprobs(ids, got)
         worst = max(worst, compare_tokens(ctx, c, repr(text[:24]), got, want, lp, out["logprobs"], NEW_TOKENS,
                                           bounds))
-    c.note("tp %d, --weights %s: worst |logprob diff| over all prompts %.2e" % (tp, weights, worst))
+    c.note("tp %d, --weights %s, --dtype %s: worst |logprob diff| over all prompts %.2e" % (tp, weights, dtype, worst))
     print("    sample (tp %d): %r" % (tp, ref.tok.decode(got[:24])))
 
 
@@ -277,6 +310,11 @@ CASES = [
     ("smollm2_tp4", lambda ctx, c: compare(ctx, 4, c)),
     ("smollm2_tp5", lambda ctx, c: compare(ctx, 5, c)),
     ("smollm2_kept", lambda ctx, c: compare(ctx, 1, c, weights="auto")),
+    ("smollm2_bf16", lambda ctx, c: compare(ctx, 1, c, dtype="bf16")),
+    ("smollm2_bf16_tp2", lambda ctx, c: compare(ctx, 2, c, dtype="bf16")),
+    # --weights q4_1: on a GPU the blocks' own product (docs/gpu_quantized.md), the tied head's Q8_0
+    # requantized to Q4_1; judged with the kept bounds.
+    ("smollm2_q4_1", lambda ctx, c: compare(ctx, 1, c, weights="q4_1", model="smollm2_q4_1")),
     ("qwen_coder_tp1", file_case(1, "dense", "qwen_coder")),
     ("qwen_coder_tp2", file_case(2, "dense", "qwen_coder")),
     ("qwen_coder_tp3", file_case(3, "dense", "qwen_coder")),
@@ -312,6 +350,10 @@ def main():
     ap.add_argument("--kept-logprob-tol", type=float, default=0.0)
     ap.add_argument("--kept-tie-tol", type=float, default=0.0)
     ap.add_argument("--kept-min-equal", type=int, default=None)
+    ap.add_argument("--bf16-logprob-tol", type=float, default=0.0)
+    ap.add_argument("--bf16-tie-tol", type=float, default=0.0)
+    ap.add_argument("--bf16-min-equal", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="the engine's device (the GPU machine: cuda)")
     args = ap.parse_args()
     parsed = harness.parse_case_args(args, [n for n, _ in CASES])
     if parsed is None:

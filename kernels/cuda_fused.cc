@@ -34,6 +34,18 @@ kc::DType DTypeOf(const at::Tensor& t) {
 
 void* StreamOf(const at::Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
 
+// A product's bias (if any) and y, which the few-row kernels take in x's
+// dtype and on its device: the bias contiguous with n values, y [rows, n]
+// contiguous.
+bool BiasFits(const at::Tensor& bias, const at::Tensor& x, int64_t n) {
+  return !bias.defined() || (bias.scalar_type() == x.scalar_type() && bias.device() == x.device() &&
+                             bias.is_contiguous() && bias.numel() == n);
+}
+bool OutputFits(const at::Tensor& y, const at::Tensor& x, int64_t n) {
+  return y.dim() == 2 && y.is_contiguous() && y.scalar_type() == x.scalar_type() &&
+         y.device() == x.device() && y.size(0) == x.size(0) && y.size(1) == n;
+}
+
 // The few-row kernel takes x, w (and bias, y) when all are CUDA tensors of one
 // dtype on one device, w contiguous, and gemv.h's shape and alignment hold.
 bool GemvTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
@@ -44,10 +56,7 @@ bool GemvTakes(const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias)
       w.size(1) != x.size(1)) {
     return false;
   }
-  if (bias.defined() && (bias.scalar_type() != x.scalar_type() || bias.device() != x.device() ||
-                         !bias.is_contiguous() || bias.numel() != w.size(0))) {
-    return false;
-  }
+  if (!BiasFits(bias, x, w.size(0))) return false;
   return kc::GemvTakes(DTypeOf(x), x.size(0), x.size(1), x.data_ptr(), x.stride(0), w.data_ptr());
 }
 
@@ -61,13 +70,13 @@ void RunGemv(kc::GemvEpilogue e, const at::Tensor& x, const at::Tensor& w, const
 }
 
 kc::QuantWeightPlanes PlanesOf(const CudaQuantWeight& w) {
-  const kc::QuantPlanes at_ = kc::QuantPlanesOf(w.format, w.n, w.k);
+  const kc::QuantPlanes offsets = kc::QuantPlanesOf(w.format, w.n, w.k);
   const uint8_t* base = static_cast<const uint8_t*>(w.planes->data_ptr());
   kc::QuantWeightPlanes p;
   p.format = w.format;
-  p.quants = base + at_.quants;
-  p.d = base + at_.d;
-  p.m = at_.m >= 0 ? base + at_.m : nullptr;
+  p.quants = base + offsets.quants;
+  p.d = base + offsets.d;
+  p.m = offsets.m >= 0 ? base + offsets.m : nullptr;
   return p;
 }
 
@@ -87,10 +96,7 @@ bool QuantGemvTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Ten
       x.device() != w.planes->device()) {
     return false;
   }
-  if (bias.defined() && (bias.scalar_type() != x.scalar_type() || bias.device() != x.device() ||
-                         !bias.is_contiguous() || bias.numel() != w.n)) {
-    return false;
-  }
+  if (!BiasFits(bias, x, w.n)) return false;
   return kc::QuantGemvTakes(DTypeOf(x), PlanesOf(w), std::min(x.size(0), kc::kGemvMaxRows), w.k, x.data_ptr(),
                             x.stride(0));
 }
@@ -105,8 +111,8 @@ void RunQuantGemv(kc::GemvEpilogue e, const at::Tensor& x, const CudaQuantWeight
     const at::Tensor xs = x.narrow(0, r0, rows);
     at::Tensor ys = y.narrow(0, r0, rows);
     const char* err = kc::LaunchQuantGemv(DTypeOf(x), e, xs.data_ptr(), x.stride(0), planes,
-                                          bias.defined() ? bias.data_ptr() : nullptr, ys.data_ptr(), y.stride(0),
-                                          rows, n, w.k, StreamOf(x));
+                                          bias.defined() ? bias.data_ptr() : nullptr, ys.data_ptr(),
+                                          y.stride(0), rows, n, w.k, StreamOf(x));
     TORCH_CHECK(err == nullptr, "CUDA quantized gemv: ", err);
   }
 }
@@ -133,10 +139,7 @@ at::Tensor CudaLinearSwiGlu(const at::Tensor& x, const at::Tensor& gate_up) {
 }
 
 bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias) {
-  if (!GemvTakes(x, w, bias) || y.dim() != 2 || !y.is_contiguous() || y.scalar_type() != x.scalar_type() ||
-      y.device() != x.device() || y.size(0) != x.size(0) || y.size(1) != w.size(0)) {
-    return false;
-  }
+  if (!GemvTakes(x, w, bias) || !OutputFits(y, x, w.size(0))) return false;
   RunGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.size(0));
   return true;
 }
@@ -157,11 +160,7 @@ at::Tensor CudaQuantLinearSwiGlu(const at::Tensor& x, const CudaQuantWeight& w) 
 
 bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w,
                           const at::Tensor& bias) {
-  if (!QuantGemvTakes(x, w, bias) || y.dim() != 2 || !y.is_contiguous() ||
-      y.scalar_type() != x.scalar_type() || y.device() != x.device() || y.size(0) != x.size(0) ||
-      y.size(1) != w.n) {
-    return false;
-  }
+  if (!QuantGemvTakes(x, w, bias) || !OutputFits(y, x, w.n)) return false;
   RunQuantGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.n);
   return true;
 }
@@ -175,10 +174,9 @@ at::Tensor CudaQuantRows(const CudaQuantWeight& w, const at::Tensor& index, at::
   const int64_t count = idx.defined() ? idx.numel() : w.n;
   at::Tensor out = at::empty({count, w.k}, at::TensorOptions().dtype(dtype).device(device));
   if (count == 0) return out;
-  const char* err =
-      kc::LaunchQuantRows(dtype == at::kFloat ? kc::DType::kF32 : kc::DType::kBF16, PlanesOf(w), w.n, w.k,
-                          idx.defined() ? idx.data_ptr<int64_t>() : nullptr, count, out.data_ptr(),
-                          c10::cuda::getCurrentCUDAStream(device.index()).stream());
+  const char* err = kc::LaunchQuantRows(DTypeOf(out), PlanesOf(w), w.n, w.k,
+                                        idx.defined() ? idx.data_ptr<int64_t>() : nullptr, count,
+                                        out.data_ptr(), StreamOf(out));
   TORCH_CHECK(err == nullptr, "CUDA quantized rows: ", err);
   return out;
 }

@@ -160,10 +160,8 @@ const char* LaunchGemv(DType dtype, GemvEpilogue epilogue, const void* x, int64_
                        const void* bias, void* y, int64_t y_stride, int64_t rows, int64_t n, int64_t k,
                        void* stream) {
   if (n <= 0) return nullptr;
-  if (!GemvTakes(dtype, rows, k, x, x_stride, w) || y_stride < n)
-    return "gemv: operands the kernel does not take";
-  if ((n + kWarps - 1) / kWarps > 0x7fffffff) return "gemv: too many columns";
-  if (epilogue == GemvEpilogue::kSwiGlu && bias != nullptr) return "gemv: no bias with SwiGLU";
+  if (!GemvTakes(dtype, rows, k, x, x_stride, w)) return "gemv: operands the kernel does not take";
+  if (const char* err = GemvLaunchError(epilogue, bias, n, y_stride, kWarps)) return err;
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kF32) {
     LaunchTyped<float>(epilogue, x, x_stride, w, bias, y, y_stride, rows, n, k, s);

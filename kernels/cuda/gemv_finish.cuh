@@ -1,7 +1,8 @@
 // What the few-row products (gemv.cu, quant_gemv.cu) share: the streaming
 // weight load, the dtype's rounding, load and store, and the end of a warp's
 // column: the lanes' partial sums combined by shuffles and the column
-// finished by the epilogue of gemv.h (lane m writes row m).
+// finished by the epilogue of gemv.h (lane m writes row m); and the
+// launchers' checks of y, the grid and the epilogue.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -67,6 +68,17 @@ __device__ __forceinline__ void FinishColumn(float (&acc)[M][R], int lane, const
       O::Store(out, E == GemvEpilogue::kAddTo ? __fadd_rn(O::Load(out), product) : product);
     }
   }
+}
+
+// What a launcher checks beyond whether the kernel takes x and w (GemvTakes,
+// QuantGemvTakes): y's rows hold its n outputs, the grid of one block per
+// `warps` columns fits, and SwiGLU has no bias. nullptr when all hold.
+inline const char* GemvLaunchError(GemvEpilogue epilogue, const void* bias, int64_t n, int64_t y_stride,
+                                   int warps) {
+  if (y_stride < n) return "gemv: y's rows are shorter than its outputs";
+  if ((n + warps - 1) / warps > 0x7fffffff) return "gemv: too many columns";
+  if (epilogue == GemvEpilogue::kSwiGlu && bias != nullptr) return "gemv: no bias with SwiGLU";
+  return nullptr;
 }
 
 }  // namespace shardlm::kernels::cuda

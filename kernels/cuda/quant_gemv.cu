@@ -299,10 +299,8 @@ const char* LaunchQuantGemv(DType dtype, GemvEpilogue epilogue, const void* x, i
                             const QuantWeightPlanes& w, const void* bias, void* y, int64_t y_stride,
                             int64_t rows, int64_t n, int64_t k, void* stream) {
   if (n <= 0) return nullptr;
-  if (!QuantGemvTakes(dtype, w, rows, k, x, x_stride) || y_stride < n)
-    return "quant gemv: operands the kernel does not take";
-  if ((n + kWarps - 1) / kWarps > 0x7fffffff) return "quant gemv: too many columns";
-  if (epilogue == GemvEpilogue::kSwiGlu && bias != nullptr) return "quant gemv: no bias with SwiGLU";
+  if (!QuantGemvTakes(dtype, w, rows, k, x, x_stride)) return "quant gemv: operands the kernel does not take";
+  if (const char* err = GemvLaunchError(epilogue, bias, n, y_stride, kWarps)) return err;
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kF32) {
     LaunchTyped<float>(epilogue, x, x_stride, w, bias, y, y_stride, rows, n, k, s);

@@ -17,7 +17,7 @@ import json
 import os
 import sys
 
-from engine_calls import run, tie_gap
+from engine_calls import judge_parting, run, tiny_qwen3
 
 
 def main():
@@ -30,9 +30,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     model = os.path.join(args.workdir, "model")
-    run([args.shardlm, "make-tiny-model", model, "--arch", "qwen3", "--no-tokenizer",
-         "--vocab-size", "512", "--hidden-size", "256", "--num-heads", "4", "--num-kv-heads", "2",
-         "--num-layers", "3"])
+    tiny_qwen3(args.shardlm, model)
     requests = []
     for i in range(24):
         ids = [(i * 31 + k * 7) % 512 for k in range(3 + i % 9)]
@@ -58,19 +56,11 @@ def main():
                 outputs[graphs] = [json.loads(l)["token_ids"] for l in f]
         same = 0
         for i, (a, b) in enumerate(zip(outputs[64], outputs[0])):
-            if a == b:
-                same += 1
-                continue
-            k = next(j for j in range(min(len(a), len(b))) if a[j] != b[j])
-            gap = tie_gap(args.shardlm, model, args.device, dtype, requests[i]["prompt_ids"] + a[:k],
-                          a[k], b[k])
-            verdict = "near tie" if gap <= tol else "FAIL"
-            print("%s request %d: tokens part at %d (%d with graphs, %d without), log-prob gap "
-                  "%.3g (tolerance %g): %s" % (dtype, i, k, a[k], b[k], gap, tol, verdict))
-            if gap <= tol:
-                ties += 1
-            else:
-                failures += 1
+            verdict = judge_parting(args.shardlm, model, args.device, dtype, requests[i]["prompt_ids"], a, b,
+                                    tol, "%s request %d" % (dtype, i), ("with graphs", "without"))
+            same += verdict == "same"
+            ties += verdict == "tie"
+            failures += verdict == "fail"
         print("%s: %d of %d requests identical with and without CUDA graphs" % (dtype, same,
                                                                                  len(requests)))
     print("graphs: %d failures, %d near ties" % (failures, ties))

@@ -18,7 +18,7 @@ import os
 import subprocess
 import sys
 
-from engine_calls import run_json, tie_gap
+from engine_calls import judge_parting, run_json
 
 
 def main():
@@ -58,16 +58,11 @@ def main():
         print("tp %d score: max |diff| %.3g against one rank (tolerance %g): %s"
               % (tp, diff, args.tol, "ok" if ok else "FAIL"))
         tokens = generate(tp)
-        if tokens == base_tokens:
+        verdict = judge_parting(args.shardlm, model, args.device, "f32", [int(t) for t in prompt.split(",")],
+                                base_tokens, tokens, args.tie_tol, "tp %d generate" % tp, ("one rank", "tp %d" % tp))
+        if verdict == "same":
             print("tp %d generate: %d tokens equal one rank's" % (tp, len(tokens)))
-            continue
-        k = next(j for j in range(len(tokens)) if tokens[j] != base_tokens[j])
-        context = [int(t) for t in prompt.split(",")] + base_tokens[:k]
-        gap = tie_gap(args.shardlm, model, args.device, "f32", context, base_tokens[k], tokens[k])
-        tie = gap <= args.tie_tol
-        failures += not tie
-        print("tp %d generate: parts from one rank at token %d, log-prob gap %.3g: %s"
-              % (tp, k, gap, "near tie" if tie else "FAIL"))
+        failures += verdict == "fail"
     return 1 if failures else 0
 
 

@@ -21,13 +21,7 @@ import json
 import os
 import sys
 
-from engine_calls import run, tie_gap
-
-
-def tiny_model(args, path, seed):
-    run([args.shardlm, "make-tiny-model", path, "--arch", "qwen3", "--no-tokenizer", "--vocab-size", "512",
-         "--hidden-size", "256", "--num-heads", "4", "--num-kv-heads", "2", "--num-layers", "3",
-         "--seed", seed])
+from engine_calls import judge_parting, run, tiny_qwen3
 
 
 def batch(args, model, dtype, inp, name, flags):
@@ -47,24 +41,10 @@ def batch(args, model, dtype, inp, name, flags):
 
 def compare(args, model, dtype, tol, requests, plain, spec, name):
     """Failures and near ties where `spec`'s tokens part from `plain`'s."""
-    failures, ties = 0, 0
-    for i, (a, b) in enumerate(zip(plain, spec)):
-        if a == b:
-            continue
-        k = next((j for j in range(min(len(a), len(b))) if a[j] != b[j]), None)
-        if k is None:
-            print("%s %s request %d: %d tokens against %d: FAIL" % (dtype, name, i, len(b), len(a)))
-            failures += 1
-            continue
-        gap = tie_gap(args.shardlm, model, args.device, dtype, requests[i]["prompt_ids"] + a[:k], a[k], b[k])
-        verdict = "near tie" if gap <= tol else "FAIL"
-        print("%s %s request %d: tokens part at %d (%d plain, %d speculating), log-prob gap %.3g "
-              "(tolerance %g): %s" % (dtype, name, i, k, a[k], b[k], gap, tol, verdict))
-        if gap <= tol:
-            ties += 1
-        else:
-            failures += 1
-    return failures, ties
+    verdicts = [judge_parting(args.shardlm, model, args.device, dtype, requests[i]["prompt_ids"], a, b, tol,
+                              "%s %s request %d" % (dtype, name, i), ("plain", "speculating"))
+                for i, (a, b) in enumerate(zip(plain, spec))]
+    return verdicts.count("fail"), verdicts.count("tie")
 
 
 def main():
@@ -77,8 +57,8 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     model, other = os.path.join(args.workdir, "model"), os.path.join(args.workdir, "other")
-    tiny_model(args, model, 0)
-    tiny_model(args, other, 1)
+    tiny_qwen3(args.shardlm, model, 0)
+    tiny_qwen3(args.shardlm, other, 1)
     requests = []
     for i in range(12):
         unit = [(i * 31 + k * 7) % 512 for k in range(3 + i % 4)]

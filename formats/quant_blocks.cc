@@ -213,6 +213,26 @@ void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* ou
   }
 }
 
+std::vector<int> HalfFieldOffsets(BlockFormat format) {
+  switch (format) {
+    case BlockFormat::kQ4_1:
+    case BlockFormat::kQ5_1:
+    case BlockFormat::kQ4_K:
+    case BlockFormat::kQ5_K:
+      return {0, 2};
+    case BlockFormat::kQ2_K:
+      return {80, 82};
+    case BlockFormat::kQ3_K:
+      return {108};
+    case BlockFormat::kQ6_K:
+      return {208};
+    case BlockFormat::kNone:
+      return {};
+    default:
+      return {0};
+  }
+}
+
 float HalfToFloat(uint16_t h) { return HalfBitsToFloat(h); }
 
 float Bf16ToFloat32(uint16_t h) {

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "common/block_format.h"
 
@@ -34,6 +35,11 @@ void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* 
 // magnitude) / 8, nibble = min(15, trunc(x / d + 8.5)); Q4_1 d = (max - min) / 15,
 // m = min, nibble = min(15, trunc((x - m) / d + 0.5)). Scales stored in f16.
 void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* out);
+
+// Byte offsets of a block's f16 fields (its scale; Q4_1's and Q5_1's minimum;
+// a K-quant's super-block scales): where a test writes finite values into
+// otherwise random blocks.
+std::vector<int> HalfFieldOffsets(BlockFormat format);
 
 // f32 to IEEE binary16 bits, rounding to nearest even.
 uint16_t FloatToHalf(float f);

@@ -71,27 +71,23 @@ void RunGemv(kc::GemvEpilogue e, const at::Tensor& x, const at::Tensor& w, const
 
 kc::QuantWeightPlanes PlanesOf(const CudaQuantWeight& w) {
   const kc::QuantPlanes offsets = kc::QuantPlanesOf(w.format, w.n, w.k);
-  const uint8_t* base = static_cast<const uint8_t*>(w.planes->data_ptr());
+  const uint8_t* base = static_cast<const uint8_t*>(w.planes->data_ptr()) + w.offset;
+  auto at = [&](int64_t offset) -> const void* { return offset >= 0 ? base + offset : nullptr; };
   kc::QuantWeightPlanes p;
   p.format = w.format;
-  p.quants = base + offsets.quants;
-  p.d = base + offsets.d;
-  p.m = offsets.m >= 0 ? base + offsets.m : nullptr;
+  p.quants = at(offsets.quants);
+  p.high = at(offsets.high);
+  p.d = at(offsets.d);
+  p.m = at(offsets.m);
+  p.sc = at(offsets.sc);
   return p;
 }
-
-// Rows up to which a weight kept in blocks goes through the few-row product,
-// in launches of kc::kGemvMaxRows rows. Each launch streams the weight again;
-// up to here that costs less than the other path's dequantized copy, written
-// and read back (Q4_0: 8 reads of 0.56 bytes a weight against 0.56 + 2 + 2 in
-// bf16; Q8_0's 1.06 bytes break even at about 5 reads).
-int64_t QuantGemvMaxRows(BlockFormat format) { return format == BlockFormat::kQ8_0 ? 32 : 64; }
 
 // The quantized few-row kernel takes x (and bias) when they are CUDA tensors
 // of f32 or bf16 on the weight's device and quant_gemv.h's shape holds.
 bool QuantGemvTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias) {
   if (!Enabled() || !x.is_cuda() || x.dim() != 2 || x.stride(1) != 1 || x.size(1) != w.k ||
-      x.size(0) > QuantGemvMaxRows(w.format) ||
+      x.size(0) > CudaQuantMaxRows(w.format) ||
       (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) ||
       x.device() != w.planes->device()) {
     return false;
@@ -162,6 +158,31 @@ bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWei
                           const at::Tensor& bias) {
   if (!QuantGemvTakes(x, w, bias) || !OutputFits(y, x, w.n)) return false;
   RunQuantGemv(kc::GemvEpilogue::kAddTo, x, w, bias, y, w.n);
+  return true;
+}
+
+// Each launch of 8 rows streams the weight again; up to here that costs less
+// than the other path, the weight dequantized to bf16 (written, then read by
+// cuBLAS): 8 launches x b bytes a weight against b + 2 + 2, so up to
+// 8 * floor((b + 4) / b) rows, b the planes' bytes a weight (Q4_0 0.56: 64;
+// Q4_K 0.58: 56; Q6_K 0.82: 40; Q8_0 1.06: 32).
+int64_t CudaQuantMaxRows(BlockFormat format) {
+  const kc::QuantPlanes p = kc::QuantPlanesOf(format, 1024, 4096);
+  const double b = static_cast<double>(p.bytes) / (1024.0 * 4096.0);
+  return kc::kGemvMaxRows * static_cast<int64_t>((b + 4.0) / b);
+}
+
+bool CudaQuantTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias) {
+  return QuantGemvTakes(x, w, bias);
+}
+
+bool CudaQuantLinearInto(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
+                         bool add) {
+  if (!QuantGemvTakes(x, w, bias) || y.dim() != 2 || y.size(0) != x.size(0) || y.size(1) != w.n ||
+      y.stride(1) != 1 || y.scalar_type() != x.scalar_type() || y.device() != x.device()) {
+    return false;
+  }
+  RunQuantGemv(add ? kc::GemvEpilogue::kAddTo : kc::GemvEpilogue::kStore, x, w, bias, y, w.n);
   return true;
 }
 

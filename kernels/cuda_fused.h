@@ -47,22 +47,35 @@ at::Tensor CudaLinear(const at::Tensor& x, const at::Tensor& w, const at::Tensor
 at::Tensor CudaLinearSwiGlu(const at::Tensor& x, const at::Tensor& gate_up);
 bool CudaLinearAddTo(at::Tensor& y, const at::Tensor& x, const at::Tensor& w, const at::Tensor& bias);
 
-// A weight kept in GGUF blocks on the GPU (Q8_0, Q4_0, Q4_1): n rows of k in
-// the planes of kernels/cuda/quant_planes.h, in `planes` (uint8, on the device).
+// A weight kept in GGUF blocks on the GPU (every format but Q2_K and Q3_K):
+// n rows of k in the planes of kernels/cuda/quant_planes.h, `offset` bytes
+// into `planes` (uint8, on the device; one tensor may hold several weights'
+// planes: the segments of a projection whose parts differ in format).
 struct CudaQuantWeight {
   BlockFormat format = BlockFormat::kNone;
   const at::Tensor* planes = nullptr;
   int64_t n = 0, k = 0;
+  int64_t offset = 0;
 };
 // Linear, LinearSwiGlu ([gate; up], 2 * inter rows) and LinearAddTo over such a
 // weight by the few-row product (kernels/cuda/quant_gemv.h), in launches of 8
-// rows, for up to 64 rows (Q8_0: 32; cuda_fused.cc says why): undefined
-// (false) for more rows, or after SetCudaFusedKernels(false), where the caller
-// multiplies CudaQuantRows' dequantized weight instead.
+// rows, for up to CudaQuantMaxRows rows: undefined (false) for more rows, or
+// after SetCudaFusedKernels(false), where the caller multiplies
+// CudaQuantRows' dequantized weight instead.
 at::Tensor CudaQuantLinear(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias);
 at::Tensor CudaQuantLinearSwiGlu(const at::Tensor& x, const CudaQuantWeight& w);
 bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w,
                           const at::Tensor& bias);
+// Rows of x up to which a weight in `format` goes through the few-row product
+// (cuda_fused.cc says why): 32 (Q8_0) to 64 (Q4_0).
+int64_t CudaQuantMaxRows(BlockFormat format);
+// Whether the few-row product takes x (and bias, n values or undefined) over w.
+bool CudaQuantTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias);
+// y = x w^T + bias (add: y += it) where y is a [rows, n] view whose rows may
+// be apart (a segment's columns of a wider output); false, nothing done, where
+// CudaQuantTakes does not hold or y is not such a view of x's dtype and device.
+bool CudaQuantLinearInto(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
+                         bool add);
 // Rows `index` (int64, on the weight's device; undefined: all n in order) of
 // the weight dequantized to `dtype` (f32 or bf16): [count, k].
 at::Tensor CudaQuantRows(const CudaQuantWeight& w, const at::Tensor& index, at::ScalarType dtype);

@@ -25,5 +25,10 @@ bool CudaQuantLinearAddTo(at::Tensor&, const at::Tensor&, const CudaQuantWeight&
   return false;
 }
 at::Tensor CudaQuantRows(const CudaQuantWeight&, const at::Tensor&, at::ScalarType) { return at::Tensor(); }
+int64_t CudaQuantMaxRows(BlockFormat) { return 0; }
+bool CudaQuantTakes(const at::Tensor&, const CudaQuantWeight&, const at::Tensor&) { return false; }
+bool CudaQuantLinearInto(at::Tensor&, const at::Tensor&, const CudaQuantWeight&, const at::Tensor&, bool) {
+  return false;
+}
 
 }  // namespace shardlm::kernels

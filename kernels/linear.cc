@@ -341,7 +341,7 @@ LinearWeight LinearWeight::PrepareGated(at::Tensor gate_up) {
 
 at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
   TORCH_CHECK(!gated_, "LinearWeight: rows of a packed gate/up weight");
-  if (gpu_format_ != BlockFormat::kNone) return internal::GpuQuantRows(*this, index);
+  if (gpu_quantized_) return internal::GpuQuantRows(*this, index);
   if (quantized_) {
     at::Tensor idx = index.to(at::kLong).contiguous();
     at::Tensor out = at::empty({idx.numel(), in_}, at::kFloat);
@@ -363,7 +363,7 @@ at::Tensor LinearWeight::Rows(const at::Tensor& index) const {
 }
 
 at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
-  if (w.gpu_format() != BlockFormat::kNone) return internal::GpuQuantLinear(x_in, w, bias_in);
+  if (w.gpu_quantized()) return internal::GpuQuantLinear(x_in, w, bias_in);
   if (w.quantized()) return QuantLinear(x_in, w, bias_in);
   if (!w.packed()) return Linear(x_in, w.plain(), bias_in);
   TORCH_CHECK(!w.gated(), "linear: a packed gate/up weight goes through LinearSwiGlu");
@@ -375,7 +375,7 @@ at::Tensor Linear(const at::Tensor& x_in, const LinearWeight& w, const at::Tenso
 }
 
 at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
-  if (gate_up.gpu_format() != BlockFormat::kNone) return internal::GpuQuantLinearSwiGlu(x_in, gate_up);
+  if (gate_up.gpu_quantized()) return internal::GpuQuantLinearSwiGlu(x_in, gate_up);
   if (!gate_up.gated()) {
     if (x_in.is_cuda()) {
       StepPartTimer timer(StepPart::kProjections);
@@ -393,7 +393,7 @@ at::Tensor LinearSwiGlu(const at::Tensor& x_in, const LinearWeight& gate_up) {
 }
 
 void LinearAddTo(at::Tensor& y, const at::Tensor& x_in, const LinearWeight& w, const at::Tensor& bias_in) {
-  if (w.gpu_format() != BlockFormat::kNone) return internal::GpuQuantLinearAddTo(y, x_in, w, bias_in);
+  if (w.gpu_quantized()) return internal::GpuQuantLinearAddTo(y, x_in, w, bias_in);
   if (w.quantized() && FusionWanted() && y.is_contiguous() && y.scalar_type() == x_in.scalar_type()) {
     StepPartTimer timer(StepPart::kProjections);
     const PackedInputs in = QuantOperands(x_in, w, bias_in);

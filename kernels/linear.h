@@ -70,20 +70,26 @@ class LinearWeight {
     at::Tensor rows;  // uint8[n_i, k / unit * block bytes]
   };
   static LinearWeight PrepareQuantized(const std::vector<QuantRows>& parts, int64_t k);
-  // A weight kept in GGUF blocks on a GPU (Q8_0, Q4_0 or Q4_1; docs/gpu_quantized.md):
-  // `rows` uint8[n, k / 32 * block bytes] on the host, repacked into the
-  // planes of cuda/quant_planes.h and moved to `device`. Products of up to 64
-  // rows (Q8_0: 32) unpack the blocks in registers, 8 rows a launch
-  // (cuda/quant_gemv.h); more rows multiply the weight dequantized to x's
-  // dtype for the call (cuBLAS).
+  // A weight kept in GGUF blocks on a GPU (every format but Q2_K and Q3_K;
+  // docs/gpu_quantized.md): `rows` uint8[n, k / unit * block bytes] on the
+  // host, repacked into the planes of cuda/quant_planes.h and moved to
+  // `device`. Products of up to cuda_fused.h's CudaQuantMaxRows rows unpack
+  // the blocks in registers, 8 rows a launch (cuda/quant_gemv.h); more rows
+  // multiply the weight dequantized to x's dtype for the call (cuBLAS).
   static LinearWeight PrepareGpuQuantized(BlockFormat format, const at::Tensor& rows, int64_t k,
                                           at::Device device);
+  // Parts in different formats (q/k/v where v has more bits): consecutive
+  // parts of one format share a segment; a product launches once per segment.
+  static LinearWeight PrepareGpuQuantized(const std::vector<QuantRows>& parts, int64_t k, at::Device device);
 
   bool defined() const { return data_.defined(); }
   bool packed() const { return packed_; }
   bool gated() const { return gated_; }
   bool quantized() const { return quantized_; }  // in the CPU's quantized panels
-  // In a GPU's planes (PrepareGpuQuantized): their format, else kNone.
+  // In a GPU's planes (PrepareGpuQuantized).
+  bool gpu_quantized() const { return gpu_quantized_; }
+  // Their format where they have one; kNone where the segments differ or the
+  // weight is not in a GPU's planes.
   BlockFormat gpu_format() const { return gpu_format_; }
   // A quantized weight's runs of rows, each in one format, in output order.
   struct QuantSegment {
@@ -99,9 +105,7 @@ class LinearWeight {
   // Bytes held (a packed weight's padding included): what a product streams.
   int64_t nbytes() const { return defined() ? static_cast<int64_t>(data_.nbytes()) : 0; }
   // The unpacked weight; undefined when packed or quantized.
-  at::Tensor plain() const {
-    return packed_ || quantized_ || gpu_format_ != BlockFormat::kNone ? at::Tensor() : data_;
-  }
+  at::Tensor plain() const { return packed_ || quantized_ || gpu_quantized_ ? at::Tensor() : data_; }
   const at::Tensor& storage() const { return data_; }
 
   // Rows of the weight, dtype[index.size(0), in] (an embedding lookup from a
@@ -113,6 +117,7 @@ class LinearWeight {
   bool packed_ = false;
   bool gated_ = false;
   bool quantized_ = false;
+  bool gpu_quantized_ = false;
   BlockFormat gpu_format_ = BlockFormat::kNone;
   std::vector<QuantSegment> segments_;
   int64_t out_ = 0, in_ = 0;

@@ -35,11 +35,13 @@ namespace shardlm {
 
 // What the projections' weights (q/k/v, o, gate/up, down, the LM head) are
 // kept as (--weights; docs/quantized_weights.md). kAuto: as the file has them
-// (a GGUF's Q8_0/Q4_0/Q4_1 blocks stay quantized on the CPU; on a GPU, and
-// for every other tensor, the compute dtype). kDense: the compute dtype.
-// kQ8_0/kQ4_0/kQ4_1: that block format, quantized at load where the file has
-// another; on a GPU kept in planes for its few-row product (docs/gpu_quantized.md).
-enum class WeightFormat { kAuto, kDense, kQ8_0, kQ4_0, kQ4_1 };
+// on the CPU (a GGUF's blocks stay quantized but for Q2_K and Q3_K); on a GPU,
+// and for every other tensor, the compute dtype. kBlocks: as the file has them
+// on either device (on a GPU in the planes of the few-row product,
+// docs/gpu_quantized.md; what kAuto will do there once it has run on one).
+// kDense: the compute dtype. kQ8_0/kQ4_0/kQ4_1: that block format, quantized
+// at load where the file has another; on a GPU kept in planes.
+enum class WeightFormat { kAuto, kBlocks, kDense, kQ8_0, kQ4_0, kQ4_1 };
 absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag);
 
 class ShardReader;  // llama_model.cc: reads this rank's shards of a checkpoint

@@ -17,11 +17,13 @@ namespace shardlm {
 
 absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag) {
   if (flag == "auto") return WeightFormat::kAuto;
+  if (flag == "blocks") return WeightFormat::kBlocks;
   if (flag == "dense") return WeightFormat::kDense;
   if (flag == "q8_0") return WeightFormat::kQ8_0;
   if (flag == "q4_0") return WeightFormat::kQ4_0;
   if (flag == "q4_1") return WeightFormat::kQ4_1;
-  return InvalidField("weights", "--weights must be auto, dense, q8_0, q4_0 or q4_1, got '" + flag + "'");
+  return InvalidField("weights",
+                      "--weights must be auto, blocks, dense, q8_0, q4_0 or q4_1, got '" + flag + "'");
 }
 
 namespace {
@@ -70,11 +72,7 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
     rows.push_back({format, QuantizeRows(format, dense)});
   }
   if (device.is_cpu()) return kernels::LinearWeight::PrepareQuantized(rows, cols);
-  // On a GPU every part is in `want` (a format is asked for there: ShardReader).
-  std::vector<at::Tensor> all;
-  for (const auto& part : rows) all.push_back(part.rows);
-  return kernels::LinearWeight::PrepareGpuQuantized(want, all.size() == 1 ? all[0] : at::cat(all, 0), cols,
-                                                    device);
+  return kernels::LinearWeight::PrepareGpuQuantized(rows, cols, device);
 }
 
 }  // namespace
@@ -91,10 +89,11 @@ class ShardReader {
         dtype_(dtype),
         device_(device),
         weights_(weights),
-        // On a GPU only where a format is asked for: --weights auto dequantizes there
-        // until the blocks' product has run on one (docs/gpu_quantized.md).
+        // On a GPU only where blocks or a format are asked for: --weights auto
+        // dequantizes there until the blocks' product has run on one
+        // (docs/gpu_quantized.md).
         quantize_(device.is_cpu() ? weights != WeightFormat::kDense
-                                  : BlockFormatFor(weights) != BlockFormat::kNone) {}
+                                  : weights != WeightFormat::kAuto && weights != WeightFormat::kDense) {}
 
   bool Has(const std::string& name) const { return ckpt_.Has(name); }
 
@@ -149,7 +148,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   if (!device.is_cpu() && !device.is_cuda() && weights != WeightFormat::kAuto &&
       weights != WeightFormat::kDense) {
     return InvalidField("weights",
-                        "--weights q8_0, q4_0 and q4_1 run on the CPU and CUDA; on " + device.str() +
+                        "--weights blocks, q8_0, q4_0 and q4_1 run on the CPU and CUDA; on " + device.str() +
                             " weights are dequantized to the compute dtype (--weights auto or dense)");
   }
   if (cfg.arch == Arch::kGemma3 && !device.is_cpu()) {

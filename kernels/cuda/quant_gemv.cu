@@ -4,15 +4,15 @@
 #include <cuda_runtime.h>
 
 #include "gemv_finish.cuh"
+#include "quant_block.h"
 #include "quant_gemv.h"
+#include "quant_planes.h"
 
 namespace shardlm::kernels::cuda {
 namespace {
 
 constexpr int kWarps = 4;   // output columns per block
 constexpr int kUnroll = 2;  // blocks of each weight row in flight per lane
-
-__device__ __forceinline__ float HalfBits(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
 
 template <typename T>
 struct Act;
@@ -49,49 +49,40 @@ struct Act<__nv_bfloat16> {
   }
 };
 
-// A block's quants, as loaded: 16 bytes (4-bit) or 32 (Q8_0).
-struct Quants {
-  uint4 lo, hi;  // hi: Q8_0's second half
-};
-
+// Block `at`'s quants and high bits, streamed (read once).
 template <BlockFormat F>
-__device__ __forceinline__ Quants LoadQuants(const uint8_t* q, int64_t block) {
-  Quants out;
+__device__ __forceinline__ BlockBits LoadBits(const uint8_t* quants, const uint8_t* high, int64_t at) {
+  BlockBits v;
+  const uint4 a = LoadStreaming(quants + QuantBytes(F) * at);
+  v.lo[0] = a.x, v.lo[1] = a.y, v.lo[2] = a.z, v.lo[3] = a.w;
   if constexpr (F == BlockFormat::kQ8_0) {
-    out.lo = LoadStreaming(q + 32 * block);
-    out.hi = LoadStreaming(q + 32 * block + 16);
+    const uint4 b = LoadStreaming(quants + 32 * at + 16);
+    v.lo[4] = b.x, v.lo[5] = b.y, v.lo[6] = b.z, v.lo[7] = b.w;
   } else {
-    out.lo = LoadStreaming(q + 16 * block);
-    out.hi = make_uint4(0, 0, 0, 0);
+    v.lo[4] = v.lo[5] = v.lo[6] = v.lo[7] = 0;
   }
-  return out;
+  v.hi[0] = v.hi[1] = 0;
+  if constexpr (HighBytes(F) == 4) v.hi[0] = __ldg(reinterpret_cast<const unsigned*>(high) + at);
+  if constexpr (HighBytes(F) == 8) {
+    const uint2 h = __ldg(reinterpret_cast<const uint2*>(high) + at);
+    v.hi[0] = h.x, v.hi[1] = h.y;
+  }
+  return v;
 }
 
-// The block's 32 weights before the scale: nibble - 8 (Q4_0), nibble (Q4_1)
-// or the stored int8 (Q8_0); weight i of a 4-bit block is the low nibble of
-// byte i, weight i + 16 its high nibble.
-template <BlockFormat F>
-__device__ __forceinline__ void Unpack(const Quants& v, float* q) {
-  if constexpr (F == BlockFormat::kQ8_0) {
-    const unsigned words[8] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w, v.hi.x, v.hi.y, v.hi.z, v.hi.w};
-#pragma unroll
-    for (int w = 0; w < 8; ++w) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) q[4 * w + b] = static_cast<float>(static_cast<int8_t>(words[w] >> (8 * b)));
-    }
-  } else {
-    constexpr int kOffset = F == BlockFormat::kQ4_0 ? 8 : 0;
-    const unsigned words[4] = {v.lo.x, v.lo.y, v.lo.z, v.lo.w};
-#pragma unroll
-    for (int w = 0; w < 4; ++w) {
-#pragma unroll
-      for (int b = 0; b < 4; ++b) {
-        const unsigned byte = (words[w] >> (8 * b)) & 0xffu;
-        q[4 * w + b] = static_cast<float>(static_cast<int>(byte & 0xfu) - kOffset);
-        q[16 + 4 * w + b] = static_cast<float>(static_cast<int>(byte >> 4) - kOffset);
-      }
-    }
-  }
+// A weight's planes as the kernels read them.
+struct Planes {
+  const uint8_t* quants;
+  const uint8_t* high;
+  const uint16_t* d;
+  const uint16_t* m;
+  const uint8_t* sc;
+};
+
+Planes PlanesFrom(const QuantWeightPlanes& w) {
+  return {static_cast<const uint8_t*>(w.quants), static_cast<const uint8_t*>(w.high),
+          static_cast<const uint16_t*>(w.d), static_cast<const uint16_t*>(w.m),
+          static_cast<const uint8_t*>(w.sc)};
 }
 
 // Warp w of block b finishes column j = b * kWarps + w for all M rows. Lane
@@ -99,9 +90,8 @@ __device__ __forceinline__ void Unpack(const Quants& v, float* q) {
 // combined by shuffles at the end, and lane m writes row m.
 template <typename T, BlockFormat F, int M, GemvEpilogue E>
 __global__ void __launch_bounds__(kWarps * 32)
-    QuantGemvKernel(const T* __restrict__ x, int64_t x_stride, const uint8_t* __restrict__ quants,
-                    const uint16_t* __restrict__ scales, const uint16_t* __restrict__ mins,
-                    const T* __restrict__ bias, T* __restrict__ y, int64_t y_stride, int64_t n, int64_t k) {
+    QuantGemvKernel(const T* __restrict__ x, int64_t x_stride, const Planes w, const T* __restrict__ bias,
+                    T* __restrict__ y, int64_t y_stride, int64_t n, int64_t k) {
   constexpr int R = E == GemvEpilogue::kSwiGlu ? 2 : 1;  // weight rows per column
   const int lane = threadIdx.x % 32;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -118,18 +108,18 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int r = 0; r < R; ++r) acc[m][r] = 0.0f;
   }
   for (int64_t b0 = lane; b0 < blocks; b0 += 32 * kUnroll) {
-    Quants qv[kUnroll][R];
-    float d[kUnroll][R], mn[kUnroll][R];
+    BlockBits bits[kUnroll][R];
+    BlockScales scale[kUnroll][R];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int64_t b = b0 + 32 * u;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         const int64_t at = row[r] * blocks + b;
-        const bool in = b < blocks;
-        qv[u][r] = in ? LoadQuants<F>(quants, at) : Quants{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)};
-        d[u][r] = in ? HalfBits(scales[at]) : 0.0f;
-        mn[u][r] = in && F == BlockFormat::kQ4_1 ? HalfBits(mins[at]) : 0.0f;
+        if (b < blocks) {
+          bits[u][r] = LoadBits<F>(w.quants, w.high, at);
+          scale[u][r] = ScalesAt<F>(w.d, w.m, w.sc, at);
+        }
       }
     }
 #pragma unroll
@@ -138,23 +128,34 @@ __global__ void __launch_bounds__(kWarps * 32)
       if (b >= blocks) break;
       float q[R][32];
 #pragma unroll
-      for (int r = 0; r < R; ++r) Unpack<F>(qv[u][r], q[r]);
+      for (int r = 0; r < R; ++r) UnpackQuants<F>(bits[u][r], q[r]);
 #pragma unroll
       for (int m = 0; m < M; ++m) {
         float xb[32];
         Act<T>::Block(x + m * x_stride + 32 * b, xb);
         float xsum = 0.0f;
-        if constexpr (F == BlockFormat::kQ4_1) {
+        if constexpr (HasMinimum(F)) {
 #pragma unroll
           for (int i = 0; i < 32; ++i) xsum += xb[i];
         }
 #pragma unroll
         for (int r = 0; r < R; ++r) {
-          float dot = 0.0f;
+          const BlockScales& s = scale[u][r];
+          if constexpr (F == BlockFormat::kQ6_K) {  // a scale for each half of 16
+            float first = 0.0f, second = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 32; ++i) dot = fmaf(xb[i], q[r][i], dot);
-          acc[m][r] = fmaf(d[u][r], dot, acc[m][r]);
-          if constexpr (F == BlockFormat::kQ4_1) acc[m][r] = fmaf(mn[u][r], xsum, acc[m][r]);
+            for (int i = 0; i < 16; ++i) {
+              first = fmaf(xb[i], q[r][i], first);
+              second = fmaf(xb[i + 16], q[r][i + 16], second);
+            }
+            acc[m][r] = fmaf(s.d1, second, fmaf(s.d0, first, acc[m][r]));
+          } else {
+            float dot = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; ++i) dot = fmaf(xb[i], q[r][i], dot);
+            acc[m][r] = fmaf(s.d0, dot, acc[m][r]);
+          }
+          if constexpr (HasMinimum(F)) acc[m][r] = fmaf(s.mn, xsum, acc[m][r]);
         }
       }
     }
@@ -163,31 +164,28 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <typename T, BlockFormat F, int M>
-void LaunchRows(GemvEpilogue e, const T* x, int64_t x_stride, const QuantWeightPlanes& w, const T* bias, T* y,
+void LaunchRows(GemvEpilogue e, const T* x, int64_t x_stride, const Planes& w, const T* bias, T* y,
                 int64_t y_stride, int64_t n, int64_t k, cudaStream_t s) {
   const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-  const auto* q = static_cast<const uint8_t*>(w.quants);
-  const auto* d = static_cast<const uint16_t*>(w.d);
-  const auto* m = static_cast<const uint16_t*>(w.m);
   switch (e) {
     case GemvEpilogue::kStore:
       QuantGemvKernel<T, F, M, GemvEpilogue::kStore>
-          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, q, d, m, bias, y, y_stride, n, k);
+          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, w, bias, y, y_stride, n, k);
       break;
     case GemvEpilogue::kAddTo:
       QuantGemvKernel<T, F, M, GemvEpilogue::kAddTo>
-          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, q, d, m, bias, y, y_stride, n, k);
+          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, w, bias, y, y_stride, n, k);
       break;
     case GemvEpilogue::kSwiGlu:
       QuantGemvKernel<T, F, M, GemvEpilogue::kSwiGlu>
-          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, q, d, m, nullptr, y, y_stride, n, k);
+          <<<blocks, kWarps * 32, 0, s>>>(x, x_stride, w, nullptr, y, y_stride, n, k);
       break;
   }
 }
 
 template <typename T, BlockFormat F>
-void LaunchFormat(GemvEpilogue e, const T* x, int64_t x_stride, const QuantWeightPlanes& w, const T* bias,
-                  T* y, int64_t y_stride, int64_t rows, int64_t n, int64_t k, cudaStream_t s) {
+void LaunchFormat(GemvEpilogue e, const T* x, int64_t x_stride, const Planes& w, const T* bias, T* y,
+                  int64_t y_stride, int64_t rows, int64_t n, int64_t k, cudaStream_t s) {
   switch (rows) {
     case 1:
       return LaunchRows<T, F, 1>(e, x, x_stride, w, bias, y, y_stride, n, k, s);
@@ -208,6 +206,48 @@ void LaunchFormat(GemvEpilogue e, const T* x, int64_t x_stride, const QuantWeigh
   }
 }
 
+// Calls fn.template Run<F>() for the weight's format (one the planes take).
+template <typename Fn>
+void WithFormat(BlockFormat format, const Fn& fn) {
+  switch (format) {
+    case BlockFormat::kQ8_0:
+      return fn.template Run<BlockFormat::kQ8_0>();
+    case BlockFormat::kQ4_0:
+      return fn.template Run<BlockFormat::kQ4_0>();
+    case BlockFormat::kQ4_1:
+      return fn.template Run<BlockFormat::kQ4_1>();
+    case BlockFormat::kQ5_0:
+      return fn.template Run<BlockFormat::kQ5_0>();
+    case BlockFormat::kQ5_1:
+      return fn.template Run<BlockFormat::kQ5_1>();
+    case BlockFormat::kQ4_K:
+      return fn.template Run<BlockFormat::kQ4_K>();
+    case BlockFormat::kQ5_K:
+      return fn.template Run<BlockFormat::kQ5_K>();
+    case BlockFormat::kQ6_K:
+      return fn.template Run<BlockFormat::kQ6_K>();
+    default:
+      return;  // PlanesOk refused it
+  }
+}
+
+// One launch of the product, for WithFormat.
+template <typename T>
+struct GemvLaunch {
+  GemvEpilogue e;
+  const T* x;
+  int64_t x_stride;
+  Planes w;
+  const T* bias;
+  T* y;
+  int64_t y_stride, rows, n, k;
+  cudaStream_t s;
+  template <BlockFormat F>
+  void Run() const {
+    LaunchFormat<T, F>(e, x, x_stride, w, bias, y, y_stride, rows, n, k, s);
+  }
+};
+
 template <typename T>
 void LaunchTyped(GemvEpilogue e, const void* x, int64_t x_stride, const QuantWeightPlanes& w,
                  const void* bias, void* y, int64_t y_stride, int64_t rows, int64_t n, int64_t k,
@@ -215,21 +255,13 @@ void LaunchTyped(GemvEpilogue e, const void* x, int64_t x_stride, const QuantWei
   const T* xt = static_cast<const T*>(x);
   const T* bt = static_cast<const T*>(bias);
   T* yt = static_cast<T*>(y);
-  switch (w.format) {
-    case BlockFormat::kQ8_0:
-      return LaunchFormat<T, BlockFormat::kQ8_0>(e, xt, x_stride, w, bt, yt, y_stride, rows, n, k, s);
-    case BlockFormat::kQ4_0:
-      return LaunchFormat<T, BlockFormat::kQ4_0>(e, xt, x_stride, w, bt, yt, y_stride, rows, n, k, s);
-    default:
-      return LaunchFormat<T, BlockFormat::kQ4_1>(e, xt, x_stride, w, bt, yt, y_stride, rows, n, k, s);
-  }
+  WithFormat(w.format, GemvLaunch<T>{e, xt, x_stride, PlanesFrom(w), bt, yt, y_stride, rows, n, k, s});
 }
 
 // Thread t dequantizes block t % (k / 32) of output row t / (k / 32).
 template <typename T, BlockFormat F>
-__global__ void QuantRowsKernel(const uint8_t* __restrict__ quants, const uint16_t* __restrict__ scales,
-                                const uint16_t* __restrict__ mins, int64_t n, int64_t k,
-                                const int64_t* __restrict__ index, int64_t count, T* __restrict__ out) {
+__global__ void QuantRowsKernel(const Planes w, int64_t n, int64_t k, const int64_t* __restrict__ index,
+                                int64_t count, T* __restrict__ out) {
   const int64_t blocks = k / 32;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= count * blocks) return;
@@ -237,61 +269,62 @@ __global__ void QuantRowsKernel(const uint8_t* __restrict__ quants, const uint16
   int64_t row = index != nullptr ? index[c] : c;
   row = row < 0 ? 0 : (row >= n ? n - 1 : row);  // clamped, as the CPU's Rows
   const int64_t at = row * blocks + b;
-  Quants v;
-  if constexpr (F == BlockFormat::kQ8_0) {
-    v.lo = *reinterpret_cast<const uint4*>(quants + 32 * at);
-    v.hi = *reinterpret_cast<const uint4*>(quants + 32 * at + 16);
-  } else {
-    v.lo = *reinterpret_cast<const uint4*>(quants + 16 * at);
-  }
   float q[32];
-  Unpack<F>(v, q);
-  const float d = HalfBits(scales[at]);
-  const float mn = F == BlockFormat::kQ4_1 ? HalfBits(mins[at]) : 0.0f;
+  UnpackQuants<F>(LoadBits<F>(w.quants, w.high, at), q);
+  const BlockScales s = ScalesAt<F>(w.d, w.m, w.sc, at);
   T* o = out + c * k + 32 * b;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
-    const float value = __fmul_rn(d, q[i]);
-    Out<T>::Store(o + i, F == BlockFormat::kQ4_1 ? __fadd_rn(value, mn) : value);
+    const float value = __fmul_rn(i < 16 ? s.d0 : s.d1, q[i]);
+    Out<T>::Store(o + i, HasMinimum(F) ? __fadd_rn(value, s.mn) : value);
   }
 }
+
+// One launch of the rows' dequantization, for WithFormat.
+template <typename T>
+struct RowsLaunch {
+  Planes w;
+  int64_t n, k;
+  const int64_t* index;
+  int64_t count;
+  T* out;
+  unsigned grid;
+  cudaStream_t s;
+  template <BlockFormat F>
+  void Run() const {
+    QuantRowsKernel<T, F><<<grid, 256, 0, s>>>(w, n, k, index, count, out);
+  }
+};
 
 template <typename T>
 void LaunchRowsTyped(const QuantWeightPlanes& w, int64_t n, int64_t k, const int64_t* index, int64_t count,
                      void* out, cudaStream_t s) {
   const int64_t threads = count * (k / 32);
   const unsigned grid = static_cast<unsigned>((threads + 255) / 256);
-  const auto* q = static_cast<const uint8_t*>(w.quants);
-  const auto* d = static_cast<const uint16_t*>(w.d);
-  const auto* m = static_cast<const uint16_t*>(w.m);
-  T* o = static_cast<T*>(out);
-  switch (w.format) {
-    case BlockFormat::kQ8_0:
-      QuantRowsKernel<T, BlockFormat::kQ8_0><<<grid, 256, 0, s>>>(q, d, m, n, k, index, count, o);
-      break;
-    case BlockFormat::kQ4_0:
-      QuantRowsKernel<T, BlockFormat::kQ4_0><<<grid, 256, 0, s>>>(q, d, m, n, k, index, count, o);
-      break;
-    default:
-      QuantRowsKernel<T, BlockFormat::kQ4_1><<<grid, 256, 0, s>>>(q, d, m, n, k, index, count, o);
-      break;
-  }
+  WithFormat(w.format, RowsLaunch<T>{PlanesFrom(w), n, k, index, count, static_cast<T*>(out), grid, s});
 }
 
-bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned(const void* p, uintptr_t to = 16) { return reinterpret_cast<uintptr_t>(p) % to == 0; }
 
+// A format the planes take, with each plane it has (quant_planes.h), aligned for its loads.
 bool PlanesOk(const QuantWeightPlanes& w) {
-  const bool format =
-      w.format == BlockFormat::kQ8_0 || w.format == BlockFormat::kQ4_0 || w.format == BlockFormat::kQ4_1;
-  return format && Aligned(w.quants) && w.d != nullptr && (w.format != BlockFormat::kQ4_1 || w.m != nullptr);
+  const BlockFormat f = w.format;
+  return GpuQuantFormat(f) && Aligned(w.quants) && w.d != nullptr && Aligned(w.d, 2) &&
+         (!HasMinimum(f) || (w.m != nullptr && Aligned(w.m, 2))) &&
+         (HighBytes(f) == 0 ||
+          (w.high != nullptr && Aligned(w.high, static_cast<uintptr_t>(HighBytes(f))))) &&
+         (!IsKQuant(f) || w.sc != nullptr);
 }
+
+// k fills the format's blocks (256 for the K-quants).
+bool WholeBlocks(BlockFormat format, int64_t k) { return k > 0 && k % BlockLayoutOf(format).elements == 0; }
 
 }  // namespace
 
 bool QuantGemvTakes(DType dtype, const QuantWeightPlanes& w, int64_t rows, int64_t k, const void* x,
                     int64_t x_stride) {
   const int64_t per_vec = dtype == DType::kF32 ? 4 : 8;
-  return PlanesOk(w) && rows >= 1 && rows <= kGemvMaxRows && k > 0 && k % 32 == 0 &&
+  return PlanesOk(w) && rows >= 1 && rows <= kGemvMaxRows && WholeBlocks(w.format, k) &&
          x_stride % per_vec == 0 && Aligned(x);
 }
 
@@ -314,7 +347,8 @@ const char* LaunchQuantGemv(DType dtype, GemvEpilogue epilogue, const void* x, i
 const char* LaunchQuantRows(DType dtype, const QuantWeightPlanes& w, int64_t n, int64_t k,
                             const int64_t* index, int64_t count, void* out, void* stream) {
   if (count <= 0) return nullptr;
-  if (!PlanesOk(w) || k <= 0 || k % 32 != 0 || n <= 0) return "quant rows: operands the kernel does not take";
+  if (!PlanesOk(w) || !WholeBlocks(w.format, k) || n <= 0)
+    return "quant rows: operands the kernel does not take";
   if ((count * (k / 32) + 255) / 256 > 0x7fffffff) return "quant rows: too many rows";
   const auto s = static_cast<cudaStream_t>(stream);
   if (dtype == DType::kF32) {

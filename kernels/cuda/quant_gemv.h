@@ -1,16 +1,19 @@
 // Products of a few rows over a weight kept in GGUF blocks on an NVIDIA GPU
-// (W4A16 and W8A16: Q4_0, Q4_1 and Q8_0 weights, f32 or bf16 activations;
+// (W4A16, W5A16, W6A16 and W8A16: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the
+// K-quants Q4_K, Q5_K and Q6_K; f32 or bf16 activations;
 // docs/gpu_quantized.md). The weight is in planes (quant_planes.h); the
-// product is gemv.h's, the blocks unpacked in registers:
+// product is gemv.h's, each block of 32 unpacked in registers
+// (quant_block.h):
 //
-//   y[m, j] = finish(sum_b d[j, b] * sum_i x[m, 32 b + i] * q[j, b, i]
-//                    (+ mn[j, b] * sum_i x[m, 32 b + i], Q4_1))
+//   y[m, j] = finish(sum_b d0[j, b] * sum_{i<16} x[m, 32 b + i] * q[j, b, i]
+//                        + d1[j, b] * sum_{i>=16} x[m, 32 b + i] * q[j, b, i]
+//                        + mn[j, b] * sum_i x[m, 32 b + i])
 //
-// with q = nibble - 8 (Q4_0), nibble (Q4_1) or the stored int8 (Q8_0), the
-// sums in f32, and finish the epilogue of gemv.h (store, add to y, or the
-// SwiGLU of a [gate; up] weight of 2n rows). More rows, and a tied
-// embedding's lookups, go through LaunchQuantRows: the rows dequantized to
-// the compute dtype.
+// (d0 = d1 but for Q6_K; mn 0 but for the formats with a minimum), the sums
+// in f32, and finish the epilogue of gemv.h (store, add to y, or the SwiGLU
+// of a [gate; up] weight of 2n rows). More rows, and a tied embedding's
+// lookups, go through LaunchQuantRows: the rows dequantized to the compute
+// dtype.
 //
 // Plain C++ (no CUDA or torch headers); launches on `stream` (a
 // cudaStream_t) and returns nullptr or a static string naming the error.
@@ -27,13 +30,16 @@ namespace shardlm::kernels::cuda {
 struct QuantWeightPlanes {
   BlockFormat format = BlockFormat::kNone;
   const void* quants = nullptr;
+  const void* high = nullptr;  // the fifth (and sixth) bits: Q5_0, Q5_1, Q5_K, Q6_K
   const void* d = nullptr;
-  const void* m = nullptr;  // Q4_1 only
+  const void* m = nullptr;   // minimums: Q4_1, Q5_1, Q4_K, Q5_K
+  const void* sc = nullptr;  // sub-block scales: the K-quants
 };
 
-// Whether the kernel takes these operands: a GPU format, 1..kGemvMaxRows
-// rows, k a multiple of 32, x and its row stride 16-byte aligned, the
-// planes' bases 16-byte aligned.
+// Whether the kernel takes these operands: a GPU format with each of its
+// planes, 1..kGemvMaxRows rows, k whole blocks (a multiple of 32, of 256 for
+// the K-quants), x and its row stride 16-byte aligned, the quants 16-byte
+// aligned.
 bool QuantGemvTakes(DType dtype, const QuantWeightPlanes& w, int64_t rows, int64_t k, const void* x,
                     int64_t x_stride);
 

@@ -49,8 +49,9 @@ step speculative 240 python3 "$here/tests/gpu/check_speculative.py" --shardlm "$
 # Weights kept in GGUF blocks on the GPU (--weights q8_0/q4_0/q4_1; docs/gpu_quantized.md): decode
 # steps (the few-row product) against one prompt step (the weight dequantized, cuBLAS), and against
 # the CPU's kernels on the same blocks; SmolLM2's Q4_1 file too where it was carried
-# (SHARDLM_GGUF: scripts/gpu/model_parts.sh joins it on the machine).
-step quantized_weights 300 python3 "$here/tests/gpu/check_quantized.py" --shardlm "$bin" \
+# (SHARDLM_GGUF: scripts/gpu/model_parts.sh joins it on the machine), as --weights q4_1 and as
+# --weights blocks (its own Q4_1 and Q8_0 blocks).
+step quantized_weights 360 python3 "$here/tests/gpu/check_quantized.py" --shardlm "$bin" \
   --workdir /tmp/gpu-quant ${SHARDLM_GGUF:+--gguf "$SHARDLM_GGUF"}
 # SmolLM2 (the real model) against transformers on the GPU, where its file was carried
 # (SHARDLM_GGUF): f32 at one rank and two on one GPU, bf16 likewise, and its blocks kept by

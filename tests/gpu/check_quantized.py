@@ -8,7 +8,8 @@ Usage (scripts/gpu/test.sh runs it on the GPU machine; ctest runs it with --devi
 A tiny llama checkpoint in f32, quantized at load to each of --weights q8_0, q4_0 and q4_1 (the
 host's quantizer: the same blocks on either device), and --gguf's file (SmolLM2's, Q4_1 but for
 its Q8_0 embedding, which --weights q4_1 requantizes for the tied head, as on the CPU) where
-given. For each, on --device, in f32:
+given, with its format and with --weights blocks (the file's own blocks: Q4_1 and a Q8_0 head).
+For each, on --device, in f32:
   - `generate` (greedy, 24 tokens): each decode step has one row, the few-row product over the
     blocks (kernels/cuda/quant_gemv.h);
   - `score` of the prompt (over 64 tokens) and those tokens: one step of more rows than the few-row
@@ -102,6 +103,8 @@ def main():
         if len(ids) <= 64:
             sys.exit("the GGUF's prompt is %d tokens: it must be over 64 to take the dequantized path" % len(ids))
         failures += check(args, args.gguf, fmt, ids)
+        # --weights blocks: the file's own formats kept (its Q8_0 head too, not requantized).
+        failures += check(args, args.gguf, "blocks", ids)
     return 1 if failures else 0
 
 

@@ -4,10 +4,11 @@
 // GPU: RMSNorm over strided rows, rotary in place on a view into a qkv
 // projection, rotary with the KV write, SiLU x up, and products of 1 to 9 rows
 // (stored, added to a residual, SwiGLU), in f32 and bf16; and weights kept in
-// Q8_0, Q4_0 and Q4_1 blocks (LinearWeight::PrepareGpuQuantized, the few-row
-// product of kernels/cuda/quant_gemv.h, 8 rows a launch, and the dequantized
-// path past 64 rows)
-// against their host dequantization. Skipped without a GPU; in the CPU build
+// GGUF blocks of every format the GPU keeps (Q8_0 to Q6_K;
+// LinearWeight::PrepareGpuQuantized, the few-row product of
+// kernels/cuda/quant_gemv.h, 8 rows a launch, and the dequantized path past
+// CudaQuantMaxRows), alone and in segments of two formats, against their host
+// dequantization. Skipped without a GPU; in the CPU build
 // the same calls take the ATen path and the test still holds.
 #include "kernels/cuda_fused.h"
 
@@ -16,9 +17,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "formats/quant_blocks.h"
+#include "kernels/cuda/quant_planes.h"
 #include "kernels/fused.h"
 #include "kernels/linear.h"
 
@@ -164,60 +167,113 @@ TEST_P(CudaFusedTest, FewRowSwiGluEqualsAten) {
   }
 }
 
-// A weight in `format`'s blocks (the host's quantizer over random f32) and its
-// host dequantization, f32[n, k] on the CPU.
+// A weight in `format`'s blocks and its host dequantization, f32[n, k] on
+// the CPU: the host's quantizer over random f32 for the formats it makes
+// (Q8_0, Q4_0, Q4_1), random blocks with small scales for the others.
 struct BlockWeight {
-  at::Tensor rows;   // uint8[n, k / 32 * block bytes]
+  at::Tensor rows;   // uint8[n, k / unit * block bytes]
   at::Tensor dense;  // f32[n, k]
 };
 BlockWeight RandomBlocks(BlockFormat format, int64_t n, int64_t k) {
-  at::Tensor w = at::randn({n, k}) * 0.2;
-  const int64_t row_bytes = k / 32 * BlockLayoutOf(format).bytes;
+  const BlockLayout layout = BlockLayoutOf(format);
+  const int64_t row_bytes = k / layout.elements * layout.bytes;
   BlockWeight b{at::empty({n, row_bytes}, at::kByte), at::empty({n, k}, at::kFloat)};
+  const bool made =
+      format == BlockFormat::kQ8_0 || format == BlockFormat::kQ4_0 || format == BlockFormat::kQ4_1;
+  if (made) {
+    at::Tensor w = at::randn({n, k}) * 0.2;
+    for (int64_t i = 0; i < n; ++i)
+      QuantizeBlocks(format, w[i].data_ptr<float>(), k, b.rows[i].data_ptr<uint8_t>());
+  } else {
+    b.rows.copy_(at::randint(0, 256, {n, row_bytes}, at::kLong).to(at::kByte));
+    // Weights of about 0.2 at most: the scale over the largest quant (times the
+    // largest sub-block scale for the K-quants).
+    const float d = format == BlockFormat::kQ6_K ? 0.2f / (128 * 32)
+                    : cuda::IsKQuant(format)     ? 0.2f / (63 * 31)
+                                                 : 0.2f / 16;
+    const std::vector<int> halves = HalfFieldOffsets(format);
+    uint8_t* p = b.rows.data_ptr<uint8_t>();
+    for (int64_t blk = 0; blk < n * (k / layout.elements); ++blk) {
+      for (size_t h = 0; h < halves.size(); ++h) {
+        const float v = (h == 1 && !cuda::IsKQuant(format) ? -4.0f : 1.0f) * d * (0.5f + (blk % 5) * 0.25f);
+        const uint16_t bits = FloatToHalf(blk % 3 == 0 && h == 0 ? -v : v);
+        std::memcpy(p + blk * layout.bytes + halves[h], &bits, 2);
+      }
+    }
+  }
   for (int64_t i = 0; i < n; ++i) {
-    QuantizeBlocks(format, w[i].data_ptr<float>(), k, b.rows[i].data_ptr<uint8_t>());
     DequantizeBlocks(format, b.rows[i].data_ptr<uint8_t>(), k, b.dense[i].data_ptr<float>());
   }
   return b;
 }
 
-TEST_P(CudaFusedTest, WeightsKeptInBlocksEqualTheirDequantization) {
-  at::manual_seed(7);
-  const int64_t n = 200, k = 512;
-  // f32: the products' sums in another order; bf16: the output rounded to
-  // bf16, and past 64 rows the weight too.
+// Linear, LinearAddTo and LinearSwiGlu (its [gate; up] halves of n / 2) over
+// a weight kept in blocks, for each count of rows, against f64 products of its
+// host dequantization w64 [n, k]. f32: the products' sums in another order;
+// bf16: the output rounded to bf16, and past the few-row product the weight too.
+void ExpectProductsOfBlocks(const LinearWeight& lw, const at::Tensor& w64,
+                            std::initializer_list<int64_t> counts, at::ScalarType dtype) {
+  const int64_t n = w64.size(0), k = w64.size(1);
+  const auto opts = at::TensorOptions().dtype(dtype).device(at::kCUDA);
   auto expect_close = [&](const at::Tensor& got, const at::Tensor& want, const char* what) {
     const double scale = want.abs().max().item<double>();
     const double diff = (got.to(at::kDouble).cpu() - want).abs().max().item<double>();
-    EXPECT_LE(diff, GetParam() == at::kFloat ? 1e-5 * scale : std::ldexp(scale, -6)) << what;
+    EXPECT_LE(diff, dtype == at::kFloat ? 1e-5 * scale : std::ldexp(scale, -6)) << what;
   };
-  for (BlockFormat format : {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1}) {
+  const at::Tensor bias = at::randn({n}, opts);
+  for (int64_t rows : counts) {
+    SCOPED_TRACE(testing::Message() << "rows " << rows);
+    at::Tensor x = at::randn({rows, k}, opts);
+    const at::Tensor x64 = x.to(at::kDouble).cpu();
+    const at::Tensor product = at::matmul(x64, w64.t());
+    const at::Tensor want = product + bias.to(at::kDouble).cpu();
+    expect_close(Linear(x, lw, bias), want, "linear");
+    at::Tensor y = at::randn({rows, n}, opts);
+    const at::Tensor y0 = y.to(at::kDouble).cpu();
+    LinearAddTo(y, x, lw, bias);
+    expect_close(y, y0 + want, "add to");
+    const at::Tensor g = product.narrow(1, 0, n / 2), u = product.narrow(1, n / 2, n / 2);
+    expect_close(LinearSwiGlu(x, lw), g * at::sigmoid(g) * u, "swiglu");
+  }
+}
+
+TEST_P(CudaFusedTest, WeightsKeptInBlocksEqualTheirDequantization) {
+  at::manual_seed(7);
+  const int64_t n = 200, k = 512;
+  for (BlockFormat format :
+       {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1, BlockFormat::kQ5_0, BlockFormat::kQ5_1,
+        BlockFormat::kQ4_K, BlockFormat::kQ5_K, BlockFormat::kQ6_K}) {
     SCOPED_TRACE(BlockFormatName(format));
     const BlockWeight b = RandomBlocks(format, n, k);
     const LinearWeight lw = LinearWeight::PrepareGpuQuantized(format, b.rows, k, at::Device(at::kCUDA));
     ASSERT_EQ(lw.gpu_format(), format);
-    const at::Tensor w64 = b.dense.to(at::kDouble);
-    const at::Tensor bias = at::randn({n}, Opts());
-    for (int64_t rows : {1, 3, 8, 9, 20, 80}) {
-      SCOPED_TRACE(testing::Message() << "rows " << rows);
-      at::Tensor x = at::randn({rows, k}, Opts());
-      const at::Tensor x64 = x.to(at::kDouble).cpu();
-      const at::Tensor want = at::matmul(x64, w64.t()) + bias.to(at::kDouble).cpu();
-      expect_close(Linear(x, lw, bias), want, "linear");
-      at::Tensor y = at::randn({rows, n}, Opts());
-      const at::Tensor y0 = y.to(at::kDouble).cpu();
-      LinearAddTo(y, x, lw, bias);
-      expect_close(y, y0 + want, "add to");
-      // [gate; up] of n / 2 features each.
-      const at::Tensor gu = at::matmul(x64, w64.t());
-      const at::Tensor g = gu.narrow(1, 0, n / 2), u = gu.narrow(1, n / 2, n / 2);
-      expect_close(LinearSwiGlu(x, lw), g * at::sigmoid(g) * u, "swiglu");
-    }
+    ExpectProductsOfBlocks(lw, b.dense.to(at::kDouble), {1, 3, 8, 9, 20, 80}, GetParam());
     // Rows looked up (a tied embedding): the host's dequantization, in f32.
     const at::Tensor index = at::tensor({5, 0, 199, 5}, at::kLong).to(at::kCUDA);
     const at::Tensor got = lw.Rows(index).cpu();
     EXPECT_TRUE(at::allclose(got, b.dense.index_select(0, index.cpu()), 1e-6, 0)) << "rows";
   }
+}
+
+// A weight whose parts differ in format (a Q4_K_M file's q and k in Q4_K, v
+// in Q6_K): one segment per run of a format, one launch each into its
+// columns; gate/up in two formats takes the product and then SiLU(gate) * up.
+TEST_P(CudaFusedTest, WeightsInSegmentsOfFormatsEqualTheirDequantization) {
+  at::manual_seed(11);
+  const int64_t k = 512;
+  const BlockWeight a = RandomBlocks(BlockFormat::kQ4_K, 72, k), b = RandomBlocks(BlockFormat::kQ4_K, 48, k),
+                    c = RandomBlocks(BlockFormat::kQ6_K, 80, k);
+  const LinearWeight lw = LinearWeight::PrepareGpuQuantized(
+      {{BlockFormat::kQ4_K, a.rows}, {BlockFormat::kQ4_K, b.rows}, {BlockFormat::kQ6_K, c.rows}}, k,
+      at::Device(at::kCUDA));
+  ASSERT_TRUE(lw.gpu_quantized());
+  EXPECT_EQ(lw.gpu_format(), BlockFormat::kNone);
+  ASSERT_EQ(lw.quant_segments().size(), 2u);
+  EXPECT_EQ(lw.quant_segments()[1].row0, 120);
+  EXPECT_EQ(lw.quant_segments()[1].offset % 256, 0);
+  ExpectProductsOfBlocks(lw, at::cat({a.dense, b.dense, c.dense}, 0).to(at::kDouble), {1, 3, 8, 9, 41, 80},
+                         GetParam());
+  EXPECT_THROW(lw.Rows(at::tensor({0}, at::kLong).to(at::kCUDA)), c10::Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, CudaFusedTest, ::testing::Values(at::kFloat, at::kBFloat16),

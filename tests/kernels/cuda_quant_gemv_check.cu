@@ -1,18 +1,22 @@
 // kernels/cuda/quant_gemv.cu against a double-precision host reference,
-// standalone (no gtest; docs/gpu_quantized.md): random GGUF blocks of Q8_0,
-// Q4_0 and Q4_1 (scales of both signs, Q4_1 minimums) repacked into planes
-// by kernels/cuda/quant_planes.h, multiplied by 1 to 8 rows of x in f32 and
+// standalone (no gtest; docs/gpu_quantized.md): random GGUF blocks of every
+// format the planes take (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K;
+// scales of both signs, minimums) repacked into planes by
+// kernels/cuda/quant_planes.h, multiplied by 1 to 8 rows of x in f32 and
 // bf16 with each epilogue (store with a bias, add to y, SwiGLU of a [gate;
 // up] weight), on shapes whose columns do not fill the last block of warps.
-// Passing: within 1e-4 (f32) or 1e-2 (bf16) of the largest reference output.
-// LaunchQuantRows (a tied embedding's lookups, prompt chunks' weights) must
-// give the host's dequantized values exactly (f32) or rounded once (bf16).
+// The reference weights are the file's dequantization (formats/quant_blocks.h,
+// bit for bit gguf-py's). Passing: within 1e-4 (f32) or 1e-2 (bf16) of the
+// largest reference output. LaunchQuantRows (a tied embedding's lookups,
+// prompt chunks' weights) must give those weights exactly (f32) or rounded
+// once (bf16).
 //
 //   cuda_quant_gemv_check [--time]
 //
 // --time also times batch 1 to 8 on the Llama-3-8B shape's projections in
-// Q4_0 and Q8_0 against a read-only probe of the device's bandwidth over the
-// bytes the planes hold (the target: 1.4x that floor at batch 1).
+// Q4_0, Q4_K, Q6_K and Q8_0 against a read-only probe of the device's
+// bandwidth over the bytes the planes hold (the target: 1.4x that floor at
+// batch 1).
 // Exits 0 when every case passes, 1 when one fails, 77 (skip) without a GPU.
 #include <cuda_runtime.h>
 
@@ -26,6 +30,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/quant_blocks.h"
 #include "kernels/cuda/quant_gemv.h"
 #include "kernels/cuda/quant_planes.h"
 #include "tests/kernels/cuda_check.h"
@@ -35,18 +40,11 @@ namespace {
 using shardlm::BlockFormat;
 using shardlm::BlockFormatName;
 using shardlm::BlockLayoutOf;
+using shardlm::HalfFieldOffsets;
 using namespace shardlm::kernels::cuda;  // NOLINT: the kernels under test
 
 using shardlm::testing::FromBf16;
 using shardlm::testing::ToBf16;
-
-// f16 bits to float (normal numbers and zero: all this check makes).
-float FromHalf(uint16_t h) {
-  const int sign = h >> 15, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  const float v = exp == 0 ? std::ldexp(static_cast<float>(mant), -24)
-                           : std::ldexp(1.0f + static_cast<float>(mant) / 1024.0f, exp - 15);
-  return sign ? -v : v;
-}
 
 // A random f16 scale of either sign between 2^-9 and 2^-5.
 uint16_t RandomScale(std::mt19937& rng) {
@@ -55,47 +53,28 @@ uint16_t RandomScale(std::mt19937& rng) {
   return static_cast<uint16_t>(sign | exp | (rng() % 1024));
 }
 
-// n rows of k / 32 random GGUF blocks of `format`.
+// n rows of k weights in random GGUF blocks of `format`.
 std::vector<uint8_t> RandomBlocks(BlockFormat format, int64_t n, int64_t k, std::mt19937& rng) {
-  const int64_t bytes = BlockLayoutOf(format).bytes, blocks = n * (k / 32);
-  std::vector<uint8_t> out(static_cast<size_t>(blocks * bytes));
+  const shardlm::BlockLayout layout = BlockLayoutOf(format);
+  const int64_t blocks = n * (k / layout.elements);
+  std::vector<uint8_t> out(static_cast<size_t>(blocks * layout.bytes));
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
   for (int64_t b = 0; b < blocks; ++b) {
-    uint8_t* block = out.data() + b * bytes;
-    for (int64_t i = 0; i < bytes; ++i) block[i] = static_cast<uint8_t>(rng());
-    const uint16_t d = RandomScale(rng);
-    std::memcpy(block, &d, 2);
-    if (format == BlockFormat::kQ4_1) {
-      const uint16_t m = RandomScale(rng);
-      std::memcpy(block + 2, &m, 2);
+    for (int off : HalfFieldOffsets(format)) {
+      const uint16_t h = RandomScale(rng);
+      std::memcpy(out.data() + b * layout.bytes + off, &h, 2);
     }
   }
   return out;
 }
 
-// The weights as the kernels' dequantization gives them: d * q (+ m), in f32.
+// The weights as the file's dequantization gives them, f32[n, k].
 std::vector<float> Dequantize(BlockFormat format, const std::vector<uint8_t>& rows, int64_t n, int64_t k) {
-  const int64_t bytes = BlockLayoutOf(format).bytes, blocks = n * (k / 32);
+  const shardlm::BlockLayout layout = BlockLayoutOf(format);
+  const int64_t row_bytes = k / layout.elements * layout.bytes;
   std::vector<float> w(static_cast<size_t>(n * k));
-  for (int64_t b = 0; b < blocks; ++b) {
-    const uint8_t* block = rows.data() + b * bytes;
-    uint16_t dh, mh = 0;
-    std::memcpy(&dh, block, 2);
-    if (format == BlockFormat::kQ4_1) std::memcpy(&mh, block + 2, 2);
-    const float d = FromHalf(dh), m = FromHalf(mh);
-    float* out = w.data() + b * 32;
-    for (int i = 0; i < 32; ++i) {
-      float q;
-      if (format == BlockFormat::kQ8_0) {
-        q = static_cast<float>(static_cast<int8_t>(block[2 + i]));
-      } else {
-        const uint8_t byte = block[(format == BlockFormat::kQ4_1 ? 4 : 2) + i % 16];
-        const int nib = i < 16 ? (byte & 0xf) : (byte >> 4);
-        q = static_cast<float>(format == BlockFormat::kQ4_0 ? nib - 8 : nib);
-      }
-      const float v = d * q;
-      out[i] = format == BlockFormat::kQ4_1 ? v + m : v;
-    }
-  }
+  for (int64_t r = 0; r < n; ++r)
+    shardlm::DequantizeBlocks(format, rows.data() + r * row_bytes, k, w.data() + r * k);
   return w;
 }
 
@@ -114,10 +93,13 @@ DevicePlanes Upload(BlockFormat format, const std::vector<uint8_t>& rows, int64_
   d.size = p.bytes;
   CHECK_CUDA(cudaMalloc(&d.bytes, static_cast<size_t>(p.bytes)));
   CHECK_CUDA(cudaMemcpy(d.bytes, host.data(), host.size(), cudaMemcpyHostToDevice));
+  auto at = [&](int64_t offset) -> const void* { return offset >= 0 ? d.bytes + offset : nullptr; };
   d.w.format = format;
-  d.w.quants = d.bytes + p.quants;
-  d.w.d = d.bytes + p.d;
-  d.w.m = p.m >= 0 ? d.bytes + p.m : nullptr;
+  d.w.quants = at(p.quants);
+  d.w.high = at(p.high);
+  d.w.d = at(p.d);
+  d.w.m = at(p.m);
+  d.w.sc = at(p.sc);
   return d;
 }
 
@@ -347,12 +329,15 @@ int main(int argc, char** argv) {
   const bool time = argc > 1 && std::string(argv[1]) == "--time";
   std::mt19937 rng(7);
   bool ok = true;
-  const BlockFormat formats[] = {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1};
+  const BlockFormat formats[] = {BlockFormat::kQ8_0, BlockFormat::kQ4_0, BlockFormat::kQ4_1,
+                                 BlockFormat::kQ5_0, BlockFormat::kQ5_1, BlockFormat::kQ4_K,
+                                 BlockFormat::kQ5_K, BlockFormat::kQ6_K};
   for (const BlockFormat format : formats) {
+    const int64_t short_k = IsKQuant(format) ? 256 : 96;  // one K-quant super-block; three blocks of 32
     for (const DType dtype : {DType::kF32, DType::kBF16}) {
       for (const int64_t rows : {1, 2, 3, 8}) {
         ok &= CheckProduct(format, dtype, GemvEpilogue::kStore, rows, 301, 4096, rng);
-        ok &= CheckProduct(format, dtype, GemvEpilogue::kAddTo, rows, 130, 96, rng);
+        ok &= CheckProduct(format, dtype, GemvEpilogue::kAddTo, rows, 130, short_k, rng);
         ok &= CheckProduct(format, dtype, GemvEpilogue::kSwiGlu, rows, 203, 1024, rng);
       }
       ok &= CheckRows(format, dtype, rng);
@@ -361,8 +346,9 @@ int main(int argc, char** argv) {
   if (time) {
     const double bandwidth = ReadBandwidth();
     std::printf("read-only probe: %.0f GB/s\n", bandwidth / 1e9);
-    TimeShape(BlockFormat::kQ4_0, bandwidth, rng);
-    TimeShape(BlockFormat::kQ8_0, bandwidth, rng);
+    for (const BlockFormat format :
+         {BlockFormat::kQ4_0, BlockFormat::kQ4_K, BlockFormat::kQ6_K, BlockFormat::kQ8_0})
+      TimeShape(format, bandwidth, rng);
   }
   std::printf("%s\n", ok ? "all cases pass" : "FAILED");
   return ok ? 0 : 1;

@@ -37,21 +37,6 @@ struct Rows {
   at::Tensor dense;  // f32[n, k]
 };
 
-// Byte offsets of a block's f16 scales: every other byte is random.
-std::vector<int> HalfOffsets(BlockFormat f) {
-  switch (f) {
-    case BlockFormat::kQ4_1:
-    case BlockFormat::kQ5_1:
-    case BlockFormat::kQ4_K:
-    case BlockFormat::kQ5_K:
-      return {0, 2};
-    case BlockFormat::kQ6_K:
-      return {208};
-    default:
-      return {0};
-  }
-}
-
 Rows RandomRows(BlockFormat f, int64_t n, int64_t k, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int> byte(0, 255);
@@ -64,7 +49,7 @@ Rows RandomRows(BlockFormat f, int64_t n, int64_t k, uint32_t seed) {
   const bool k_quant = layout.elements == 256;
   for (int64_t bl = 0; bl < n * blocks; ++bl) {
     uint8_t* blk = b + bl * layout.bytes;
-    const std::vector<int> halves = HalfOffsets(f);
+    const std::vector<int> halves = HalfFieldOffsets(f);
     for (size_t h = 0; h < halves.size(); ++h) {
       // K-quant super-block scales multiply 6-bit sub-block scales; Q4_1/Q5_1's minimum is negative.
       const float v = k_quant ? scale(rng) / 32 : h == 1 ? -scale(rng) * 8 : scale(rng);

@@ -77,7 +77,7 @@ void AddEngineFlags(FlagSet& f, EngineFlags* out) {
   f.String("draft-weights",
            "the draft model's --weights (default: --weights); q4_0 requantizes its projections and head at "
            "load, which makes each proposal cheaper to draft (docs/speculative_decoding.md)",
-           false, "", {"auto", "blocks", "dense", "q8_0", "q4_0", "q4_1"})
+           false, "", {"auto", "blocks", "dense", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"})
       .To(&out->draft_weights);
   f.Int("draft-lookup-min",
         "with --draft-model: prompt lookup proposes first where the sequence's last N or more tokens "
@@ -163,14 +163,15 @@ void ApplySchedulingFlags(const SchedulingFlags& scheduling, const EngineFlags& 
 }
 
 void AddStorageFlags(FlagSet& f, StorageFlags* out) {
-  f.String("weights",
-           "the projections' weights: auto (as the file has them: a GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
-           "Q4_K, Q5_K and Q6_K blocks stay quantized on the CPU, the embedding's too; Q2_K and Q3_K are "
-           "dequantized at load; on a GPU every format is), blocks (the file's blocks kept on either device: "
-           "on a GPU those formats too, for its few-row product, docs/gpu_quantized.md), dense (the compute "
-           "dtype), or q8_0, q4_0, q4_1 (quantized at load where the file has another; on a GPU kept in "
-           "blocks too)",
-           false, "auto", {"auto", "blocks", "dense", "q8_0", "q4_0", "q4_1"})
+  f.String(
+       "weights",
+       "the projections' weights: auto (as the file has them: a GGUF's Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+       "Q4_K, Q5_K and Q6_K blocks stay quantized on the CPU, the embedding's too; Q2_K and Q3_K are "
+       "dequantized at load; on a GPU every format is), blocks (the file's blocks kept on either device: "
+       "on a GPU those formats too, for its few-row product, docs/gpu_quantized.md), dense (the compute "
+       "dtype), or q8_0, q4_0, q4_1, q4_k, q5_k, q6_k (quantized at load where the file has another; on a "
+       "GPU kept in blocks too)",
+       false, "auto", {"auto", "blocks", "dense", "q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"})
       .To(&out->weights);
   f.String("kv-dtype",
            "the KV cache's dtype: auto (the compute dtype), f32 or bf16; bf16 under f32 compute halves the "

@@ -58,6 +58,87 @@ void QuantizeQ4_1(const float* x, uint8_t* b) {
   }
 }
 
+// Q4_K and Q5_K (levels 15 and 31): each 32's step and minimum (at most 0)
+// from its range; those stored as 6-bit multiples of the super-block's f16
+// scales (the largest step and minimum over 63); each weight rounded to the
+// nearest level of its 32's stored step and minimum. Plain min/max, not
+// ggml's search for the scales that minimise the error (make_qkx2_quants).
+void QuantizeQ45K(BlockFormat format, const float* x, uint8_t* b) {
+  const bool q5 = format == BlockFormat::kQ5_K;
+  const int levels = q5 ? 31 : 15;
+  float step[8], minimum[8], max_step = 0.0f, max_minimum = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    float lo = 0.0f, hi = x[32 * j];
+    for (int l = 0; l < 32; ++l) {
+      lo = std::min(lo, x[32 * j + l]);
+      hi = std::max(hi, x[32 * j + l]);
+    }
+    step[j] = (hi - lo) / static_cast<float>(levels);
+    minimum[j] = -lo;
+    max_step = std::max(max_step, step[j]);
+    max_minimum = std::max(max_minimum, minimum[j]);
+  }
+  const uint16_t d_bits = FloatToHalf(max_step / 63.0f), dmin_bits = FloatToHalf(max_minimum / 63.0f);
+  const float d = HalfToFloat(d_bits), dmin = HalfToFloat(dmin_bits);
+  int sc[8], m[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = d > 0.0f ? std::min(63, static_cast<int>(std::lround(step[j] / d))) : 0;
+    m[j] = dmin > 0.0f ? std::min(63, static_cast<int>(std::lround(minimum[j] / dmin))) : 0;
+  }
+  std::memset(b, 0, static_cast<size_t>(BlockLayoutOf(format).bytes));
+  StoreU16(b, d_bits);
+  StoreU16(b + 2, dmin_bits);
+  uint8_t* s = b + 4;  // ScaleMinK's packing, inverted
+  for (int j = 0; j < 4; ++j) {
+    s[j] = static_cast<uint8_t>((sc[j] & 63) | (sc[j + 4] >> 4) << 6);
+    s[j + 4] = static_cast<uint8_t>((m[j] & 63) | (m[j + 4] >> 4) << 6);
+    s[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0x0f) | (m[j + 4] & 0x0f) << 4);
+  }
+  uint8_t* qh = b + 16;
+  uint8_t* qs = b + (q5 ? 48 : 16);
+  for (int e = 0; e < 256; ++e) {
+    const int j = e / 32, l = e % 32;
+    const float step_j = d * static_cast<float>(sc[j]), min_j = dmin * static_cast<float>(m[j]);
+    int q = step_j > 0.0f ? static_cast<int>(std::lround((x[e] + min_j) / step_j)) : 0;
+    q = std::clamp(q, 0, levels);
+    qs[(e / 64) * 32 + l] = static_cast<uint8_t>(qs[(e / 64) * 32 + l] | (q & 0x0f) << (4 * (j % 2)));
+    if (q5) qh[l] = static_cast<uint8_t>(qh[l] | ((q >> 4) & 1) << j);
+  }
+}
+
+// Q6_K: each 16's step its largest magnitude over 31, stored as an int8
+// multiple of the super-block's f16 d (the largest step over 127); each
+// weight rounded to the nearest of -32..31 steps.
+void QuantizeQ6K(const float* x, uint8_t* b) {
+  float step[16], max_step = 0.0f;
+  for (int s = 0; s < 16; ++s) {
+    float amax = 0.0f;
+    for (int l = 0; l < 16; ++l) amax = std::max(amax, std::fabs(x[16 * s + l]));
+    step[s] = amax / 31.0f;
+    max_step = std::max(max_step, step[s]);
+  }
+  const uint16_t d_bits = FloatToHalf(max_step / 127.0f);
+  const float d = HalfToFloat(d_bits);
+  std::memset(b, 0, 210);
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  int sc[16];
+  for (int s = 0; s < 16; ++s) {
+    sc[s] = d > 0.0f ? std::min(127, static_cast<int>(std::lround(step[s] / d))) : 0;
+    b[192 + s] = static_cast<uint8_t>(static_cast<int8_t>(sc[s]));
+  }
+  StoreU16(b + 208, d_bits);
+  for (int e = 0; e < 256; ++e) {
+    const float step_s = d * static_cast<float>(sc[e / 16]);
+    const int q = std::clamp(step_s > 0.0f ? static_cast<int>(std::lround(x[e] / step_s)) : 0, -32, 31) + 32;
+    const int half = e / 128, within = e % 128;
+    uint8_t& low = ql[half * 64 + within % 64];
+    uint8_t& high = qh[half * 32 + within % 32];
+    low = static_cast<uint8_t>(low | (q & 0x0f) << (4 * (within / 64)));
+    high = static_cast<uint8_t>(high | ((q >> 4) & 3) << (2 * (within / 32)));
+  }
+}
+
 // Q8_0, Q4_0, Q4_1: f16 d (Q4_1: and f16 m), then the quants.
 void DequantizeLegacy(BlockFormat format, const uint8_t* src, float* out) {
   const float d = HalfToFloat(LoadU16(src));
@@ -207,7 +288,14 @@ void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* ou
       case BlockFormat::kQ4_1:
         QuantizeQ4_1(x, dst);
         break;
-      default:  // no quantizer: only the formats the kernels keep are made here (HasQuantKernels)
+      case BlockFormat::kQ4_K:
+      case BlockFormat::kQ5_K:
+        QuantizeQ45K(format, x, dst);
+        break;
+      case BlockFormat::kQ6_K:
+        QuantizeQ6K(x, dst);
+        break;
+      default:  // no quantizer: Q5_0, Q5_1, Q2_K, Q3_K are only read from files
         std::abort();
     }
   }

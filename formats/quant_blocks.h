@@ -28,12 +28,14 @@ namespace shardlm {
 // Dequantizes `n` weights (a multiple of the block's elements) from `src`.
 void DequantizeBlocks(BlockFormat format, const uint8_t* src, int64_t n, float* out);
 
-// Quantizes `n` f32 weights (a multiple of 32) into the format's blocks at
-// `out` (n / 32 * block bytes; Q8_0, Q4_0 and Q4_1 only, the formats the kernels
-// keep: any other aborts), rounding as ggml's reference quantizers do:
-// Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d = -(the value of largest
-// magnitude) / 8, nibble = min(15, trunc(x / d + 8.5)); Q4_1 d = (max - min) / 15,
-// m = min, nibble = min(15, trunc((x - m) / d + 0.5)). Scales stored in f16.
+// Quantizes `n` f32 weights (a multiple of the format's block) into its blocks
+// at `out` (n / elements * block bytes). Q8_0, Q4_0 and Q4_1 round as ggml's
+// reference quantizers do: Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 d =
+// -(the value of largest magnitude) / 8, nibble = min(15, trunc(x / d + 8.5));
+// Q4_1 d = (max - min) / 15, m = min, nibble = min(15, trunc((x - m) / d +
+// 0.5)). Q4_K, Q5_K and Q6_K by plain min/max per sub-block (quant_blocks.cc),
+// not ggml's search for the best scales: a little more error than
+// llama-quantize's files. Scales stored in f16. Any other format aborts.
 void QuantizeBlocks(BlockFormat format, const float* src, int64_t n, uint8_t* out);
 
 // Byte offsets of a block's f16 fields (its scale; Q4_1's and Q5_1's minimum;

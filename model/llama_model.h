@@ -39,9 +39,9 @@ namespace shardlm {
 // and for every other tensor, the compute dtype. kBlocks: as the file has them
 // on either device (on a GPU in the planes of the few-row product,
 // docs/gpu_quantized.md; what kAuto will do there once it has run on one).
-// kDense: the compute dtype. kQ8_0/kQ4_0/kQ4_1: that block format, quantized
+// kDense: the compute dtype. kQ8_0 ... kQ6_K: that block format, quantized
 // at load where the file has another; on a GPU kept in planes.
-enum class WeightFormat { kAuto, kBlocks, kDense, kQ8_0, kQ4_0, kQ4_1 };
+enum class WeightFormat { kAuto, kBlocks, kDense, kQ8_0, kQ4_0, kQ4_1, kQ4_K, kQ5_K, kQ6_K };
 absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag);
 
 class ShardReader;  // llama_model.cc: reads this rank's shards of a checkpoint

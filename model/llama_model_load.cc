@@ -22,8 +22,12 @@ absl::StatusOr<WeightFormat> ParseWeightFormat(const std::string& flag) {
   if (flag == "q8_0") return WeightFormat::kQ8_0;
   if (flag == "q4_0") return WeightFormat::kQ4_0;
   if (flag == "q4_1") return WeightFormat::kQ4_1;
-  return InvalidField("weights",
-                      "--weights must be auto, blocks, dense, q8_0, q4_0 or q4_1, got '" + flag + "'");
+  if (flag == "q4_k") return WeightFormat::kQ4_K;
+  if (flag == "q5_k") return WeightFormat::kQ5_K;
+  if (flag == "q6_k") return WeightFormat::kQ6_K;
+  return InvalidField(
+      "weights",
+      "--weights must be auto, blocks, dense, q8_0, q4_0, q4_1, q4_k, q5_k or q6_k, got '" + flag + "'");
 }
 
 namespace {
@@ -36,6 +40,12 @@ BlockFormat BlockFormatFor(WeightFormat w) {
       return BlockFormat::kQ4_0;
     case WeightFormat::kQ4_1:
       return BlockFormat::kQ4_1;
+    case WeightFormat::kQ4_K:
+      return BlockFormat::kQ4_K;
+    case WeightFormat::kQ5_K:
+      return BlockFormat::kQ5_K;
+    case WeightFormat::kQ6_K:
+      return BlockFormat::kQ6_K;
     default:
       return BlockFormat::kNone;
   }
@@ -67,7 +77,7 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
     }
     // Quantized at load from the dense shard.
     SHARDLM_ASSIGN_OR_RETURN(at::Tensor dense, LoadShard(ckpt, plan, name, shape, at::kFloat));
-    if (dense.size(1) % 32 != 0) return kernels::LinearWeight();
+    if (dense.size(1) % BlockLayoutOf(format).elements != 0) return kernels::LinearWeight();
     cols = dense.size(1);
     rows.push_back({format, QuantizeRows(format, dense)});
   }
@@ -148,7 +158,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
   if (!device.is_cpu() && !device.is_cuda() && weights != WeightFormat::kAuto &&
       weights != WeightFormat::kDense) {
     return InvalidField("weights",
-                        "--weights blocks, q8_0, q4_0 and q4_1 run on the CPU and CUDA; on " + device.str() +
+                        "--weights blocks and the block formats run on the CPU and CUDA; on " + device.str() +
                             " weights are dequantized to the compute dtype (--weights auto or dense)");
   }
   if (cfg.arch == Arch::kGemma3 && !device.is_cpu()) {

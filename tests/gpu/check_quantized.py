@@ -5,8 +5,9 @@ dequantized path, and both against the CPU's kernels on the same blocks.
 Usage (scripts/gpu/test.sh runs it on the GPU machine; ctest runs it with --device cpu):
     python3 tests/gpu/check_quantized.py --shardlm BUNDLE/shardlm --workdir /tmp/quant [--gguf FILE]
 
-A tiny llama checkpoint in f32, quantized at load to each of --weights q8_0, q4_0 and q4_1 (the
-host's quantizer: the same blocks on either device), and --gguf's file (SmolLM2's, Q4_1 but for
+A tiny llama checkpoint in f32, quantized at load to each of --weights q8_0, q4_0, q4_1, q4_k, q5_k
+and q6_k (the host's quantizer: the same blocks on either device; its rows are whole K-quant
+super-blocks), and --gguf's file (SmolLM2's, Q4_1 but for
 its Q8_0 embedding, which --weights q4_1 requantizes for the tied head, as on the CPU) where
 given, with its format and with --weights blocks (the file's own blocks: Q4_1 and a Q8_0 head).
 For each, on --device, in f32:
@@ -92,7 +93,7 @@ def main():
     tiny = os.path.join(args.workdir, "tiny")
     run([args.shardlm, "make-tiny-model", tiny, "--arch", "llama", "--no-tokenizer", "--vocab-size", "512",
          "--hidden-size", "256", "--intermediate-size", "512", "--num-layers", "2", "--seed", "5"])
-    failures = sum(check(args, tiny, w, TINY_PROMPT) for w in ("q8_0", "q4_0", "q4_1"))
+    failures = sum(check(args, tiny, w, TINY_PROMPT) for w in ("q8_0", "q4_0", "q4_1", "q4_k", "q5_k", "q6_k"))
     if args.gguf:
         name = os.path.basename(args.gguf).lower()
         fmt = next((f for f in ("q8_0", "q4_0", "q4_1") if f in name), None)

@@ -15,7 +15,8 @@
   quantize_at_load: the real model's weights quantized again at load to q8_0 (within the
       bounds above) and q4_0 (a second 4-bit rounding: within 3.3 and 1.35, 1.1x what it measures,
       it being deterministic); a tiny safetensors
-      llama quantized at load to each format; a model whose rows are not whole blocks (hidden
+      llama quantized at load to each format, the K-quants on one of hidden 256 (more bits nearer
+      the dense scores: q6_k, then q5_k, then q4_k); a model whose rows are not whole blocks (hidden
       48, intermediate 120) stays dense under --weights q8_0, the dense run's exact scores.
   kv_bf16: --kv-dtype bf16 under the dense f32 weights: log-probs within 0.1 (mean 0.03) of the
       f32 cache, greedy tokens equal up to near ties; with the blocks kept at --tp 2, within the
@@ -155,6 +156,15 @@ def case_quantize_at_load(args):
         mx, _ = diffs(plain, tiny_scores(args, model, "--weights", fmt))
         print("  tiny safetensors, %s at load: max |diff| %.3f from dense" % (fmt, mx))
         assert 0 < mx < 10, "%s at load: max |diff| %.3f" % (fmt, mx)
+    # The K-quants at load take rows of whole 256-weight super-blocks: a tiny model of 256 and 512.
+    wide = tiny(args, "tiny256", 256, 4, 2, inter=512)
+    plain = tiny_scores(args, wide, "--weights", "dense")
+    means = {}
+    for fmt in ("q4_k", "q5_k", "q6_k"):
+        mx, means[fmt] = diffs(plain, tiny_scores(args, wide, "--weights", fmt))
+        print("  tiny safetensors, %s at load: max |diff| %.3f, mean %.4f from dense" % (fmt, mx, means[fmt]))
+        assert 0 < mx < 10, "%s at load: max |diff| %.3f" % (fmt, mx)
+    assert means["q6_k"] < means["q5_k"] < means["q4_k"], "more bits must come nearer dense: %s" % means
     odd = tiny(args, "tiny48", 48, 4, 2, inter=120)
     a, b = tiny_scores(args, odd, "--weights", "dense"), tiny_scores(args, odd, "--weights", "q8_0")
     assert a == b, "rows of 48 and 120 are not whole blocks: --weights q8_0 must leave them dense"

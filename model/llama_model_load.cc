@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status.h"
 #include "kernels/cuda/quant_planes.h"
 #include "kernels/linear.h"
@@ -59,17 +60,32 @@ using Parts = std::vector<std::pair<std::string, std::vector<int64_t>>>;
 // in the file's format (q/k/v may mix Q4_K and Q6_K: one segment each); or an
 // undefined weight where they stay dense: a part the file does not keep in a
 // format the kernels multiply (with `want` kNone), or a slice of columns off
-// the block grid.
+// the block grid. `why` says which, where the file or `want` had blocks.
 absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, const ShardPlan& plan,
-                                                    const Parts& parts, BlockFormat want, at::Device device) {
+                                                    const Parts& parts, BlockFormat want, at::Device device,
+                                                    std::string* why) {
   std::vector<kernels::LinearWeight::QuantRows> rows;
   int64_t cols = 0;
   for (const auto& [name, shape] : parts) {
     SHARDLM_ASSIGN_OR_RETURN(QuantShard q, LoadQuantShard(ckpt, plan, name, shape));
     const BlockFormat format = want == BlockFormat::kNone ? q.format : want;
-    // Not a block format, or one the device's kernels do not multiply kept: dequantized at load.
+    if (format == BlockFormat::kNone) {
+      // The file's blocks, left unread: a format no kernel keeps, or this rank's columns off their grid.
+      SHARDLM_ASSIGN_OR_RETURN(const TensorView* view, ckpt.Get(name));
+      if (view->block != BlockFormat::kNone) {
+        *why = HasQuantKernels(view->block)
+                   ? absl::StrCat(name, ": this rank's columns are not whole ", BlockFormatName(view->block),
+                                  " blocks of ", BlockLayoutOf(view->block).elements)
+                   : absl::StrCat(name, ": ", BlockFormatName(view->block), " is dequantized at load");
+      }
+      return kernels::LinearWeight();
+    }
+    // A format the device's kernels do not multiply kept: dequantized at load.
     const bool kept = device.is_cpu() ? HasQuantKernels(format) : kernels::cuda::GpuQuantFormat(format);
-    if (format == BlockFormat::kNone || !kept) return kernels::LinearWeight();
+    if (!kept) {
+      *why = absl::StrCat(name, ": ", BlockFormatName(format), " is dequantized at load");
+      return kernels::LinearWeight();
+    }
     if (q.format == format) {
       rows.push_back({format, std::move(q.rows)});
       cols = q.cols;
@@ -77,7 +93,11 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
     }
     // Quantized at load from the dense shard.
     SHARDLM_ASSIGN_OR_RETURN(at::Tensor dense, LoadShard(ckpt, plan, name, shape, at::kFloat));
-    if (dense.size(1) % BlockLayoutOf(format).elements != 0) return kernels::LinearWeight();
+    if (dense.size(1) % BlockLayoutOf(format).elements != 0) {
+      *why = absl::StrCat(name, ": this rank's ", dense.size(1), " columns are not whole ",
+                          BlockFormatName(format), " blocks of ", BlockLayoutOf(format).elements);
+      return kernels::LinearWeight();
+    }
     cols = dense.size(1);
     rows.push_back({format, QuantizeRows(format, dense)});
   }
@@ -121,9 +141,11 @@ class ShardReader {
   // asked and possible, else dense (`gated`: a gate/up pair, PrepareGated).
   absl::StatusOr<kernels::LinearWeight> Projection(const Parts& parts, bool gated = false) const {
     if (quantize_) {
+      std::string why;
       SHARDLM_ASSIGN_OR_RETURN(kernels::LinearWeight q,
-                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_), device_));
+                               LoadQuantized(ckpt_, plan_, parts, BlockFormatFor(weights_), device_, &why));
       if (q.defined()) return q;
+      if (!why.empty()) dense_.push_back(std::move(why));
     }
     std::vector<at::Tensor> dense;
     for (const auto& [name, shape] : parts) {
@@ -139,8 +161,12 @@ class ShardReader {
   // undefined where it is read dense.
   absl::StatusOr<kernels::LinearWeight> KeptBlocks(const Parts& parts) const {
     if (!quantize_ || !device_.is_cpu()) return kernels::LinearWeight();
-    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone, device_);
+    std::string why;
+    return LoadQuantized(ckpt_, plan_, parts, BlockFormat::kNone, device_, &why);
   }
+
+  // Why projections that were to keep blocks stay dense (one line each).
+  const std::vector<std::string>& dense() const { return dense_; }
 
  private:
   const Checkpoint& ckpt_;
@@ -149,6 +175,7 @@ class ShardReader {
   at::Device device_;
   WeightFormat weights_;
   bool quantize_;
+  mutable std::vector<std::string> dense_;
 };
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& cfg, const Checkpoint& ckpt,
@@ -181,6 +208,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const ModelConfig& 
     return absl::OkStatus();
   }));
   m->weight_bytes_ = m->WeightBytes();
+  if (!reader.dense().empty()) {
+    LOG(INFO) << "weights: " << reader.dense().size() << " projection(s) stay dense (" << c10::toString(dtype)
+              << "): " << reader.dense().front() << (reader.dense().size() > 1 ? "; ..." : "");
+  }
   return m;
 }
 

@@ -12,7 +12,8 @@ Cases (each starts its own servers and workers; a tiny f32 Llama with the Llama-
                       once, the stream finishes whole, serve exits 0
   deadline_mid_prefill  SmolLM2, a Prefill of 8 x 2000 tokens with top_k 5 and a 1 s deadline: its
                       blocks are free at most two engine steps after the deadline, steps cut
-                      to --target-step-ms (under 1,024 tokens on average, free within 1.2 s)
+                      to --target-step-ms (under 1,024 tokens on average, free within two
+                      steps' time and 0.3 s)
   cancel_mid_stream   8 clients cancelling Generate streams at random points for 8 s: every call
                       ends (none left in flight), only OK/CANCELLED, and serve stops at once
   drain_bounded       --shutdown-grace-s 2 with a running, a queued and an HTTP stream: all three
@@ -365,8 +366,10 @@ def deadline_mid_prefill(ctx, chk):
     deadline (the engine's own clock, EngineRequest::deadline) a request is planned no more.
     Steps are cut to --target-step-ms (250 ms) from the learnt cost of a token and of the keys it
     attends to: they average under 1,024 of the 2,048 tokens --max-batch-tokens allows (quiet:
-    250-270 ms each), and the blocks are free within 1.2 s of the deadline even on a host busy
-    with other tests (quiet: 0.3-0.55 s). Before the cut, 2048-token steps held the blocks 2.2 s
+    250-270 ms each), and the blocks are free within two of the run's steps (their mean
+    duration, shardlm_step_duration_seconds) and 0.3 s of the deadline (quiet: 0.3-0.55 s; a
+    fixed 1.2 s failed in the CUDA variant's suite at 1.49 s, its steps then taking 1.24 s
+    each with other tests on two cores). Before the cut, 2048-token steps held the blocks 2.2 s
     past it; with a cost per token alone, deep chunks ran to 530 ms. The step count is the
     property, the seconds follow from it and the host: in CI a 0.8 s bound failed at 0.82 s with
     four tests on two cores, a mean step under 400 ms failed at 450 ms beside a compile, and one
@@ -387,6 +390,7 @@ def deadline_mid_prefill(ctx, chk):
         for attempt in range(2):
             steps_before = metric(mport, "shardlm_steps_total")
             tokens_before = metric(mport, "shardlm_step_tokens_total")
+            seconds_before = metric(mport, "shardlm_step_duration_seconds_sum")
             t0 = time.monotonic()
             code, _ = code_of(lambda: st.Prefill(pb.PrefillRequest(chunks=chunks, keep=True, top_k=5), timeout=1))
             ended = time.monotonic() - t0
@@ -399,18 +403,20 @@ def deadline_mid_prefill(ctx, chk):
             freed = time.monotonic() - t0
             steps = metric(mport, "shardlm_steps_total")
             per_step = (metric(mport, "shardlm_step_tokens_total") - tokens_before) / max(1, steps - steps_before)
-            # Wall time per step (a step's own duration metric counts its wait behind the
-            # step sent ahead of it): reported, the host's share of it varies.
-            mean_ms = 1000 * freed / max(1, steps - steps_before)
+            # A step's own duration (the metric counts its wait behind the step sent ahead of
+            # it too): what this host, loaded as it is now, takes for one of these steps.
+            step_s = (metric(mport, "shardlm_step_duration_seconds_sum") - seconds_before) / max(1, steps - steps_before)
             chk.check(code == grpc.StatusCode.DEADLINE_EXCEEDED and ended < 1.3,
                       "run %d: DEADLINE_EXCEEDED after %.2f s" % (attempt, ended))
             chk.check(steps - steps_at_deadline <= 2,
                       "run %d: every block free %.2f s after the call began, %d step(s) after the "
                       "deadline (at most 2)" % (attempt, freed, steps - steps_at_deadline))
-            chk.check(per_step < 1024 and freed < 2.2,
-                      "run %d: steps cut to the 250 ms target: %d steps of %.0f tokens (under 1024) in "
-                      "%.2f s, %.0f ms each, blocks free %.2f s after the deadline (within 1.2 s)"
-                      % (attempt, steps - steps_before, per_step, freed, mean_ms, freed - 1))
+            # The blocks come back as the steps running at the deadline end: within two of this
+            # run's steps and 0.3 s (quiet: steps of 250-270 ms, free 0.3-0.55 s after it).
+            chk.check(per_step < 1024 and freed - 1 <= 2 * step_s + 0.3,
+                      "run %d: steps cut to the 250 ms target: %d steps of %.0f tokens (under 1024), %.0f ms "
+                      "each, blocks free %.2f s after the deadline (within two steps and 0.3 s: %.2f s)"
+                      % (attempt, steps - steps_before, per_step, 1000 * step_s, freed - 1, 2 * step_s + 0.3))
     finally:
         ch.close()
         srv.stop()

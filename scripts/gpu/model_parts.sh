@@ -12,7 +12,7 @@
 #           joins third_party/gpu-bundle/parts/NAME.part* into OUT and checks it against
 #           NAME.sha256; exits 1 (OUT removed) when a part is missing or the sum differs.
 #
-# SmolLM2's Q4_1 file (94 MiB) beside the 42 MiB bundle: split FILE 20 gives 3 parts, 3 calls;
+# SmolLM2's Q4_1 file (94 MiB) beside the 50 MiB bundle: split FILE 12 gives 3 parts, 3 calls;
 # then SHARDLM_GGUF=OUT scripts/gpu/test.sh checks it (step quantized_weights).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status.h"
-#include "kernels/cuda/quant_planes.h"
 #include "kernels/linear.h"
 #include "model/llama_model.h"
 #include "partitioning/shard_loader.h"
@@ -80,12 +79,8 @@ absl::StatusOr<kernels::LinearWeight> LoadQuantized(const Checkpoint& ckpt, cons
       }
       return kernels::LinearWeight();
     }
-    // A format the device's kernels do not multiply kept: dequantized at load.
-    const bool kept = device.is_cpu() ? HasQuantKernels(format) : kernels::cuda::GpuQuantFormat(format);
-    if (!kept) {
-      *why = absl::StrCat(name, ": ", BlockFormatName(format), " is dequantized at load");
-      return kernels::LinearWeight();
-    }
+    // Every format here is one both devices keep (LoadQuantShard reads no other; --weights asks
+    // for no other; GpuQuantFormat is HasQuantKernels).
     if (q.format == format) {
       rows.push_back({format, std::move(q.rows)});
       cols = q.cols;

@@ -32,6 +32,7 @@
 #include <cstring>
 
 #include "common/block_format.h"
+#include "kernels/cpu/gguf_unit.h"
 
 // The format's constants are used in quant_gemv.cu's kernels too.
 #if defined(__CUDACC__)
@@ -45,10 +46,6 @@ namespace shardlm::kernels::cuda {
 // Whether the GPU's product multiplies `format` kept in its blocks: every
 // format the CPU's kernels keep (all but Q2_K and Q3_K).
 constexpr bool GpuQuantFormat(BlockFormat format) { return HasQuantKernels(format); }
-
-SHARDLM_PLANES_FN bool IsKQuant(BlockFormat format) {
-  return format == BlockFormat::kQ4_K || format == BlockFormat::kQ5_K || format == BlockFormat::kQ6_K;
-}
 
 // Bytes of one 32-weight block's quants: 32 for Q8_0, 16 (low nibbles) otherwise.
 SHARDLM_PLANES_FN int64_t QuantBytes(BlockFormat format) { return format == BlockFormat::kQ8_0 ? 32 : 16; }
@@ -118,37 +115,16 @@ struct Block32 {
   uint8_t sc[2];
 };
 
-// The 32 quants of blocks 0..7 of a K-quant super-block, and their scales
-// (quant_blocks.cc's layouts, as ggml defines them).
+// Blocks 0..7 of a K-quant super-block: their quants and sub-block scales,
+// from the unit as gguf_unit.h reads it (the CPU's panels are packed from it too).
 inline void SplitSuperBlock(BlockFormat format, const uint8_t* src, Block32* out) {
-  if (format == BlockFormat::kQ6_K) {
-    const uint8_t* ql = src;
-    const uint8_t* qh = src + 128;
-    const uint8_t* scales = src + 192;
-    for (int e = 0; e < 256; ++e) {
-      const int half = e / 128, within = e % 128;
-      const int low = (ql[half * 64 + within % 64] >> (4 * (within / 64))) & 0x0f;
-      const int high = (qh[half * 32 + within % 32] >> (2 * (within / 32))) & 3;
-      out[e / 32].q[e % 32] = static_cast<uint8_t>(low | high << 4);
-    }
-    for (int s = 0; s < 16; ++s) out[s / 2].sc[s % 2] = scales[s];
-    return;
-  }
-  // Q4_K, Q5_K: six-bit scale and minimum of each 32, packed in 12 bytes.
-  const uint8_t* s = src + 4;
-  const uint8_t* qh = src + 16;
-  const uint8_t* qs = src + (format == BlockFormat::kQ5_K ? 48 : 16);
+  UnitValues u;
+  ReadUnit(format, src, &u);
   for (int j = 0; j < 8; ++j) {
-    const int sc = j < 4 ? s[j] & 63 : (s[j + 4] & 0x0f) | ((s[j - 4] >> 2) & 0x30);
-    const int m = j < 4 ? s[j + 4] & 63 : (s[j + 4] >> 4) | ((s[j] >> 2) & 0x30);
-    out[j].sc[0] = static_cast<uint8_t>(sc);
-    out[j].sc[1] = static_cast<uint8_t>(m);
-  }
-  for (int e = 0; e < 256; ++e) {
-    const int sub = e / 32, l = e % 32;
-    int q = (qs[(e / 64) * 32 + l] >> (4 * (sub % 2))) & 0x0f;
-    if (format == BlockFormat::kQ5_K) q |= ((qh[l] >> sub) & 1) << 4;
-    out[sub].q[l] = static_cast<uint8_t>(q);
+    std::memcpy(out[j].q, u.q + 32 * j, 32);
+    const bool six = format == BlockFormat::kQ6_K;  // two int8 scales of 16 each, else scale and minimum
+    out[j].sc[0] = six ? u.sc[2 * j] : u.sc[j];
+    out[j].sc[1] = six ? u.sc[2 * j + 1] : u.mn[j];
   }
 }
 

@@ -189,13 +189,13 @@ BlockWeight RandomBlocks(BlockFormat format, int64_t n, int64_t k) {
     // Weights of about 0.2 at most: the scale over the largest quant (times the
     // largest sub-block scale for the K-quants).
     const float d = format == BlockFormat::kQ6_K ? 0.2f / (128 * 32)
-                    : cuda::IsKQuant(format)     ? 0.2f / (63 * 31)
+                    : IsKQuant(format)           ? 0.2f / (63 * 31)
                                                  : 0.2f / 16;
     const std::vector<int> halves = HalfFieldOffsets(format);
     uint8_t* p = b.rows.data_ptr<uint8_t>();
     for (int64_t blk = 0; blk < n * (k / layout.elements); ++blk) {
       for (size_t h = 0; h < halves.size(); ++h) {
-        const float v = (h == 1 && !cuda::IsKQuant(format) ? -4.0f : 1.0f) * d * (0.5f + (blk % 5) * 0.25f);
+        const float v = (h == 1 && !IsKQuant(format) ? -4.0f : 1.0f) * d * (0.5f + (blk % 5) * 0.25f);
         const uint16_t bits = FloatToHalf(blk % 3 == 0 && h == 0 ? -v : v);
         std::memcpy(p + blk * layout.bytes + halves[h], &bits, 2);
       }

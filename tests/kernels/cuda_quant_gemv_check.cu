@@ -41,6 +41,7 @@ using shardlm::BlockFormat;
 using shardlm::BlockFormatName;
 using shardlm::BlockLayoutOf;
 using shardlm::HalfFieldOffsets;
+using shardlm::kernels::IsKQuant;
 using namespace shardlm::kernels::cuda;  // NOLINT: the kernels under test
 
 using shardlm::testing::FromBf16;

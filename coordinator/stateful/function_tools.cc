@@ -37,7 +37,7 @@ absl::StatusOr<FunctionTools> FunctionToolsOf(const openai::ModelContext& model,
   if (tool_choice == "none") return f;  // offered to nobody: the template sees none either
   f.chat_tools = tools.is_array() ? tools : Json::array();
   f.names = ToolNames(f.chat_tools);
-  if (tool_choice == "required") f.forced = "*";
+  if (tool_choice == "required") f.forced.assign(1, '*');  // not = "*": GCC 12 -Wrestrict false positive
   const std::string named = NamedFunction(tool_choice);
   if (!named.empty()) f.forced = named;
   if (!f.forced.empty() && f.names.empty()) {

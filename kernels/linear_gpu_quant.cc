@@ -95,7 +95,8 @@ at::Tensor Dequantized(const at::Tensor& x, const LinearWeight& w) {
 bool SegmentsInto(at::Tensor& y, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias,
                   bool add) {
   if (x.dim() != 2 || y.dim() != 2 || y.size(0) != x.size(0) || y.size(1) != w.out_features() ||
-      y.stride(1) != 1 || y.scalar_type() != x.scalar_type() || y.device() != x.device()) {
+      y.stride(1) != 1 || y.stride(0) < y.size(1) || y.scalar_type() != x.scalar_type() ||
+      y.device() != x.device()) {
     return false;
   }
   for (const auto& seg : w.quant_segments()) {

@@ -178,11 +178,7 @@ bool CudaQuantTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Ten
 
 bool CudaQuantLinearInto(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
                          bool add) {
-  if (!QuantGemvTakes(x, w, bias) || y.dim() != 2 || y.size(0) != x.size(0) || y.size(1) != w.n ||
-      y.stride(1) != 1 || y.stride(0) < w.n || y.scalar_type() != x.scalar_type() ||
-      y.device() != x.device()) {
-    return false;
-  }
+  if (!QuantGemvTakes(x, w, bias) || !CudaRowsView(y, x, w.n)) return false;
   RunQuantGemv(add ? kc::GemvEpilogue::kAddTo : kc::GemvEpilogue::kStore, x, w, bias, y, w.n);
   return true;
 }

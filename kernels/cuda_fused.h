@@ -71,9 +71,14 @@ bool CudaQuantLinearAddTo(at::Tensor& y, const at::Tensor& x, const CudaQuantWei
 int64_t CudaQuantMaxRows(BlockFormat format);
 // Whether the few-row product takes x (and bias, n values or undefined) over w.
 bool CudaQuantTakes(const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias);
-// y = x w^T + bias (add: y += it) where y is a [rows, n] view whose rows may
-// be apart (a segment's columns of a wider output); false, nothing done, where
-// CudaQuantTakes does not hold or y is not such a view of x's dtype and device.
+// Whether y is a [x's rows, n] view of x's dtype and device with unit column
+// stride and rows at least n apart (a segment's columns of a wider output).
+inline bool CudaRowsView(const at::Tensor& y, const at::Tensor& x, int64_t n) {
+  return y.dim() == 2 && y.size(0) == x.size(0) && y.size(1) == n && y.stride(1) == 1 && y.stride(0) >= n &&
+         y.scalar_type() == x.scalar_type() && y.device() == x.device();
+}
+// y = x w^T + bias (add: y += it) where y is such a view of w.n columns;
+// false, nothing done, where CudaQuantTakes or CudaRowsView does not hold.
 bool CudaQuantLinearInto(at::Tensor& y, const at::Tensor& x, const CudaQuantWeight& w, const at::Tensor& bias,
                          bool add);
 // Rows `index` (int64, on the weight's device; undefined: all n in order) of

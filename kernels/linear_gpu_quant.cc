@@ -94,11 +94,7 @@ at::Tensor Dequantized(const at::Tensor& x, const LinearWeight& w) {
 // product does not take x.
 bool SegmentsInto(at::Tensor& y, const at::Tensor& x, const LinearWeight& w, const at::Tensor& bias,
                   bool add) {
-  if (x.dim() != 2 || y.dim() != 2 || y.size(0) != x.size(0) || y.size(1) != w.out_features() ||
-      y.stride(1) != 1 || y.stride(0) < y.size(1) || y.scalar_type() != x.scalar_type() ||
-      y.device() != x.device()) {
-    return false;
-  }
+  if (x.dim() != 2 || !CudaRowsView(y, x, w.out_features())) return false;
   for (const auto& seg : w.quant_segments()) {
     const at::Tensor b = bias.defined() ? bias.narrow(0, seg.row0, seg.rows) : bias;
     if (!CudaQuantTakes(x, SegmentOf(w, seg), b)) return false;
